@@ -1,0 +1,190 @@
+//! Bootstrap configuration: from our variables, torchrun's, or a unique id.
+
+use std::time::Duration;
+
+use crate::{
+    env::{self, fallback},
+    error::{BootstrapError, Result},
+};
+
+/// Everything a rank needs to join a job.
+#[derive(Debug, Clone)]
+pub struct BootstrapConfig {
+    /// This rank.
+    pub rank: usize,
+    /// Number of ranks.
+    pub world_size: usize,
+    /// Local rank from the launcher, if it gave one (else computed from host ids).
+    pub local_rank: Option<usize>,
+    /// Local size from the launcher, if it gave one.
+    pub local_size: Option<usize>,
+    /// `host:port` where rank 0 listens.
+    pub root_addr: String,
+    /// Job secret carried in every frame.
+    pub secret: u64,
+    /// How long rank 0 waits for everyone (and others for rank 0).
+    pub join_timeout: Duration,
+    /// How long one collective may wait for live ranks.
+    pub op_timeout: Duration,
+    /// Heartbeat interval on idle connections.
+    pub heartbeat: Duration,
+    /// Silence after which a peer is declared dead.
+    pub peer_timeout: Duration,
+    /// This host's identity (same value ⇔ same host).
+    pub host_id: String,
+}
+
+impl BootstrapConfig {
+    /// A one-rank job that needs no network.
+    pub fn singleton() -> Result<Self> {
+        Self::with_rank(0, 1, String::new(), 0)
+    }
+
+    /// A configuration for `rank` of `world_size` joining at `root_addr`, with every other
+    /// setting (timeouts, host id) from the environment table.
+    pub fn with_rank(
+        rank: usize,
+        world_size: usize,
+        root_addr: String,
+        secret: u64,
+    ) -> Result<Self> {
+        if world_size == 0 {
+            return Err(BootstrapError::Config {
+                var: env::WORLD_SIZE.name.into(),
+                value: "0".into(),
+                reason: "the world size must be at least 1".into(),
+            });
+        }
+        if rank >= world_size {
+            return Err(BootstrapError::RankOutOfRange {
+                rank,
+                world: world_size,
+            });
+        }
+        Ok(Self {
+            rank,
+            world_size,
+            local_rank: None,
+            local_size: None,
+            root_addr,
+            secret,
+            join_timeout: env::BOOTSTRAP_TIMEOUT.secs()?,
+            op_timeout: env::BOOTSTRAP_OP_TIMEOUT.secs()?,
+            heartbeat: env::HEARTBEAT_MS.millis()?.max(Duration::from_millis(10)),
+            peer_timeout: env::PEER_TIMEOUT_MS
+                .millis()?
+                .max(Duration::from_millis(100)),
+            host_id: host_id(),
+        })
+    }
+
+    /// Reads the configuration from the environment: `PSHMEM_*` first, then torchrun's
+    /// `RANK`/`WORLD_SIZE`/`LOCAL_RANK`/`LOCAL_WORLD_SIZE`/`MASTER_ADDR`/`MASTER_PORT`. With
+    /// neither rank nor world size set anywhere, the job has one PE.
+    pub fn from_env() -> Result<Self> {
+        let rank = int_var(env::RANK.name, "RANK")?;
+        let world = int_var(env::WORLD_SIZE.name, "WORLD_SIZE")?;
+        let (rank, world) = match (rank, world) {
+            (None, None) => (0, 1),
+            (Some(r), Some(w)) => (r, w),
+            (r, w) => {
+                let (var, val) = if r.is_none() {
+                    (
+                        env::RANK.name,
+                        format!("unset (world size {})", w.unwrap_or(0)),
+                    )
+                } else {
+                    (
+                        env::WORLD_SIZE.name,
+                        format!("unset (rank {})", r.unwrap_or(0)),
+                    )
+                };
+                return Err(BootstrapError::Config {
+                    var: var.into(),
+                    value: val,
+                    reason: "rank and world size must be set together".into(),
+                });
+            }
+        };
+        let root_addr = match env::BOOTSTRAP_ADDR.raw() {
+            Some(a) => a,
+            None => match (fallback("MASTER_ADDR"), fallback("MASTER_PORT")) {
+                (Some(host), Some(port)) => {
+                    let port: u16 = port.trim().parse().map_err(|_| BootstrapError::Config {
+                        var: "MASTER_PORT".into(),
+                        value: port.clone(),
+                        reason: "expected a port number".into(),
+                    })?;
+                    let off = env::BOOTSTRAP_PORT_OFFSET.usize()?;
+                    let p = usize::from(port) + off;
+                    let p = u16::try_from(p).map_err(|_| BootstrapError::Config {
+                        var: env::BOOTSTRAP_PORT_OFFSET.name.into(),
+                        value: off.to_string(),
+                        reason: format!("MASTER_PORT {port} + offset exceeds 65535"),
+                    })?;
+                    format!("{host}:{p}")
+                }
+                _ if world == 1 => String::new(),
+                _ => {
+                    return Err(BootstrapError::Config {
+                        var: env::BOOTSTRAP_ADDR.name.into(),
+                        value: "unset".into(),
+                        reason: "a multi-rank job needs PSHMEM_BOOTSTRAP_ADDR (or MASTER_ADDR and MASTER_PORT)".into(),
+                    });
+                }
+            },
+        };
+        let secret = parse_secret(&env::JOB_SECRET.value())?;
+        let mut cfg = Self::with_rank(rank, world, root_addr, secret)?;
+        cfg.local_rank = int_var(env::LOCAL_RANK.name, "LOCAL_RANK")?;
+        cfg.local_size = int_var(env::LOCAL_SIZE.name, "LOCAL_WORLD_SIZE")?;
+        Ok(cfg)
+    }
+}
+
+/// Parses a hex job secret (with or without `0x`).
+pub fn parse_secret(text: &str) -> Result<u64> {
+    let t = text.trim();
+    let t = t.strip_prefix("0x").unwrap_or(t);
+    u64::from_str_radix(t, 16).map_err(|_| BootstrapError::Config {
+        var: env::JOB_SECRET.name.into(),
+        value: text.into(),
+        reason: "expected up to 16 hex digits".into(),
+    })
+}
+
+fn int_var(ours: &str, theirs: &str) -> Result<Option<usize>> {
+    let (name, val) = match fallback(ours) {
+        Some(v) => (ours, v),
+        None => match fallback(theirs) {
+            Some(v) => (theirs, v),
+            None => return Ok(None),
+        },
+    };
+    val.trim()
+        .parse()
+        .map(Some)
+        .map_err(|_| BootstrapError::Config {
+            var: name.into(),
+            value: val,
+            reason: "expected a non-negative integer".into(),
+        })
+}
+
+/// This host's identity: `PSHMEM_HOST_ID`, else hostname + kernel boot id (so that two
+/// containers with one hostname on different machines still differ).
+pub fn host_id() -> String {
+    if let Some(id) = env::HOST_ID.raw() {
+        return id;
+    }
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    format!("{}:{}", hostname(), boot.trim())
+}
+
+/// The host name, or "unknown-host".
+pub fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown-host".into())
+}

@@ -1,0 +1,293 @@
+//! The one table of environment variables that proxyshmem reads.
+//!
+//! Every variable any crate of the project reads is listed in [`VARS`] with its default and a
+//! description, so that `pshmem-info` can print the settings in force and the documentation has a
+//! single source (NVSHMEM's `env_defs.h` idea). Crates read variables only through the typed
+//! getters below, which reject malformed values with an error naming the variable.
+
+use std::time::Duration;
+
+use crate::error::BootstrapError;
+
+/// One environment variable: name, default (as text; empty means "unset"), owner and meaning.
+#[derive(Debug, Clone, Copy)]
+pub struct EnvVar {
+    /// The variable's name.
+    pub name: &'static str,
+    /// The value used when it is unset ("" when unset means "absent").
+    pub default: &'static str,
+    /// Which part of the runtime reads it.
+    pub component: &'static str,
+    /// What it does.
+    pub description: &'static str,
+}
+
+macro_rules! vars {
+    ($( $ident:ident = ($name:literal, $default:literal, $comp:literal, $desc:literal); )*) => {
+        $(
+            #[doc = $desc]
+            pub const $ident: EnvVar =
+                EnvVar { name: $name, default: $default, component: $comp, description: $desc };
+        )*
+        /// Every variable, in documentation order.
+        pub const VARS: &[EnvVar] = &[$($ident),*];
+    };
+}
+
+vars! {
+    RANK = ("PSHMEM_RANK", "", "bootstrap",
+        "This process's rank (PE number). Falls back to RANK (torchrun); unset everywhere means a 1-PE job.");
+    WORLD_SIZE = ("PSHMEM_WORLD_SIZE", "", "bootstrap",
+        "Number of PEs in the job. Falls back to WORLD_SIZE (torchrun).");
+    LOCAL_RANK = ("PSHMEM_LOCAL_RANK", "", "bootstrap",
+        "Rank among the PEs of this host. Falls back to LOCAL_RANK; unset means computed from host ids at join.");
+    LOCAL_SIZE = ("PSHMEM_LOCAL_SIZE", "", "bootstrap",
+        "Number of PEs on this host. Falls back to LOCAL_WORLD_SIZE; unset means computed at join.");
+    BOOTSTRAP_ADDR = ("PSHMEM_BOOTSTRAP_ADDR", "", "bootstrap",
+        "host:port where rank 0 listens. Falls back to MASTER_ADDR:(MASTER_PORT + PSHMEM_BOOTSTRAP_PORT_OFFSET).");
+    BOOTSTRAP_PORT_OFFSET = ("PSHMEM_BOOTSTRAP_PORT_OFFSET", "1", "bootstrap",
+        "Added to MASTER_PORT when the torchrun variables are used, because torch's own TCPStore listens on MASTER_PORT.");
+    JOB_SECRET = ("PSHMEM_JOB_SECRET", "0", "bootstrap",
+        "64-bit job secret (hex) carried by every bootstrap frame; connections with another secret are rejected. pshmrun sets a random one.");
+    BOOTSTRAP_TIMEOUT = ("PSHMEM_BOOTSTRAP_TIMEOUT", "60", "bootstrap",
+        "Seconds to wait for every rank to join; the error names the ranks that never arrived.");
+    BOOTSTRAP_OP_TIMEOUT = ("PSHMEM_BOOTSTRAP_OP_TIMEOUT", "300", "bootstrap",
+        "Seconds one bootstrap collective may wait for live but slow ranks before failing.");
+    HEARTBEAT_MS = ("PSHMEM_BOOTSTRAP_HEARTBEAT_MS", "500", "bootstrap",
+        "Interval between heartbeats on idle bootstrap connections, in milliseconds.");
+    PEER_TIMEOUT_MS = ("PSHMEM_BOOTSTRAP_PEER_TIMEOUT_MS", "4000", "bootstrap",
+        "A connection silent for this long (no data, no heartbeat) means the peer is dead.");
+    HOST_ID = ("PSHMEM_HOST_ID", "", "bootstrap",
+        "Overrides the host identity (hostname + boot id) used to find same-host peers; tests use it to emulate several hosts.");
+    LOG = ("PSHMEM_LOG", "warn", "all",
+        "tracing filter for proxyshmem's own log (e.g. info, debug, pshmem_proxy=trace).");
+    PROVIDER = ("PSHMEM_PROVIDER", "", "transport",
+        "libfabric provider to use (e.g. efa, verbs;ofi_rxm, tcp;ofi_rxm, shm, or 'sim' for the simulated fabric). Falls back to FI_PROVIDER, then efa > verbs;ofi_rxm > tcp;ofi_rxm > shm.");
+    FABRIC_IFACE = ("PSHMEM_FABRIC_IFACE", "", "transport",
+        "Network interface or address the tcp provider binds (default: loopback when all PEs share a host, else libfabric's choice).");
+    SIM_REORDER = ("PSHMEM_SIM_REORDER", "1", "transport",
+        "Simulated fabric: deliver operations to a peer out of order (1) or in order (0).");
+    SIM_DELAY_US = ("PSHMEM_SIM_DELAY_US", "0", "transport",
+        "Simulated fabric: extra delivery delay per operation in microseconds (random up to this value).");
+    SIM_BANDWIDTH_GBPS = ("PSHMEM_SIM_BANDWIDTH_GBPS", "0", "transport",
+        "Simulated fabric: modelled link bandwidth in GB/s (0 = unlimited).");
+    SYMMETRIC_SIZE = ("PSHMEM_SYMMETRIC_SIZE", "1073741824", "runtime",
+        "Bytes reserved for the symmetric heap of each PE (suffixes K, M, G accepted).");
+    DISABLE_P2P = ("PSHMEM_DISABLE_P2P", "0", "runtime",
+        "1 forces every operation through the ring and proxy, even to same-host PEs.");
+    PROXY_THREADS = ("PSHMEM_PROXY_THREADS", "1", "proxy",
+        "Proxy threads per PE; channels are spread over them.");
+    CHANNELS = ("PSHMEM_CHANNELS", "1", "proxy",
+        "Command rings (channels) per PE for host-initiated operations.");
+    RING_SLOTS = ("PSHMEM_RING_SLOTS", "4096", "proxy",
+        "Descriptor slots per channel ring (power of two).");
+    PROXY_BATCH = ("PSHMEM_PROXY_BATCH", "64", "proxy",
+        "Most descriptors a proxy drains from one ring before posting and polling.");
+    PROXY_IDLE_US = ("PSHMEM_PROXY_IDLE_US", "200", "proxy",
+        "After this many microseconds without work the proxy backs off (yield, then sleep); 0 spins forever.");
+    PROXY_SLEEP_US = ("PSHMEM_PROXY_SLEEP_US", "50", "proxy",
+        "Longest sleep of an idle proxy between polls, in microseconds.");
+    PROXY_CPU = ("PSHMEM_PROXY_CPU", "", "proxy",
+        "Cores for the proxy threads: 'none' disables pinning, or a list like 3,5-7; default from topology.");
+    OP_TIMEOUT = ("PSHMEM_OP_TIMEOUT", "120", "runtime",
+        "Seconds a quiet, barrier or wait may block before failing with a timeout error (peer death fails sooner).");
+    STAGING_CHUNK = ("PSHMEM_STAGING_CHUNK", "1048576", "proxy",
+        "Chunk size of the host-staged path for GPU memory over providers without FI_HMEM.");
+    STAGING_BUFFERS = ("PSHMEM_STAGING_BUFFERS", "8", "proxy",
+        "Pinned bounce buffers per PE for the host-staged path (pipelining depth).");
+    RAILS = ("PSHMEM_RAILS", "", "transport",
+        "Endpoints (rails) per PE; default: the NICs chosen by topology, at least 1.");
+    TOPOLOGY_XML = ("PSHMEM_TOPOLOGY_XML", "", "topology",
+        "Read the hwloc topology from this XML file instead of the running machine.");
+    CUDA_DEVICE = ("PSHMEM_CUDA_DEVICE", "", "runtime",
+        "CUDA device ordinal for this PE (default: local rank modulo the device count).");
+    DISABLE_CUDA = ("PSHMEM_DISABLE_CUDA", "0", "runtime",
+        "1 runs in host mode even where a CUDA driver and GPU are present.");
+}
+
+/// The torchrun variables read as fallbacks (documented with the table; not ours to default).
+pub const TORCHRUN_VARS: &[(&str, &str)] = &[
+    ("RANK", "fallback for PSHMEM_RANK"),
+    ("WORLD_SIZE", "fallback for PSHMEM_WORLD_SIZE"),
+    ("LOCAL_RANK", "fallback for PSHMEM_LOCAL_RANK"),
+    ("LOCAL_WORLD_SIZE", "fallback for PSHMEM_LOCAL_SIZE"),
+    (
+        "MASTER_ADDR",
+        "with MASTER_PORT, fallback for PSHMEM_BOOTSTRAP_ADDR",
+    ),
+    ("MASTER_PORT", "see PSHMEM_BOOTSTRAP_PORT_OFFSET"),
+    ("FI_PROVIDER", "fallback for PSHMEM_PROVIDER"),
+];
+
+impl EnvVar {
+    /// The raw value if set and not empty.
+    pub fn raw(&self) -> Option<String> {
+        std::env::var(self.name)
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+    }
+
+    /// The value in force: the set value, else the default.
+    pub fn value(&self) -> String {
+        self.raw().unwrap_or_else(|| self.default.to_string())
+    }
+
+    /// Whether the variable is explicitly set.
+    pub fn is_set(&self) -> bool {
+        self.raw().is_some()
+    }
+
+    fn bad(&self, value: &str, reason: &str) -> BootstrapError {
+        BootstrapError::Config {
+            var: self.name.to_string(),
+            value: value.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Parses the value in force as an unsigned integer (size suffixes K/M/G/T accepted).
+    pub fn usize(&self) -> Result<usize, BootstrapError> {
+        let v = self.value();
+        parse_size(&v)
+            .ok_or_else(|| self.bad(&v, "expected an unsigned integer (K/M/G suffix allowed)"))
+    }
+
+    /// Like [`EnvVar::usize`] but `None` when unset and without default.
+    pub fn opt_usize(&self) -> Result<Option<usize>, BootstrapError> {
+        match self.raw() {
+            None if self.default.is_empty() => Ok(None),
+            _ => self.usize().map(Some),
+        }
+    }
+
+    /// Parses a boolean: 1/0, true/false, yes/no, on/off.
+    pub fn bool(&self) -> Result<bool, BootstrapError> {
+        let v = self.value();
+        match v.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" | "" => Ok(false),
+            _ => Err(self.bad(&v, "expected 0/1, true/false, yes/no or on/off")),
+        }
+    }
+
+    /// Parses whole seconds (fractions allowed) as a duration.
+    pub fn secs(&self) -> Result<Duration, BootstrapError> {
+        let v = self.value();
+        v.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| self.bad(&v, "expected a non-negative number of seconds"))
+    }
+
+    /// Parses milliseconds as a duration.
+    pub fn millis(&self) -> Result<Duration, BootstrapError> {
+        self.usize().map(|ms| Duration::from_millis(ms as u64))
+    }
+
+    /// Parses microseconds as a duration.
+    pub fn micros(&self) -> Result<Duration, BootstrapError> {
+        self.usize().map(|us| Duration::from_micros(us as u64))
+    }
+}
+
+/// Reads a torchrun-style fallback variable, treating an empty value as unset.
+pub fn fallback(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// Parses `123`, `64K`, `16M`, `1G`, `2T` (binary multiples), ignoring surrounding spaces.
+pub fn parse_size(text: &str) -> Option<usize> {
+    let t = text.trim();
+    let (digits, mult) = match t.char_indices().last()? {
+        (i, c) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return None,
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let n: u64 = digits.trim().parse().ok()?;
+    usize::try_from(n.checked_mul(mult)?).ok()
+}
+
+/// Renders the table (name, value in force, default, description) for `pshmem-info`.
+pub fn render_table() -> String {
+    let mut out = String::new();
+    for v in VARS {
+        let now = v.raw();
+        let shown = match (&now, v.default) {
+            (Some(s), _) => format!("{s} (set)"),
+            (None, "") => "(unset)".to_string(),
+            (None, d) => format!("{d} (default)"),
+        };
+        out.push_str(&format!(
+            "  {:<34} {:<22} {}\n",
+            v.name, shown, v.description
+        ));
+    }
+    out
+}
+
+/// Renders the table as the Markdown of `docs/ENVIRONMENT.md` (a test keeps the file current).
+pub fn render_markdown() -> String {
+    let mut out = String::from(
+        "# Environment variables\n\nGenerated from `bootstrap/src/env.rs` (the one table); \
+         `PSHMEM_BLESS=1 cargo test -p pshmem-bootstrap env_doc` rewrites it.\n\n\
+         | variable | default | read by | meaning |\n| --- | --- | --- | --- |\n",
+    );
+    for v in VARS {
+        let d = if v.default.is_empty() { "(unset)" } else { v.default };
+        out.push_str(&format!("| `{}` | `{d}` | {} | {} |\n", v.name, v.component, v.description));
+    }
+    out.push_str("\nFallbacks read from other launchers and libraries:\n\n| variable | use |\n| --- | --- |\n");
+    for (n, d) in TORCHRUN_VARS {
+        out.push_str(&format!("| `{n}` | {d} |\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_doc_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/ENVIRONMENT.md");
+        let want = render_markdown();
+        if std::env::var("PSHMEM_BLESS").is_ok_and(|v| v == "1") {
+            std::fs::write(path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(have == want, "docs/ENVIRONMENT.md is stale: run PSHMEM_BLESS=1 cargo test -p pshmem-bootstrap env_doc");
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("0"), Some(0));
+        assert_eq!(parse_size(" 64K "), Some(65536));
+        assert_eq!(parse_size("16m"), Some(16 << 20));
+        assert_eq!(parse_size("1G"), Some(1 << 30));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size("12Q"), None);
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("99999999999999999999T"), None);
+    }
+
+    #[test]
+    fn table_names_are_unique_and_prefixed() {
+        let mut names: Vec<_> = VARS.iter().map(|v| v.name).collect();
+        names.sort_unstable();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(n, names.len(), "duplicate variable in the table");
+        assert!(VARS.iter().all(|v| v.name.starts_with("PSHMEM_")));
+        assert!(VARS.iter().all(|v| !v.description.is_empty()));
+    }
+}

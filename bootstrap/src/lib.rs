@@ -1,0 +1,580 @@
+//! # pshmem-bootstrap
+//!
+//! Owns how the processes of a proxyshmem job find each other and stay watched:
+//!
+//! - **Configuration** from our variables (`PSHMEM_RANK`, `PSHMEM_WORLD_SIZE`, …), torchrun's
+//!   (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, …) or a [`UniqueId`] distributed by the application.
+//! - **The rendezvous**: rank 0 listens, the others connect with retry and backoff, and every
+//!   fault (missing, duplicate or out-of-range rank, world-size mismatch, wrong secret or
+//!   version, garbage on the port) becomes a typed [`BootstrapError`] instead of a hang.
+//! - **Byte collectives** used by the other crates to exchange endpoint names, memory keys and
+//!   IPC handles: [`Bootstrap::allgather`], [`Bootstrap::alltoall`], [`Bootstrap::broadcast`],
+//!   [`Bootstrap::barrier`].
+//! - **Failure detection** for the whole job: connections stay open after init, with heartbeats;
+//!   a dead rank fails every rank's pending or next call (and runs [`Bootstrap::on_failure`]
+//!   hooks, which the runtime uses to raise its error flag) within the peer timeout.
+//! - **The environment table** ([`env`]) of every variable the project reads.
+//! - **`pshmrun`**, the local launcher (binary in this crate).
+//!
+//! The I/O runs on a small private tokio runtime; the public API is blocking, with every wait
+//! bounded. Collectives are matched by order, like MPI's: every rank must call the same
+//! collectives in the same order (a mismatch is detected and reported).
+
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod env;
+pub mod error;
+pub mod frame;
+mod net;
+mod uid;
+
+use std::{
+    net::TcpListener as StdListener,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+
+pub use config::BootstrapConfig;
+pub use error::{BootstrapError, Result};
+pub use net::PeerInfo;
+pub use uid::{UNIQUE_ID_LEN, UniqueId};
+
+use frame::{CollOp, CollTag, Kind, Reader, Writer};
+use net::{Failure, Shared};
+
+/// A joined bootstrap network: this rank's view of the job.
+pub struct Bootstrap {
+    cfg: BootstrapConfig,
+    shared: Arc<Shared>,
+    world: Vec<PeerInfo>,
+    local_rank: usize,
+    local_size: usize,
+    /// Next collective sequence number; the lock also keeps one collective at a time.
+    seq: Mutex<u64>,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for Bootstrap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bootstrap")
+            .field("rank", &self.cfg.rank)
+            .field("world_size", &self.cfg.world_size)
+            .field("local_rank", &self.local_rank)
+            .field("local_size", &self.local_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Bootstrap {
+    /// Joins the job described by the environment (see [`BootstrapConfig::from_env`]).
+    pub fn from_env() -> Result<Self> {
+        Self::init(BootstrapConfig::from_env()?)
+    }
+
+    /// Joins with an explicit configuration.
+    pub fn init(cfg: BootstrapConfig) -> Result<Self> {
+        Self::init_with_listener(cfg, None)
+    }
+
+    /// Joins through a unique id created by rank 0 with [`UniqueId::new`] and distributed by the
+    /// application; timeouts come from the environment table.
+    pub fn init_unique_id(id: &UniqueId, rank: usize, world_size: usize) -> Result<Self> {
+        let cfg = BootstrapConfig::with_rank(rank, world_size, id.addr.to_string(), id.secret)?;
+        let listener = if rank == 0 { id.take_listener() } else { None };
+        Self::init_with_listener(cfg, listener)
+    }
+
+    fn init_with_listener(cfg: BootstrapConfig, listener: Option<StdListener>) -> Result<Self> {
+        let shared = Arc::new(Shared::new(cfg.rank, cfg.world_size, cfg.secret));
+        if cfg.world_size == 1 {
+            let world = vec![PeerInfo {
+                rank: 0,
+                host_id: cfg.host_id.clone(),
+                hostname: config::hostname(),
+                pid: std::process::id(),
+            }];
+            return Ok(Self::assemble(cfg, shared, world, None));
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(format!("pshmem-bootstrap-{}", cfg.rank))
+            .enable_all()
+            .build()
+            .map_err(|e| BootstrapError::Io {
+                rank: cfg.rank,
+                op: "starting the bootstrap runtime".into(),
+                message: e.to_string(),
+            })?;
+        let world = rt.block_on(async {
+            if cfg.rank == 0 {
+                let listener = match listener {
+                    Some(l) => l,
+                    None => StdListener::bind(&cfg.root_addr)
+                        .map_err(|e| uid::bind_error(&cfg.root_addr, e))?,
+                };
+                listener
+                    .set_nonblocking(true)
+                    .map_err(|e| uid::bind_error(&cfg.root_addr, e))?;
+                let listener = tokio::net::TcpListener::from_std(listener)
+                    .map_err(|e| uid::bind_error(&cfg.root_addr, e))?;
+                net::root_join(&shared, &cfg, listener).await
+            } else {
+                net::peer_join(&shared, &cfg).await
+            }
+        })?;
+        Ok(Self::assemble(cfg, shared, world, Some(rt)))
+    }
+
+    fn assemble(
+        cfg: BootstrapConfig,
+        shared: Arc<Shared>,
+        world: Vec<PeerInfo>,
+        rt: Option<tokio::runtime::Runtime>,
+    ) -> Self {
+        let me = &world[cfg.rank].host_id;
+        let local: Vec<usize> = world
+            .iter()
+            .filter(|p| &p.host_id == me)
+            .map(|p| p.rank)
+            .collect();
+        let computed_rank = local.iter().position(|r| *r == cfg.rank).unwrap_or(0);
+        let local_rank = cfg.local_rank.unwrap_or(computed_rank);
+        let local_size = cfg.local_size.unwrap_or(local.len());
+        if (local_rank, local_size) != (computed_rank, local.len()) {
+            tracing::warn!(
+                "rank {}: launcher says local rank {local_rank} of {local_size}, host ids say {computed_rank} of {}",
+                cfg.rank,
+                local.len()
+            );
+        }
+        Self {
+            cfg,
+            shared,
+            world,
+            local_rank,
+            local_size,
+            seq: Mutex::new(0),
+            rt,
+        }
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.cfg.rank
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.cfg.world_size
+    }
+
+    /// Rank among the ranks of this host.
+    pub fn local_rank(&self) -> usize {
+        self.local_rank
+    }
+
+    /// Number of ranks on this host.
+    pub fn local_size(&self) -> usize {
+        self.local_size
+    }
+
+    /// The world table (host identity and pid of every rank).
+    pub fn peers(&self) -> &[PeerInfo] {
+        &self.world
+    }
+
+    /// Whether `rank` runs on this host.
+    pub fn same_host(&self, rank: usize) -> bool {
+        self.world
+            .get(rank)
+            .is_some_and(|p| p.host_id == self.world[self.cfg.rank].host_id)
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &BootstrapConfig {
+        &self.cfg
+    }
+
+    /// `Ok` while every rank is alive and the job has not been aborted.
+    pub fn health(&self) -> Result<()> {
+        match &self.shared.lock().failure {
+            Some(f) => Err(f.to_error(self.cfg.rank, "health check")),
+            None => Ok(()),
+        }
+    }
+
+    /// Registers a callback run once, from a background thread, when the job fails (a rank died
+    /// or the job was aborted); immediately if it already has. Keep it short and non-blocking.
+    pub fn on_failure(&self, hook: impl Fn(&BootstrapError) + Send + Sync + 'static) {
+        let mut st = self.shared.lock();
+        match &st.failure {
+            Some(f) => {
+                let e = f.to_error(self.cfg.rank, "job");
+                drop(st);
+                hook(&e);
+            }
+            None => st.hooks.push(Box::new(hook)),
+        }
+    }
+
+    /// Gathers every rank's bytes (sizes may differ) on every rank, in rank order.
+    pub fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let n = self.world_size();
+        let out = self.collective(CollOp::Allgather, 0, data.to_vec(), |contribs| {
+            let mut w = Writer::default();
+            frame::encode_blocks(&mut w, contribs);
+            let all = Bytes::from(w.0);
+            Ok(vec![all; n])
+        })?;
+        self.decode(&out, "allgather", |r| frame::decode_blocks(r, n))
+    }
+
+    /// Sends `blocks[j]` to rank `j` and returns what every rank sent to this one, in rank order
+    /// (`alltoallv`: sizes may differ).
+    pub fn alltoall<B: AsRef<[u8]>>(&self, blocks: &[B]) -> Result<Vec<Vec<u8>>> {
+        let n = self.world_size();
+        if blocks.len() != n {
+            return Err(self.invalid("alltoall", format!("{} blocks for {n} ranks", blocks.len())));
+        }
+        let mut w = Writer::default();
+        frame::encode_blocks(&mut w, blocks);
+        let out = self.collective(CollOp::Alltoall, 0, w.0, |contribs| {
+            let rows = contribs
+                .iter()
+                .enumerate()
+                .map(|(src, c)| {
+                    frame::decode_blocks(&mut Reader::new(c, "alltoall"), n).map_err(|e| {
+                        Failure::Protocol {
+                            peer: format!("rank {src}"),
+                            error: e,
+                        }
+                    })
+                })
+                .collect::<Result<Vec<_>, Failure>>()?;
+            Ok((0..n)
+                .map(|dst| {
+                    let col: Vec<&[u8]> = rows.iter().map(|row| row[dst].as_slice()).collect();
+                    let mut w = Writer::default();
+                    frame::encode_blocks(&mut w, &col);
+                    Bytes::from(w.0)
+                })
+                .collect())
+        })?;
+        self.decode(&out, "alltoall", |r| frame::decode_blocks(r, n))
+    }
+
+    /// Returns `root`'s `data` on every rank (`data` is ignored elsewhere).
+    pub fn broadcast(&self, root: usize, data: &[u8]) -> Result<Vec<u8>> {
+        let n = self.world_size();
+        if root >= n {
+            return Err(self.invalid(
+                "broadcast",
+                format!("root {root} out of range for {n} ranks"),
+            ));
+        }
+        let mine = if self.rank() == root {
+            data.to_vec()
+        } else {
+            Vec::new()
+        };
+        let out = self.collective(CollOp::Broadcast, root as u32, mine, |contribs| {
+            Ok(vec![Bytes::copy_from_slice(&contribs[root]); n])
+        })?;
+        Ok(out.to_vec())
+    }
+
+    /// Returns once every rank has entered the barrier.
+    pub fn barrier(&self) -> Result<()> {
+        let n = self.world_size();
+        self.collective(CollOp::Barrier, 0, Vec::new(), |_| {
+            Ok(vec![Bytes::new(); n])
+        })
+        .map(|_| ())
+    }
+
+    /// Leaves the job in order: a barrier, then goodbyes, so that no rank mistakes the others'
+    /// exit for a death.
+    pub fn finalize(mut self) -> Result<()> {
+        let res = self.barrier();
+        let Some(rt) = self.rt.take() else { return res };
+        self.shared.lock().finalizing = true;
+        let senders: Vec<_> = self
+            .shared
+            .peers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .flatten()
+            .cloned()
+            .collect();
+        if res.is_ok() {
+            for tx in &senders {
+                let _ = tx.send(net::Out::Msg(Kind::Goodbye, Bytes::new()));
+            }
+            if self.rank() == 0 {
+                // Give the others a moment to say goodbye first, so none sees a closed socket
+                // before its own goodbye is out (bounded: dead ranks do not hold us).
+                let deadline = Instant::now() + Duration::from_secs(2);
+                let mut st = self.shared.lock();
+                while !st.leaving[1..].iter().all(|l| *l) && Instant::now() < deadline {
+                    st = self
+                        .shared
+                        .cv
+                        .wait_timeout(st, Duration::from_millis(10))
+                        .map(|r| r.0)
+                        .unwrap_or_else(|p| p.into_inner().0);
+                }
+            }
+        }
+        close_all(&rt, senders, Duration::from_secs(2));
+        rt.shutdown_timeout(Duration::from_millis(200));
+        res
+    }
+
+    fn invalid(&self, op: &str, reason: String) -> BootstrapError {
+        BootstrapError::InvalidArgument {
+            rank: self.rank(),
+            op: op.into(),
+            reason,
+        }
+    }
+
+    fn decode<T>(
+        &self,
+        payload: &[u8],
+        op: &'static str,
+        f: impl FnOnce(&mut Reader<'_>) -> Result<T, frame::FrameError>,
+    ) -> Result<T> {
+        let mut r = Reader::new(payload, op);
+        f(&mut r)
+            .and_then(|v| r.finish().map(|_| v))
+            .map_err(|e| BootstrapError::Protocol {
+                rank: self.rank(),
+                peer: "rank 0".into(),
+                source: e,
+            })
+    }
+
+    /// Runs one collective step. Every rank sends its contribution to rank 0; rank 0 checks that
+    /// all called the same collective at the same step, computes each rank's result with
+    /// `combine` (given contributions in rank order) and sends it back.
+    fn collective(
+        &self,
+        op: CollOp,
+        root: u32,
+        contrib: Vec<u8>,
+        combine: impl FnOnce(&[Vec<u8>]) -> Result<Vec<Bytes>, Failure>,
+    ) -> Result<Bytes> {
+        let mut seq_guard = self.seq.lock().unwrap_or_else(|p| p.into_inner());
+        let tag = CollTag {
+            op,
+            seq: *seq_guard,
+            root,
+        };
+        *seq_guard += 1;
+        let opname = tag.to_string();
+        if self.rt.is_none() && self.world_size() > 1 {
+            return Err(BootstrapError::Finalized {
+                rank: self.rank(),
+                op: opname,
+            });
+        }
+        self.health().map_err(|e| self.with_op(e, &opname))?;
+        let n = self.world_size();
+        let deadline = Instant::now() + self.cfg.op_timeout;
+        if self.rank() != 0 {
+            let mut w = Writer::default();
+            tag.write(&mut w);
+            let mut payload = w.0;
+            payload.extend_from_slice(&contrib);
+            if !self.shared.send(0, Kind::Contrib, Bytes::from(payload)) {
+                return Err(self.failure_or(&opname, 0));
+            }
+            let reply = self.wait_from(0, deadline, &opname)?;
+            let mut r = Reader::new(&reply, "result");
+            let got = CollTag::read(&mut r).map_err(|e| BootstrapError::Protocol {
+                rank: self.rank(),
+                peer: "rank 0".into(),
+                source: e,
+            })?;
+            if got != tag {
+                return Err(BootstrapError::CollectiveMismatch {
+                    rank: self.rank(),
+                    seq: tag.seq,
+                    other: 0,
+                    expected: got.to_string(),
+                    got: opname,
+                });
+            }
+            return Ok(Bytes::copy_from_slice(r.rest()));
+        }
+        let mut contribs = Vec::with_capacity(n);
+        contribs.push(contrib);
+        for r in 1..n {
+            let msg = self.wait_from(r, deadline, &opname)?;
+            let mut rd = Reader::new(&msg, "contribution");
+            let theirs = CollTag::read(&mut rd).map_err(|e| {
+                let err = Failure::Protocol {
+                    peer: format!("rank {r}"),
+                    error: e,
+                };
+                self.shared.fail(err.clone());
+                err.to_error(0, &opname)
+            })?;
+            if theirs != tag {
+                let err = BootstrapError::CollectiveMismatch {
+                    rank: 0,
+                    seq: tag.seq,
+                    other: r,
+                    expected: opname.clone(),
+                    got: theirs.to_string(),
+                };
+                self.shared.fail(Failure::Aborted {
+                    reason: err.to_string(),
+                });
+                return Err(err);
+            }
+            contribs.push(rd.rest().to_vec());
+        }
+        let results = combine(&contribs).map_err(|f| {
+            self.shared.fail(f.clone());
+            f.to_error(0, &opname)
+        })?;
+        let mut results = results.into_iter();
+        let mine = results.next().expect("one result per rank");
+        let mut prefix = Writer::default();
+        tag.write(&mut prefix);
+        for (r, res) in results.enumerate() {
+            let mut payload = Vec::with_capacity(CollTag::LEN + res.len());
+            payload.extend_from_slice(&prefix.0);
+            payload.extend_from_slice(&res);
+            if !self.shared.send(r + 1, Kind::Result, Bytes::from(payload)) {
+                return Err(self.failure_or(&opname, r + 1));
+            }
+        }
+        Ok(mine)
+    }
+
+    /// Waits for the next message from `peer`, failing on job failure or at `deadline`.
+    fn wait_from(&self, peer: usize, deadline: Instant, op: &str) -> Result<Vec<u8>> {
+        let mut st = self.shared.lock();
+        loop {
+            if let Some(f) = &st.failure {
+                return Err(f.to_error(self.rank(), op));
+            }
+            if let Some(m) = st.inbox[peer].pop_front() {
+                return Ok(m);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let waiting_for = if self.rank() == 0 {
+                    (peer..self.world_size())
+                        .filter(|r| st.inbox[*r].is_empty())
+                        .collect()
+                } else {
+                    vec![0]
+                };
+                return Err(BootstrapError::Timeout {
+                    rank: self.rank(),
+                    op: op.into(),
+                    waited: self.cfg.op_timeout,
+                    waiting_for,
+                });
+            }
+            st = self
+                .shared
+                .cv
+                .wait_timeout(st, deadline - now)
+                .map(|r| r.0)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+
+    fn failure_or(&self, op: &str, peer: usize) -> BootstrapError {
+        match &self.shared.lock().failure {
+            Some(f) => f.to_error(self.rank(), op),
+            None => BootstrapError::PeerDied {
+                rank: self.rank(),
+                dead: peer,
+                op: op.into(),
+                detail: "its connection is gone".into(),
+            },
+        }
+    }
+
+    fn with_op(&self, e: BootstrapError, op: &str) -> BootstrapError {
+        match e {
+            BootstrapError::PeerDied {
+                rank, dead, detail, ..
+            } => BootstrapError::PeerDied {
+                rank,
+                dead,
+                detail,
+                op: op.into(),
+            },
+            BootstrapError::Aborted { rank, reason, .. } => BootstrapError::Aborted {
+                rank,
+                reason,
+                op: op.into(),
+            },
+            e => e,
+        }
+    }
+}
+
+/// Asks every writer to flush what is queued and close its socket, waiting at most `limit`
+/// in all.
+fn close_all(
+    rt: &tokio::runtime::Runtime,
+    senders: Vec<tokio::sync::mpsc::UnboundedSender<net::Out>>,
+    limit: Duration,
+) {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return; // Cannot block inside someone's async context; the sockets just close.
+    }
+    rt.block_on(async {
+        let deadline = tokio::time::Instant::now() + limit;
+        for tx in senders {
+            let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+            if tx.send(net::Out::Close(done_tx)).is_ok() {
+                let _ = tokio::time::timeout_at(deadline, done_rx).await;
+            }
+        }
+    });
+}
+
+impl Drop for Bootstrap {
+    fn drop(&mut self) {
+        // Dropped without finalize (an error path): flush what is queued (an Abort relayed by
+        // rank 0 must reach the others), then close, so the others notice promptly.
+        if let Some(rt) = self.rt.take() {
+            let senders: Vec<_> = self
+                .shared
+                .peers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .flatten()
+                .cloned()
+                .collect();
+            close_all(&rt, senders, Duration::from_secs(1));
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Installs a tracing subscriber that honours `PSHMEM_LOG` (once per process; later calls are
+/// no-ops). Binaries and tests call it; the library never installs one by itself.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_new(env::LOG.value())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

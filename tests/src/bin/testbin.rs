@@ -1,0 +1,255 @@
+//! The worker that multi-process tests launch N times. Each subcommand is one scenario; it
+//! prints `OK ...` lines on success and `ERR ...` lines (with `key=value` fields the tests parse)
+//! on failure, and exits non-zero on any failure.
+
+use std::{
+    process::ExitCode,
+    time::{Duration, Instant},
+};
+
+use clap::{Parser, Subcommand};
+use pshmem_bootstrap::{Bootstrap, BootstrapError, UniqueId};
+use pshmem_tests::{epoch_ms, pattern};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+#[allow(clippy::enum_variant_names)] // bootstrap scenarios only, so far
+enum Cmd {
+    /// Every collective at every size, verified byte-exact.
+    BsCollectives {
+        /// Per-rank contribution sizes in bytes.
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<usize>,
+    },
+    /// Median time of a collective.
+    BsBench {
+        #[arg(long, default_value_t = 4096)]
+        size: usize,
+        #[arg(long, default_value_t = 1000)]
+        iters: usize,
+        #[arg(long, default_value_t = 100)]
+        warmup: usize,
+    },
+    /// Allgathers in a loop; `victim` kills itself with SIGKILL at iteration `die_at`.
+    BsLoop {
+        #[arg(long, default_value_t = 1000000)]
+        iters: usize,
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        #[arg(long)]
+        victim: Option<usize>,
+        #[arg(long, default_value_t = 10)]
+        die_at: usize,
+        #[arg(long, default_value_t = 0)]
+        sleep_ms: u64,
+    },
+    /// Join, barrier, finalize; report the error if any.
+    BsInit,
+    /// Rank 0 calls allgather while the others call barrier.
+    BsMismatch,
+    /// Join through a unique id passed in a file.
+    BsUid {
+        #[arg(long)]
+        file: std::path::PathBuf,
+    },
+}
+
+fn kind(e: &BootstrapError) -> String {
+    let d = format!("{e:?}");
+    d.split(|c: char| !c.is_alphanumeric())
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+fn report(e: &BootstrapError) -> ExitCode {
+    let dead = e
+        .dead_rank()
+        .map(|d| d.to_string())
+        .unwrap_or_else(|| "none".into());
+    println!(
+        "ERR kind={} dead={dead} epoch_ms={} msg={}",
+        kind(e),
+        epoch_ms(),
+        e.to_string().replace(' ', "_")
+    );
+    eprintln!("error: {e}");
+    ExitCode::from(3)
+}
+
+fn seed(a: usize, b: usize, c: usize) -> u64 {
+    ((a as u64) << 40) ^ ((b as u64) << 20) ^ (c as u64) ^ 0x5eed
+}
+
+fn collectives(bs: &Bootstrap, sizes: &[usize]) -> Result<(), String> {
+    let (me, n) = (bs.rank(), bs.world_size());
+    let e = |e: BootstrapError| e.to_string();
+    for &s in sizes {
+        let got = bs.allgather(&pattern(seed(me, 0, s), s)).map_err(e)?;
+        for (r, g) in got.iter().enumerate() {
+            if *g != pattern(seed(r, 0, s), s) {
+                return Err(format!("allgather size {s}: block from rank {r} differs"));
+            }
+        }
+        let per = s / n;
+        let blocks: Vec<Vec<u8>> = (0..n)
+            .map(|j| pattern(seed(me, j + 1, s), per + j % 3))
+            .collect();
+        let got = bs.alltoall(&blocks).map_err(e)?;
+        for (r, g) in got.iter().enumerate() {
+            if *g != pattern(seed(r, me + 1, s), per + me % 3) {
+                return Err(format!("alltoall size {s}: block from rank {r} differs"));
+            }
+        }
+        let roots: Vec<usize> = if s <= 65536 {
+            (0..n).collect()
+        } else {
+            vec![s % n]
+        };
+        for root in roots {
+            let mine = if me == root {
+                pattern(seed(root, 99, s), s)
+            } else {
+                vec![0xAB; 3]
+            };
+            let got = bs.broadcast(root, &mine).map_err(e)?;
+            if got != pattern(seed(root, 99, s), s) {
+                return Err(format!("broadcast size {s} root {root}: data differs"));
+            }
+        }
+        bs.barrier().map_err(e)?;
+        println!("OK size={s}");
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    pshmem_bootstrap::init_logging();
+    let cli = Cli::parse();
+    let bs = match &cli.cmd {
+        Cmd::BsUid { file } => uid_init(file),
+        _ => Bootstrap::from_env(),
+    };
+    let bs = match bs {
+        Ok(b) => b,
+        Err(e) => return report(&e),
+    };
+    let me = bs.rank();
+    match cli.cmd {
+        Cmd::BsCollectives { sizes } => {
+            if let Err(m) = collectives(&bs, &sizes) {
+                println!("ERR kind=Verify msg={}", m.replace(' ', "_"));
+                return ExitCode::from(4);
+            }
+        }
+        Cmd::BsBench {
+            size,
+            iters,
+            warmup,
+        } => {
+            let data = pattern(seed(me, 0, size), size);
+            let mut times = Vec::with_capacity(iters);
+            for i in 0..warmup + iters {
+                let t = Instant::now();
+                if let Err(e) = bs.allgather(&data) {
+                    return report(&e);
+                }
+                if i >= warmup {
+                    times.push(t.elapsed());
+                }
+            }
+            times.sort();
+            let us = |d: Duration| d.as_secs_f64() * 1e6;
+            println!(
+                "BENCH op=allgather ranks={} size={size} iters={iters} median_us={:.1} p10_us={:.1} p90_us={:.1}",
+                bs.world_size(),
+                us(times[iters / 2]),
+                us(times[iters / 10]),
+                us(times[iters * 9 / 10])
+            );
+        }
+        Cmd::BsLoop {
+            iters,
+            size,
+            victim,
+            die_at,
+            sleep_ms,
+        } => {
+            let data = vec![me as u8; size];
+            for i in 0..iters {
+                if victim == Some(me) && i == die_at {
+                    println!("DYING epoch_ms={}", epoch_ms());
+                    // SIGKILL ourselves in the middle of the job: no goodbye, no cleanup.
+                    let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+                }
+                if let Err(e) = bs.allgather(&data) {
+                    return report(&e);
+                }
+                if sleep_ms > 0 {
+                    std::thread::sleep(Duration::from_millis(sleep_ms));
+                }
+            }
+        }
+        Cmd::BsMismatch => {
+            let res = if me == 0 {
+                bs.allgather(b"x").map(|_| ())
+            } else {
+                bs.barrier()
+            };
+            if let Err(e) = res {
+                return report(&e);
+            }
+        }
+        Cmd::BsInit | Cmd::BsUid { .. } => {
+            if let Err(e) = collectives(&bs, &[0, 100]) {
+                println!("ERR kind=Verify msg={}", e.replace(' ', "_"));
+                return ExitCode::from(4);
+            }
+        }
+    }
+    if let Err(e) = bs.finalize() {
+        return report(&e);
+    }
+    println!("OK done rank={me}");
+    ExitCode::SUCCESS
+}
+
+/// Rank 0 creates the id and writes it to `file`; the others poll for the file (the
+/// application's "own means" of distributing it).
+fn uid_init(file: &std::path::Path) -> Result<Bootstrap, BootstrapError> {
+    let rank: usize = std::env::var("TEST_RANK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let world: usize = std::env::var("TEST_WORLD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let id = if rank == 0 {
+        let id = UniqueId::new()?;
+        let hex: String = id.to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+        let tmp = file.with_extension("tmp");
+        std::fs::write(&tmp, hex).expect("write id");
+        std::fs::rename(&tmp, file).expect("publish id");
+        id
+    } else {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let hex = loop {
+            if let Ok(s) = std::fs::read_to_string(file) {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "no unique id file");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let bytes: Vec<u8> = (0..hex.len() / 2)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex"))
+            .collect();
+        UniqueId::from_bytes(&bytes)?
+    };
+    Bootstrap::init_unique_id(&id, rank, world)
+}

@@ -1,0 +1,364 @@
+//! Multi-process bootstrap tests on loopback: collectives byte-exact at N = 1, 2, 4, 8, and every
+//! fault the bootstrap must turn into a typed error rather than a hang.
+
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    time::{Duration, Instant},
+};
+
+use pshmem_bootstrap::frame::{self, Kind};
+use pshmem_tests::{JobSpec, RankResult, assert_all_ok, epoch_ms};
+
+const BIN: &str = env!("CARGO_BIN_EXE_pshmem-testbin");
+
+fn job(n: usize, args: &[&str]) -> JobSpec {
+    JobSpec::new(BIN, n, args).timeout(Duration::from_secs(90))
+}
+
+fn err_fields(r: &RankResult) -> std::collections::HashMap<String, String> {
+    r.fields("ERR")
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("rank {} printed no ERR line:\n{r}", r.rank))
+}
+
+const SIZES: &str = "0,1,7,4096,65537,1048576,16777216";
+
+#[test]
+fn collectives_1_rank() {
+    assert_all_ok(
+        &job(1, &["bs-collectives", "--sizes", SIZES])
+            .launch()
+            .wait(),
+    );
+}
+
+#[test]
+fn collectives_2_ranks() {
+    assert_all_ok(
+        &job(2, &["bs-collectives", "--sizes", SIZES])
+            .launch()
+            .wait(),
+    );
+}
+
+#[test]
+fn collectives_4_ranks() {
+    assert_all_ok(
+        &job(4, &["bs-collectives", "--sizes", SIZES])
+            .launch()
+            .wait(),
+    );
+}
+
+#[test]
+fn collectives_8_ranks() {
+    let res = job(8, &["bs-collectives", "--sizes", SIZES])
+        .launch()
+        .wait();
+    assert_all_ok(&res);
+    for r in &res {
+        assert_eq!(
+            r.fields("OK size=").len(),
+            7,
+            "rank {} did not check every size",
+            r.rank
+        );
+    }
+}
+
+/// Survivors must fail naming `dead`, within 5 s of `t0` (epoch ms).
+fn assert_death_reported(res: &[RankResult], dead: usize, t0: u128) {
+    for r in res.iter().filter(|r| r.rank != dead) {
+        assert!(
+            !r.ok(),
+            "rank {} succeeded although rank {dead} died:\n{r}",
+            r.rank
+        );
+        let f = err_fields(r);
+        assert_eq!(f["kind"], "PeerDied", "{r}");
+        assert_eq!(f["dead"], dead.to_string(), "{r}");
+        let at: u128 = f["epoch_ms"].parse().unwrap();
+        assert!(
+            at.saturating_sub(t0) <= 5000,
+            "rank {} noticed after {} ms",
+            r.rank,
+            at - t0
+        );
+    }
+}
+
+#[test]
+fn rank_killing_itself_mid_collective_is_reported_within_5s() {
+    let res = job(4, &["bs-loop", "--victim", "2", "--die-at", "20"])
+        .launch()
+        .wait();
+    let dying = &res[2].fields("DYING")[0]["epoch_ms"];
+    assert_death_reported(&res, 2, dying.parse().unwrap());
+}
+
+#[test]
+fn kill_9_from_outside_mid_collective_is_reported_within_5s() {
+    let job = job(4, &["bs-loop", "--size", "1048576"]).launch();
+    std::thread::sleep(Duration::from_millis(800));
+    let t0 = epoch_ms();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(job.pid(3) as i32),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
+    let res = job.wait();
+    assert_death_reported(&res, 3, t0);
+}
+
+#[test]
+fn silent_peer_is_declared_dead_by_heartbeat_within_5s() {
+    // SIGSTOP keeps the socket open but stops heartbeats: only the heartbeat timeout can tell.
+    let job = job(3, &["bs-loop", "--size", "16", "--sleep-ms", "20"]).launch();
+    std::thread::sleep(Duration::from_millis(800));
+    let pid = nix::unistd::Pid::from_raw(job.pid(1) as i32);
+    let t0 = epoch_ms();
+    nix::sys::signal::kill(pid, nix::sys::signal::SIGSTOP).unwrap();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(8));
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL);
+    });
+    let res = job.wait();
+    killer.join().unwrap();
+    assert_death_reported(&res, 1, t0);
+}
+
+#[test]
+fn silent_root_is_declared_dead_within_5s() {
+    let job = job(2, &["bs-loop", "--size", "16", "--sleep-ms", "20"]).launch();
+    std::thread::sleep(Duration::from_millis(800));
+    let pid = nix::unistd::Pid::from_raw(job.pid(0) as i32);
+    let t0 = epoch_ms();
+    nix::sys::signal::kill(pid, nix::sys::signal::SIGSTOP).unwrap();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(8));
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL);
+    });
+    let res = job.wait();
+    killer.join().unwrap();
+    assert_death_reported(&res, 0, t0);
+}
+
+#[test]
+fn missing_rank_fails_the_join_naming_it() {
+    let mut spec = job(3, &["bs-init"]).env("PSHMEM_BOOTSTRAP_TIMEOUT", "2");
+    spec.ranks = vec![0, 1];
+    let t = Instant::now();
+    let res = spec.launch().wait();
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        t.elapsed()
+    );
+    for r in &res {
+        let f = err_fields(r);
+        assert_eq!(f["kind"], "JoinTimeout", "{r}");
+        assert!(f["msg"].contains("ranks_[2]_did_not_join"), "{r}");
+    }
+}
+
+#[test]
+fn duplicate_rank_fails_the_join() {
+    let mut spec = job(3, &["bs-init"]).env("PSHMEM_BOOTSTRAP_TIMEOUT", "10");
+    spec.ranks = vec![0, 1, 1, 2];
+    let t = Instant::now();
+    let res = spec.launch().wait();
+    assert!(t.elapsed() < Duration::from_secs(15));
+    assert!(
+        res.iter().all(|r| !r.ok()),
+        "a rank succeeded despite the duplicate"
+    );
+    assert_eq!(err_fields(&res[0])["kind"], "DuplicateRank", "{}", res[0]);
+    assert!(err_fields(&res[0])["msg"].contains("rank_1_joined_twice"));
+}
+
+#[test]
+fn world_size_mismatch_is_reported_on_both_sides() {
+    let spec = job(2, &["bs-init"]).rank_env(1, "PSHMEM_WORLD_SIZE", "3");
+    let res = spec.launch().wait();
+    for r in &res {
+        assert_eq!(err_fields(r)["kind"], "WorldSizeMismatch", "{r}");
+    }
+}
+
+#[test]
+fn rank_out_of_range_is_a_config_error() {
+    let spec = job(2, &["bs-init"]).rank_env(0, "PSHMEM_RANK", "5");
+    let mut spec = spec;
+    spec.ranks = vec![0];
+    let res = spec.launch().wait();
+    assert_eq!(err_fields(&res[0])["kind"], "RankOutOfRange", "{}", res[0]);
+}
+
+#[test]
+fn wrong_secret_is_rejected_and_root_names_the_missing_rank() {
+    let spec = job(2, &["bs-init"])
+        .env("PSHMEM_BOOTSTRAP_TIMEOUT", "2")
+        .rank_env(1, "PSHMEM_JOB_SECRET", "123456");
+    let res = spec.launch().wait();
+    let f1 = err_fields(&res[1]);
+    assert_eq!(f1["kind"], "Rejected", "{}", res[1]);
+    assert!(f1["msg"].contains("wrong_job_secret"));
+    let f0 = err_fields(&res[0]);
+    assert_eq!(f0["kind"], "JoinTimeout", "{}", res[0]);
+}
+
+#[test]
+fn collective_mismatch_is_detected() {
+    let res = job(3, &["bs-mismatch"]).launch().wait();
+    assert_eq!(
+        err_fields(&res[0])["kind"],
+        "CollectiveMismatch",
+        "{}",
+        res[0]
+    );
+    for r in &res[1..] {
+        let f = err_fields(r);
+        assert!(
+            f["kind"] == "Aborted" || f["kind"] == "CollectiveMismatch",
+            "{r}"
+        );
+        assert!(f["msg"].contains("mismatch"), "{r}");
+    }
+}
+
+fn connect_retry(addr: &str) -> TcpStream {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match TcpStream::connect(addr) {
+            Ok(s) => {
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                return s;
+            }
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("cannot reach rank 0 at {addr}: {e}"),
+        }
+    }
+}
+
+/// Reads until the peer closes; returns what came.
+fn read_all(s: &mut TcpStream) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    buf
+}
+
+#[test]
+fn garbage_wrong_secret_bad_version_and_huge_frames_do_not_disturb_the_job() {
+    let spec = job(2, &["bs-init"]);
+    let secret = u64::from_str_radix(&spec.env[0].1, 16).unwrap();
+    let (_, root) = spec.spawn(0);
+    let addr = spec.addr.clone();
+
+    // Garbage: closed without an answer.
+    let mut s = connect_retry(&addr);
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxx")
+        .unwrap();
+    assert!(read_all(&mut s).is_empty());
+
+    // A well-formed hello header with another job's secret: a Reject frame in that secret.
+    let mut s = connect_retry(&addr);
+    s.write_all(&frame::encode_header(Kind::Hello, 0, secret ^ 1, 0))
+        .unwrap();
+    let reply = read_all(&mut s);
+    assert!(
+        reply.len() >= frame::HEADER_LEN,
+        "no reject frame for a wrong secret"
+    );
+    let h = frame::decode_header(
+        reply[..24].try_into().unwrap(),
+        secret ^ 1,
+        frame::MAX_FRAME,
+    )
+    .unwrap();
+    assert_eq!(h.kind, Kind::Reject);
+    assert!(String::from_utf8_lossy(&reply).contains("wrong job secret"));
+
+    // Another protocol version: a Reject frame saying so.
+    let mut hdr = frame::encode_header(Kind::Hello, 0, secret, 0);
+    hdr[4] = 0x7f;
+    let mut s = connect_retry(&addr);
+    s.write_all(&hdr).unwrap();
+    let reply = read_all(&mut s);
+    assert!(String::from_utf8_lossy(&reply).contains("protocol version"));
+
+    // Right secret, but a claimed length of 4 GiB: refused from the header alone.
+    let mut s = connect_retry(&addr);
+    s.write_all(&frame::encode_header(Kind::Hello, 0, secret, u32::MAX))
+        .unwrap();
+    assert!(read_all(&mut s).is_empty());
+
+    // A truncated hello: dropped after the handshake timeout, the job goes on.
+    let mut s = connect_retry(&addr);
+    s.write_all(&frame::encode_header(Kind::Hello, 0, secret, 100))
+        .unwrap();
+    s.write_all(&[1, 2, 3]).unwrap();
+    drop(s);
+
+    let (_, r1) = spec.spawn(1);
+    let job = spec.job(vec![(0, root), (1, r1)]);
+    assert_all_ok(&job.wait());
+}
+
+#[test]
+fn address_in_use_is_reported() {
+    let spec = job(2, &["bs-init"]);
+    let _holder = std::net::TcpListener::bind(&spec.addr).unwrap();
+    let mut spec = spec;
+    spec.ranks = vec![0];
+    let res = spec.launch().wait();
+    let f = err_fields(&res[0]);
+    assert_eq!(f["kind"], "AddrInUse", "{}", res[0]);
+}
+
+#[test]
+fn unreachable_root_is_reported_after_the_join_timeout() {
+    let mut spec = job(2, &["bs-init"]).env("PSHMEM_BOOTSTRAP_TIMEOUT", "1.5");
+    spec.ranks = vec![1];
+    let t = Instant::now();
+    let res = spec.launch().wait();
+    assert!(t.elapsed() < Duration::from_secs(10));
+    assert_eq!(err_fields(&res[0])["kind"], "RootUnreachable", "{}", res[0]);
+}
+
+#[test]
+fn torchrun_variables_are_understood() {
+    let mut spec = job(3, &["bs-init"]);
+    spec.rank_vars = false;
+    let port: u16 = spec.addr.rsplit(':').next().unwrap().parse().unwrap();
+    let mut spec = spec
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port - 1)
+        .env("WORLD_SIZE", 3);
+    for r in 0..3 {
+        spec = spec
+            .rank_env(r, "RANK", r)
+            .rank_env(r, "LOCAL_RANK", r)
+            .rank_env(r, "LOCAL_WORLD_SIZE", 3);
+    }
+    assert_all_ok(&spec.launch().wait());
+}
+
+#[test]
+fn unique_id_mode() {
+    let dir =
+        std::env::temp_dir().join(format!("pshmem-uid-{}-{}", std::process::id(), epoch_ms()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("uid");
+    let mut spec = job(3, &["bs-uid", "--file", file.to_str().unwrap()]);
+    spec.rank_vars = false;
+    for r in 0..3 {
+        spec = spec
+            .rank_env(r, "TEST_RANK", r)
+            .rank_env(r, "TEST_WORLD", 3);
+    }
+    let res = spec.launch().wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_all_ok(&res);
+}
