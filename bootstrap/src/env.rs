@@ -243,8 +243,15 @@ pub fn render_markdown() -> String {
          | variable | default | read by | meaning |\n| --- | --- | --- | --- |\n",
     );
     for v in VARS {
-        let d = if v.default.is_empty() { "(unset)" } else { v.default };
-        out.push_str(&format!("| `{}` | `{d}` | {} | {} |\n", v.name, v.component, v.description));
+        let d = if v.default.is_empty() {
+            "(unset)"
+        } else {
+            v.default
+        };
+        out.push_str(&format!(
+            "| `{}` | `{d}` | {} | {} |\n",
+            v.name, v.component, v.description
+        ));
     }
     out.push_str("\nFallbacks read from other launchers and libraries:\n\n| variable | use |\n| --- | --- |\n");
     for (n, d) in TORCHRUN_VARS {
@@ -265,7 +272,10 @@ mod tests {
             std::fs::write(path, &want).unwrap();
         }
         let have = std::fs::read_to_string(path).unwrap_or_default();
-        assert!(have == want, "docs/ENVIRONMENT.md is stale: run PSHMEM_BLESS=1 cargo test -p pshmem-bootstrap env_doc");
+        assert!(
+            have == want,
+            "docs/ENVIRONMENT.md is stale: run PSHMEM_BLESS=1 cargo test -p pshmem-bootstrap env_doc"
+        );
     }
 
     #[test]

@@ -8,6 +8,8 @@ use std::{
 };
 
 use clap::{Parser, Subcommand};
+
+mod transport;
 use pshmem_bootstrap::{Bootstrap, BootstrapError, UniqueId};
 use pshmem_tests::{epoch_ms, pattern};
 
@@ -18,8 +20,52 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-#[allow(clippy::enum_variant_names)] // bootstrap scenarios only, so far
 enum Cmd {
+    /// Transport: writes and reads at every size, byte-exact.
+    TpRma {
+        #[command(flatten)]
+        which: transport::Which,
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<usize>,
+    },
+    /// Transport: remote CQ data values.
+    TpData {
+        #[command(flatten)]
+        which: transport::Which,
+        #[arg(long, default_value_t = 200)]
+        count: usize,
+    },
+    /// Transport: messages.
+    TpSend {
+        #[command(flatten)]
+        which: transport::Which,
+        #[arg(long, default_value_t = 100)]
+        count: usize,
+    },
+    /// Transport: native atomics under contention.
+    TpAtomics {
+        #[command(flatten)]
+        which: transport::Which,
+        #[arg(long, default_value_t = 200)]
+        iters: usize,
+    },
+    /// Transport: out-of-bounds accesses.
+    TpOob {
+        #[command(flatten)]
+        which: transport::Which,
+    },
+    /// Transport: a peer killed mid-transfer.
+    TpKill {
+        #[command(flatten)]
+        which: transport::Which,
+    },
+    /// Transport: visible reordering on the simulated fabric.
+    TpReorder {
+        #[command(flatten)]
+        which: transport::Which,
+        #[arg(long, default_value_t = 2000)]
+        count: usize,
+    },
     /// Every collective at every size, verified byte-exact.
     BsCollectives {
         /// Per-rank contribution sizes in bytes.
@@ -140,6 +186,21 @@ fn main() -> ExitCode {
         Err(e) => return report(&e),
     };
     let me = bs.rank();
+    let tp = match &cli.cmd {
+        Cmd::TpRma { which, sizes } => Some(transport::rma(&bs, which, sizes)),
+        Cmd::TpData { which, count } => Some(transport::data(&bs, which, *count)),
+        Cmd::TpSend { which, count } => Some(transport::send(&bs, which, *count)),
+        Cmd::TpAtomics { which, iters } => Some(transport::atomics(&bs, which, *iters)),
+        Cmd::TpOob { which } => Some(transport::oob(&bs, which)),
+        Cmd::TpKill { which } => Some(transport::kill(&bs, which)),
+        Cmd::TpReorder { which, count } => Some(transport::reorder(&bs, which, *count)),
+        _ => None,
+    };
+    if let Some(Err(m)) = tp {
+        println!("ERR kind=Transport msg={}", m.replace(' ', "_"));
+        eprintln!("error: {m}");
+        return ExitCode::from(5);
+    }
     match cli.cmd {
         Cmd::BsCollectives { sizes } => {
             if let Err(m) = collectives(&bs, &sizes) {
@@ -205,6 +266,13 @@ fn main() -> ExitCode {
                 return report(&e);
             }
         }
+        Cmd::TpRma { .. }
+        | Cmd::TpData { .. }
+        | Cmd::TpSend { .. }
+        | Cmd::TpAtomics { .. }
+        | Cmd::TpOob { .. }
+        | Cmd::TpKill { .. }
+        | Cmd::TpReorder { .. } => {}
         Cmd::BsInit | Cmd::BsUid { .. } => {
             if let Err(e) = collectives(&bs, &[0, 100]) {
                 println!("ERR kind=Verify msg={}", e.replace(' ', "_"));

@@ -1,0 +1,114 @@
+//! Transport errors: each names the operation and, where one is involved, the peer.
+
+/// Everything a transport can report.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// A libfabric call failed.
+    #[error("{op} failed: {text} (libfabric error {code})")]
+    Ofi {
+        /// The call.
+        op: &'static str,
+        /// Its negated return code.
+        code: i32,
+        /// `fi_strerror` text.
+        text: String,
+    },
+    /// An operation completed with an error (read from the completion queue).
+    #[error("{op} to PE {pe} failed: {text} (error {code}, provider error {prov_errno})")]
+    Completion {
+        /// The peer.
+        pe: usize,
+        /// The operation.
+        op: &'static str,
+        /// libfabric error code.
+        code: i32,
+        /// Provider-specific error code.
+        prov_errno: i32,
+        /// `fi_strerror`/`fi_cq_strerror` text.
+        text: String,
+    },
+    /// No provider matched.
+    #[error("no libfabric provider {wanted}: {reason}")]
+    NoProvider {
+        /// What was asked for.
+        wanted: String,
+        /// Why nothing matched.
+        reason: String,
+    },
+    /// An access outside a registered region.
+    #[error(
+        "{op} to PE {pe}: bytes {offset}..{end} are outside the {side} region of {region_len} bytes"
+    )]
+    OutOfBounds {
+        /// The peer.
+        pe: usize,
+        /// The operation.
+        op: &'static str,
+        /// "local" or "remote".
+        side: &'static str,
+        /// Start offset.
+        offset: u64,
+        /// End offset.
+        end: u64,
+        /// Region length.
+        region_len: u64,
+    },
+    /// The peer is gone; pending and later operations to it fail.
+    #[error("{op} to PE {pe}: peer lost ({reason})")]
+    PeerLost {
+        /// The peer.
+        pe: usize,
+        /// The operation.
+        op: &'static str,
+        /// How it was noticed.
+        reason: String,
+    },
+    /// Bad arguments.
+    #[error("{op}: {reason}")]
+    InvalidArgument {
+        /// The operation.
+        op: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Not offered by this transport.
+    #[error("{op} is not supported by {transport}")]
+    Unsupported {
+        /// The operation.
+        op: &'static str,
+        /// The transport/provider.
+        transport: String,
+    },
+    /// A bootstrap exchange failed while establishing the transport.
+    #[error("exchanging {what} through the bootstrap failed: {source}")]
+    Bootstrap {
+        /// What was being exchanged.
+        what: &'static str,
+        /// The bootstrap's error.
+        #[source]
+        source: pshmem_bootstrap::BootstrapError,
+    },
+    /// An OS-level failure (simulated fabric sockets).
+    #[error("{op}: {message}")]
+    Io {
+        /// The operation.
+        op: &'static str,
+        /// The OS error.
+        message: String,
+    },
+}
+
+/// Why a post did not happen.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PostError {
+    /// Back-pressure (`-FI_EAGAIN`, a full queue): poll completions and post again.
+    #[error("transport queue full, retry after polling")]
+    Retry,
+    /// A real failure.
+    #[error(transparent)]
+    Failed(#[from] TransportError),
+}
+
+/// Shorthand.
+pub type Result<T, E = TransportError> = std::result::Result<T, E>;

@@ -1,0 +1,357 @@
+//! # pshmem-transport
+//!
+//! Owns every way proxyshmem moves bytes between PEs that are not reached by direct loads and
+//! stores: the [`Transport`] trait the proxy drives, and its backends, one module each:
+//!
+//! - [`ofi`]: libfabric (efa, verbs;ofi_rxm, tcp;ofi_rxm, shm, …) through a safe RAII layer
+//!   over `pshmem-libfabric-sys`, with rails (several endpoints striped per PE);
+//! - [`sim`]: a simulated fabric across processes (Unix sockets) that can deliver out of order,
+//!   delay, throttle and lose peers, so that EFA-SRD-like behaviour is testable without EFA;
+//! - [`instant`]: a transport that completes every operation at once without moving data, to
+//!   measure the proxy machinery alone.
+//!
+//! Capabilities are data ([`Caps`]) that the proxy reads, never provider-name branches.
+//! Endpoint addresses and memory keys are exchanged through the bootstrap ([`establish`],
+//! [`exchange_mr`]).
+
+pub mod error;
+pub mod instant;
+pub mod ofi;
+pub mod sim;
+mod slab;
+
+use pshmem_bootstrap::Bootstrap;
+
+pub use error::{PostError, Result, TransportError};
+
+/// A PE number.
+pub type Pe = usize;
+
+/// A local registration, as returned by [`Transport::mr_reg`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MrId(pub u32);
+
+/// A peer's registration, as returned by [`Transport::mr_import`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RemoteMrId(pub u32);
+
+/// Where registered memory lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemKind {
+    /// Ordinary (or pinned) host memory.
+    Host,
+    /// CUDA device memory; `dmabuf_fd` (with its offset) is used where the run-time libfabric
+    /// is ≥ 1.20 and the provider reports FI_HMEM.
+    Cuda {
+        /// CUDA device ordinal.
+        device: i32,
+        /// A DMA-BUF fd exported for the allocation, if any.
+        dmabuf_fd: Option<i32>,
+        /// Offset of `ptr` within the DMA-BUF.
+        dmabuf_offset: u64,
+    },
+}
+
+/// Memory to register.
+#[derive(Debug, Clone, Copy)]
+pub struct LocalMem {
+    /// Start.
+    pub ptr: *mut u8,
+    /// Length in bytes.
+    pub len: usize,
+    /// Host or device.
+    pub kind: MemKind,
+}
+
+/// A place in a local registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalRef {
+    /// The registration.
+    pub mr: MrId,
+    /// Byte offset within it.
+    pub offset: usize,
+}
+
+/// A place in a peer's registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteRef {
+    /// The peer's registration (imported).
+    pub mr: RemoteMrId,
+    /// Byte offset within it.
+    pub offset: u64,
+}
+
+/// Atomic operations (on 32- or 64-bit unsigned integers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AtomicOp {
+    /// Add, return the old value.
+    FetchAdd,
+    /// Add.
+    Add,
+    /// Store, return the old value.
+    Swap,
+    /// Store `operand` if the value equals `compare`; return the old value.
+    CompareSwap,
+    /// Read.
+    Fetch,
+    /// Store.
+    Set,
+}
+
+impl AtomicOp {
+    /// Whether the operation returns the old value.
+    pub fn fetches(self) -> bool {
+        !matches!(self, AtomicOp::Add | AtomicOp::Set)
+    }
+}
+
+/// Operand width of an atomic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AtomicWidth {
+    /// 32-bit.
+    U32,
+    /// 64-bit.
+    U64,
+}
+
+impl AtomicWidth {
+    /// Size in bytes.
+    pub fn bytes(self) -> usize {
+        match self {
+            AtomicWidth::U32 => 4,
+            AtomicWidth::U64 => 8,
+        }
+    }
+}
+
+/// What a transport can do, as data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caps {
+    /// Backend and provider, e.g. "libfabric tcp;ofi_rxm (lo)".
+    pub name: String,
+    /// Writes, sends and atomics to one peer are delivered in the order posted (false for
+    /// EFA SRD, shm, the reordering simulated fabric, and for several rails).
+    pub ordered: bool,
+    /// A completion means the data is visible at the target (delivery complete).
+    pub delivery_complete: bool,
+    /// Native fabric atomics are offered.
+    pub native_atomics: bool,
+    /// GPU memory can be registered (FI_HMEM).
+    pub gpu_memory: bool,
+    /// GPU memory can be registered by DMA-BUF fd (FI_HMEM and libfabric ≥ 1.20 at run time).
+    pub dmabuf: bool,
+    /// Writes carrying 64-bit remote completion data are offered (`write_data`).
+    pub remote_cq_data: bool,
+    /// Largest payload sent inline.
+    pub inject_size: usize,
+    /// Largest single message.
+    pub max_msg_size: usize,
+    /// Largest `send` payload.
+    pub max_send_size: usize,
+    /// Operations that may be outstanding at once before `Retry`.
+    pub max_outstanding: usize,
+    /// The target must poll for incoming RMA to make progress.
+    pub manual_progress: bool,
+    /// Endpoints striped per PE.
+    pub rails: usize,
+}
+
+/// What polling reports.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// A posted operation completed (for writes: delivered, see [`Caps::delivery_complete`]).
+    Done {
+        /// The context given at post.
+        ctx: u64,
+    },
+    /// A fetching atomic completed with the old value.
+    Fetched {
+        /// The context given at post.
+        ctx: u64,
+        /// The value before the operation.
+        value: u64,
+    },
+    /// A posted operation failed.
+    Failed {
+        /// The context given at post.
+        ctx: u64,
+        /// Why.
+        error: TransportError,
+    },
+    /// A peer's `write_data` landed here, carrying `data`.
+    RemoteWrite {
+        /// The remote completion data.
+        data: u64,
+    },
+    /// A peer's `send` arrived.
+    Recv {
+        /// The message (valid only during the callback).
+        data: &'a [u8],
+    },
+}
+
+/// The operations the proxy drives. One instance belongs to one thread (it is `Send`, not
+/// shared); a PE with several proxy threads opens one transport per thread.
+///
+/// Posting is `unsafe` because the fabric reads or writes the local buffer after the call
+/// returns: see each method's `# Safety`.
+pub trait Transport: Send {
+    /// Capabilities.
+    fn caps(&self) -> &Caps;
+    /// This PE.
+    fn my_pe(&self) -> Pe;
+    /// Number of PEs.
+    fn n_pes(&self) -> usize;
+    /// This endpoint's address, to be given to every peer's [`Transport::connect`].
+    fn address(&self) -> Vec<u8>;
+    /// Makes every PE reachable, given all addresses in PE order.
+    fn connect(&mut self, addresses: &[Vec<u8>]) -> Result<()>;
+
+    /// Registers memory for local use and remote access.
+    ///
+    /// # Safety
+    /// `mem` must stay valid (allocated, not moved) until [`Transport::mr_dereg`] or until the
+    /// transport is dropped, and peers may write it at any time while registered.
+    unsafe fn mr_reg(&mut self, mem: LocalMem) -> Result<MrId>;
+    /// Removes a registration.
+    fn mr_dereg(&mut self, mr: MrId) -> Result<()>;
+    /// What a peer needs to access a registration (give it to [`Transport::mr_import`]).
+    fn mr_export(&self, mr: MrId) -> Vec<u8>;
+    /// Makes a peer's exported registration usable here.
+    fn mr_import(&mut self, pe: Pe, blob: &[u8]) -> Result<RemoteMrId>;
+
+    /// Writes `len` bytes from `local` to `remote` on `pe`; completes with [`Event::Done`].
+    ///
+    /// # Safety
+    /// The local bytes must stay valid and unchanged until the operation completes (or
+    /// fails), except when `len <= caps().inject_size`, where they are copied at once.
+    unsafe fn write(
+        &mut self,
+        pe: Pe,
+        local: LocalRef,
+        remote: RemoteRef,
+        len: usize,
+        ctx: u64,
+    ) -> Result<(), PostError>;
+
+    /// Like [`Transport::write`], and the target sees [`Event::RemoteWrite`] with `data` once
+    /// the bytes are in place.
+    ///
+    /// # Safety
+    /// As for [`Transport::write`].
+    unsafe fn write_data(
+        &mut self,
+        pe: Pe,
+        local: LocalRef,
+        remote: RemoteRef,
+        len: usize,
+        data: u64,
+        ctx: u64,
+    ) -> Result<(), PostError>;
+
+    /// Reads `len` bytes from `remote` on `pe` into `local`; completes with [`Event::Done`].
+    ///
+    /// # Safety
+    /// The local bytes must stay valid and must not be read or written until completion.
+    unsafe fn read(
+        &mut self,
+        pe: Pe,
+        local: LocalRef,
+        remote: RemoteRef,
+        len: usize,
+        ctx: u64,
+    ) -> Result<(), PostError>;
+
+    /// A native fabric atomic at `remote` (aligned to the width); fetching operations complete
+    /// with [`Event::Fetched`], others with [`Event::Done`]. Only if `caps().native_atomics`.
+    #[allow(clippy::too_many_arguments)]
+    fn atomic(
+        &mut self,
+        pe: Pe,
+        op: AtomicOp,
+        width: AtomicWidth,
+        remote: RemoteRef,
+        operand: u64,
+        compare: u64,
+        ctx: u64,
+    ) -> Result<(), PostError>;
+
+    /// Sends a message (at most `caps().max_send_size` bytes, copied at once); the peer sees
+    /// [`Event::Recv`], this side [`Event::Done`].
+    fn send(&mut self, pe: Pe, msg: &[u8], ctx: u64) -> Result<(), PostError>;
+
+    /// Makes progress and reports up to a batch of events through `on_event`; returns how many.
+    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> Result<usize>;
+
+    /// Declares `pe` dead (the bootstrap noticed): outstanding and later operations to it fail
+    /// with [`TransportError::PeerLost`].
+    fn fail_peer(&mut self, pe: Pe, reason: &str);
+}
+
+/// Exchanges addresses through the bootstrap and connects every PE.
+pub fn establish(t: &mut dyn Transport, bs: &Bootstrap) -> Result<()> {
+    let all = bs
+        .allgather(&t.address())
+        .map_err(|source| TransportError::Bootstrap {
+            what: "endpoint addresses",
+            source,
+        })?;
+    t.connect(&all)
+}
+
+/// Exchanges a registration made on every PE (collectively) and imports every peer's,
+/// returning the remote ids in PE order (the entry for this PE refers to itself).
+pub fn exchange_mr(t: &mut dyn Transport, bs: &Bootstrap, mr: MrId) -> Result<Vec<RemoteMrId>> {
+    let all = bs
+        .allgather(&t.mr_export(mr))
+        .map_err(|source| TransportError::Bootstrap {
+            what: "memory registrations",
+            source,
+        })?;
+    all.iter()
+        .enumerate()
+        .map(|(pe, blob)| t.mr_import(pe, blob))
+        .collect()
+}
+
+/// Checks `offset..offset+len` against a region of `region_len` bytes.
+pub(crate) fn check_bounds(
+    pe: Pe,
+    op: &'static str,
+    side: &'static str,
+    offset: u64,
+    len: usize,
+    region_len: u64,
+) -> Result<()> {
+    let end = offset.checked_add(len as u64);
+    match end {
+        Some(end) if end <= region_len => Ok(()),
+        _ => Err(TransportError::OutOfBounds {
+            pe,
+            op,
+            side,
+            offset,
+            end: end.unwrap_or(u64::MAX),
+            region_len,
+        }),
+    }
+}
+
+/// Opens the transport named by `PSHMEM_PROVIDER` (or `FI_PROVIDER`): `sim` for the simulated
+/// fabric, `instant` for the instant transport, otherwise a libfabric provider (default order
+/// efa > verbs;ofi_rxm > tcp;ofi_rxm > shm), and connects it through the bootstrap.
+pub fn open_from_env(bs: &Bootstrap) -> Result<Box<dyn Transport>> {
+    let wanted = pshmem_bootstrap::env::PROVIDER
+        .raw()
+        .or_else(|| pshmem_bootstrap::env::fallback("FI_PROVIDER"));
+    let mut t: Box<dyn Transport> = match wanted.as_deref() {
+        Some("sim") => Box::new(sim::SimTransport::open(bs, sim::SimConfig::from_env()?)?),
+        Some("instant") => Box::new(instant::InstantTransport::new(bs.rank(), bs.world_size())),
+        other => Box::new(ofi::OfiTransport::open(
+            bs,
+            &ofi::OfiConfig::from_env(other)?,
+        )?),
+    };
+    establish(t.as_mut(), bs)?;
+    Ok(t)
+}

@@ -1,0 +1,1249 @@
+//! The libfabric backend: [`OfiTransport`] implements [`Transport`] over FI_EP_RDM endpoints.
+//!
+//! - **Rails**: `rails` endpoints per PE (one fabric/domain/CQ/AV each), on the NIC domains the
+//!   configuration names (topology picks them) or all on the first matching domain. Operations
+//!   to a peer use the peer's home rail (`pe % rails`, so PEs do not all start on one NIC);
+//!   writes and reads of at least [`OfiConfig::stripe_min`] bytes are split over every rail.
+//! - **Keys**: registrations ask for program-chosen keys (unique per domain) when the provider
+//!   lacks FI_MR_PROV_KEY; remote addresses are virtual addresses under FI_MR_VIRT_ADDR and
+//!   offsets otherwise.
+//! - **Completions**: every operation asks for a completion and, where the provider accepts it,
+//!   delivery-complete semantics (a write's completion means the bytes are at the target).
+//!   Operations whose payload fits the inject size are posted with FI_INJECT so the caller's
+//!   buffer is free at once. `-FI_EAGAIN` becomes [`PostError::Retry`].
+//! - **Messages**: `send` copies into (or injects from) internal registered buffers; a pool of
+//!   posted receive buffers turns into [`Event::Recv`].
+
+pub mod fabric;
+
+use std::{ffi::c_void, mem::size_of, sync::Arc};
+
+use pshmem_bootstrap::{Bootstrap, env};
+use pshmem_libfabric_sys as sys;
+
+use self::fabric::{
+    Av, Cq, CqRead, Domain, Endpoint, Fabric, Hints, InfoList, InfoRef, Mr, MrSource, bits, check,
+    strerror,
+};
+use crate::{
+    AtomicOp, AtomicWidth, Caps, Event, LocalMem, LocalRef, MemKind, MrId, Pe, PostError,
+    RemoteMrId, RemoteRef, Result, Transport, TransportError, check_bounds, slab::Slab,
+};
+
+/// Provider preference when none is named.
+pub const DEFAULT_PROVIDERS: &[&str] = &["efa", "verbs;ofi_rxm", "tcp;ofi_rxm", "shm"];
+
+/// How to open the libfabric transport.
+#[derive(Debug, Clone)]
+pub struct OfiConfig {
+    /// Providers to try, in order.
+    pub providers: Vec<String>,
+    /// Node (address or interface) to bind; `None` lets the provider choose.
+    pub node: Option<String>,
+    /// Domain names (NICs) for the rails, in order; empty means the first matching domain.
+    pub domains: Vec<String>,
+    /// Number of rails.
+    pub rails: usize,
+    /// Operations outstanding per rail before `Retry`.
+    pub max_outstanding: usize,
+    /// Posted receive buffers per rail.
+    pub recv_buffers: usize,
+    /// Largest `send` payload.
+    pub max_send: usize,
+    /// Writes/reads at least this long are striped over the rails.
+    pub stripe_min: usize,
+    /// Ask for native fabric atomics. Off by default: proxyshmem applies remote AMOs in the
+    /// target's proxy, and asking can cost ordering (rxm's software atomics drop WAW/SAW).
+    pub native_atomics: bool,
+}
+
+impl OfiConfig {
+    /// Defaults for `provider` (or the preference order), with `PSHMEM_FABRIC_IFACE` and
+    /// `PSHMEM_RAILS` from the environment.
+    pub fn from_env(provider: Option<&str>) -> Result<Self> {
+        let bad = |e: pshmem_bootstrap::BootstrapError| TransportError::InvalidArgument {
+            op: "transport configuration",
+            reason: e.to_string(),
+        };
+        Ok(Self {
+            providers: match provider {
+                Some(p) => vec![p.to_string()],
+                None => DEFAULT_PROVIDERS.iter().map(|s| s.to_string()).collect(),
+            },
+            node: env::FABRIC_IFACE.raw(),
+            domains: Vec::new(),
+            rails: env::RAILS.opt_usize().map_err(bad)?.unwrap_or(1).max(1),
+            max_outstanding: 1024,
+            recv_buffers: 256,
+            max_send: 4096,
+            stripe_min: 256 << 10,
+            native_atomics: false,
+        })
+    }
+}
+
+/// Kinds of in-flight operations (for errors and completion handling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpKind {
+    Write,
+    Read,
+    Atomic { fetch: bool, width: AtomicWidth },
+    Send,
+}
+
+impl OpKind {
+    fn name(self) -> &'static str {
+        match self {
+            OpKind::Write => "write",
+            OpKind::Read => "read",
+            OpKind::Atomic { .. } => "atomic",
+            OpKind::Send => "send",
+        }
+    }
+}
+
+/// An event kept for the next poll.
+#[derive(Debug)]
+enum OwnedEvent {
+    Done(u64),
+    Fetched(u64, u64),
+    Failed(u64, TransportError),
+    RemoteWrite(u64),
+    Recv(Vec<u8>),
+}
+
+impl OwnedEvent {
+    fn of(e: Event<'_>) -> Self {
+        match e {
+            Event::Done { ctx } => Self::Done(ctx),
+            Event::Fetched { ctx, value } => Self::Fetched(ctx, value),
+            Event::Failed { ctx, error } => Self::Failed(ctx, error),
+            Event::RemoteWrite { data } => Self::RemoteWrite(data),
+            Event::Recv { data } => Self::Recv(data.to_vec()),
+        }
+    }
+
+    fn deliver(self, on_event: &mut dyn FnMut(Event<'_>)) {
+        match self {
+            Self::Done(ctx) => on_event(Event::Done { ctx }),
+            Self::Fetched(ctx, value) => on_event(Event::Fetched { ctx, value }),
+            Self::Failed(ctx, error) => on_event(Event::Failed { ctx, error }),
+            Self::RemoteWrite(data) => on_event(Event::RemoteWrite { data }),
+            Self::Recv(data) => on_event(Event::Recv { data: &data }),
+        }
+    }
+}
+
+/// One in-flight operation.
+#[derive(Debug)]
+struct OpRec {
+    ctx: u64,
+    pe: Pe,
+    kind: OpKind,
+    rail: usize,
+    /// Parts (stripes) still to complete.
+    remaining: u32,
+    /// First error among the parts.
+    error: Option<TransportError>,
+    /// Already reported to the user (peer declared dead); free silently when it completes.
+    abandoned: bool,
+}
+
+/// A local registration on every rail.
+#[derive(Debug)]
+struct Region {
+    ptr: *mut u8,
+    len: usize,
+    mrs: Vec<Mr>,
+}
+
+/// A peer's registration, per rail: (address base, key).
+#[derive(Debug, Clone)]
+struct RemoteRegion {
+    pe: Pe,
+    len: u64,
+    rails: Vec<(u64, u64)>,
+}
+
+/// One endpoint with its CQ, AV, internal buffers and contexts. Fields drop in declaration
+/// order: the endpoint closes first (no more accesses to anything), then the internal
+/// registration, then its memory, then CQ, AV, domain and fabric.
+struct Rail {
+    ep: Endpoint,
+    internal_mr: Mr,
+    /// Internal memory: [atomic scratch | send buffers | receive buffers].
+    internal: Vec<u8>,
+    /// Operation contexts (stable addresses): `max_outstanding` op slots, then receives.
+    ctxs: Box<[sys::fi_context2]>,
+    cq: Arc<Cq>,
+    av: Arc<Av>,
+    domain: Arc<Domain>,
+    _fabric: Arc<Fabric>,
+    info: InfoList,
+    virt_addr: bool,
+    ep_bind: bool,
+    peers: Vec<sys::fi_addr_t>,
+    next_key: u64,
+}
+
+// SAFETY: a Rail is used by one thread at a time (the transport is Send, not Sync); its raw
+// pointers refer to memory it owns or to libfabric objects usable from any thread.
+unsafe impl Send for Rail {}
+
+const SCRATCH: usize = 32;
+
+/// The libfabric transport.
+pub struct OfiTransport {
+    me: Pe,
+    n: usize,
+    cfg: OfiConfig,
+    caps: Caps,
+    rails: Vec<Rail>,
+    ops: Slab<OpRec>,
+    regions: Vec<Option<Region>>,
+    remotes: Vec<RemoteRegion>,
+    dead: Vec<Option<String>>,
+    /// Events produced outside `poll` (abandoned operations of dead peers, completions read
+    /// while retrying a stripe), reported by the next poll.
+    deferred: Vec<OwnedEvent>,
+    entries: Vec<sys::fi_cq_data_entry>,
+}
+
+// SAFETY: the transport is used by one thread at a time; its raw pointers (registration
+// starts, CQ entry scratch) refer to memory whose validity the mr_reg contract guarantees or
+// that the transport owns.
+unsafe impl Send for OfiTransport {}
+
+impl std::fmt::Debug for OfiTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OfiTransport")
+            .field("me", &self.me)
+            .field("caps", &self.caps)
+            .finish_non_exhaustive()
+    }
+}
+
+fn required_caps() -> u64 {
+    bits!(
+        FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND | FI_RECV
+    )
+}
+
+/// Finds providers: with delivery complete (and atomics if wanted) first, then dropping what
+/// is missing.
+fn discover(
+    provider: &str,
+    node: Option<&str>,
+    version: u32,
+    want_atomics: bool,
+) -> Result<(InfoList, bool)> {
+    let mut last = None;
+    let tries: &[(bool, bool)] = if want_atomics {
+        &[(true, true), (true, false), (false, true), (false, false)]
+    } else {
+        &[(false, true), (false, false)]
+    };
+    for &(atomics, dc) in tries {
+        let mut caps = required_caps();
+        if atomics {
+            caps |= bits!(FI_ATOMIC);
+        }
+        let hints = Hints {
+            provider: Some(provider.to_string()),
+            node: node.map(str::to_string),
+            caps,
+            tx_op_flags: if dc { bits!(FI_DELIVERY_COMPLETE) } else { 0 },
+            version,
+        };
+        match InfoList::get(&hints) {
+            Ok(list) if list.iter().next().is_some() => return Ok((list, dc)),
+            Ok(_) => {}
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(TransportError::NoProvider {
+        wanted: provider.to_string(),
+        reason: last
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "no matching endpoint".into()),
+    })
+}
+
+impl OfiTransport {
+    /// Opens the transport for this PE (not yet connected: see [`crate::establish`]).
+    pub fn open(bs: &Bootstrap, cfg: &OfiConfig) -> Result<Self> {
+        let mut cfg = cfg.clone();
+        if cfg.node.is_none() && bs.local_size() == bs.world_size() {
+            // Every PE on this host: bind loopback so that no external interface is needed.
+            cfg.node = Some("127.0.0.1".into());
+        }
+        Self::open_raw(bs.rank(), bs.world_size(), &cfg)
+    }
+
+    /// Opens with explicit rank and world size.
+    pub fn open_raw(me: Pe, n: usize, cfg: &OfiConfig) -> Result<Self> {
+        let version = if fabric::runtime_version() >= sys::FI_VERSION(1, 20) {
+            sys::FI_VERSION(1, 20)
+        } else {
+            sys::FI_VERSION(1, 17)
+        };
+        let mut errors = Vec::new();
+        for prov in &cfg.providers {
+            // shm binds by name, not address: a node would give every process the same name.
+            let node = if prov == "shm" {
+                None
+            } else {
+                cfg.node.as_deref()
+            };
+            match Self::open_provider(me, n, cfg, prov, node, version) {
+                Ok(t) => return Ok(t),
+                Err(TransportError::NoProvider { reason, .. }) => {
+                    errors.push(format!("{prov}: {reason}"))
+                }
+                Err(e) => errors.push(format!("{prov}: {e}")),
+            }
+        }
+        Err(TransportError::NoProvider {
+            wanted: cfg.providers.join(" > "),
+            reason: errors.join("; "),
+        })
+    }
+
+    fn open_provider(
+        me: Pe,
+        n: usize,
+        cfg: &OfiConfig,
+        prov: &str,
+        node: Option<&str>,
+        version: u32,
+    ) -> Result<Self> {
+        let (probe, dc) = discover(prov, node, version, cfg.native_atomics)?;
+        let first = probe.iter().next().expect("non-empty");
+        let domain_names: Vec<String> = if cfg.domains.is_empty() {
+            vec![first.domain()]
+        } else {
+            cfg.domains.clone()
+        };
+        let cap = cfg.max_outstanding;
+        let mut rails = Vec::with_capacity(cfg.rails);
+        for r in 0..cfg.rails {
+            let want = &domain_names[r % domain_names.len()];
+            let (info, _) = discover(prov, node, version, cfg.native_atomics)?;
+            rails.push(Rail::open(info, want, cfg, cap)?);
+        }
+        let i = rails[0].info.iter().next().expect("non-empty");
+        let tx = i.tx_attr();
+        let rx = i.rx_attr();
+        let order = tx.msg_order & rx.msg_order;
+        let need = bits!(FI_ORDER_WAW | FI_ORDER_SAW | FI_ORDER_SAS | FI_ORDER_WAS);
+        let native_atomics = i.caps() & bits!(FI_ATOMIC) != 0
+            && [sys::fi_datatype_FI_UINT32, sys::fi_datatype_FI_UINT64]
+                .iter()
+                .all(|dt| {
+                    let mut count = 0usize;
+                    // SAFETY: the endpoint is enabled; count is an out parameter.
+                    unsafe {
+                        sys::fi_fetch_atomicvalid(
+                            rails[0].ep.raw(),
+                            *dt,
+                            sys::fi_op_FI_SUM,
+                            &mut count,
+                        ) == 0
+                            && sys::fi_compare_atomicvalid(
+                                rails[0].ep.raw(),
+                                *dt,
+                                sys::fi_op_FI_CSWAP,
+                                &mut count,
+                            ) == 0
+                    }
+                });
+        let gpu_memory = i.caps() & bits!(FI_HMEM) != 0;
+        let caps = Caps {
+            name: format!(
+                "libfabric {} ({}) x{} rail(s)",
+                i.provider(),
+                i.domain(),
+                cfg.rails
+            ),
+            ordered: order & need == need && cfg.rails == 1,
+            delivery_complete: dc,
+            native_atomics,
+            gpu_memory,
+            dmabuf: gpu_memory && version >= sys::FI_VERSION(1, 20),
+            remote_cq_data: i.domain_attr().cq_data_size >= 8,
+            inject_size: tx.inject_size,
+            max_msg_size: i.ep_attr().max_msg_size,
+            max_send_size: cfg.max_send,
+            max_outstanding: cap,
+            manual_progress: i.domain_attr().data_progress == sys::fi_progress_FI_PROGRESS_MANUAL,
+            rails: cfg.rails,
+        };
+        let mut t = Self {
+            me,
+            n,
+            cfg: cfg.clone(),
+            caps,
+            rails,
+            ops: Slab::new(cap),
+            regions: Vec::new(),
+            remotes: Vec::new(),
+            dead: vec![None; n],
+            deferred: Vec::new(),
+            entries: vec![sys::fi_cq_data_entry::default(); 64],
+        };
+        for r in 0..t.rails.len() {
+            for b in 0..t.cfg.recv_buffers {
+                t.post_recv(r, b)?;
+            }
+        }
+        Ok(t)
+    }
+
+    fn scratch_off(&self, slot: u32) -> usize {
+        slot as usize * SCRATCH
+    }
+
+    fn send_off(&self, slot: u32) -> usize {
+        self.cfg.max_outstanding * SCRATCH + slot as usize * self.cfg.max_send
+    }
+
+    fn recv_off(&self, b: usize) -> usize {
+        self.cfg.max_outstanding * (SCRATCH + self.cfg.max_send) + b * self.cfg.max_send
+    }
+
+    fn post_recv(&mut self, r: usize, b: usize) -> Result<()> {
+        let off = self.recv_off(b);
+        let len = self.cfg.max_send;
+        let rail = &mut self.rails[r];
+        let ctx: *mut sys::fi_context2 = &mut rail.ctxs[self.cfg.max_outstanding + b];
+        // SAFETY: the receive buffer lies inside the rail's registered internal memory, which
+        // lives as long as the endpoint; the context slot is reserved for this buffer.
+        let rc = unsafe {
+            sys::fi_recv(
+                rail.ep.raw(),
+                rail.internal.as_mut_ptr().add(off).cast(),
+                len,
+                rail.internal_mr.desc,
+                sys::FI_ADDR_UNSPEC,
+                ctx.cast(),
+            )
+        };
+        check(rc, "fi_recv").map(|_| ())
+    }
+
+    fn peer_ok(&self, pe: Pe, op: &'static str) -> Result<(), PostError> {
+        if pe >= self.n {
+            return Err(TransportError::InvalidArgument {
+                op,
+                reason: format!("PE {pe} out of range for {} PEs", self.n),
+            }
+            .into());
+        }
+        match &self.dead[pe] {
+            Some(reason) => Err(TransportError::PeerLost {
+                pe,
+                op,
+                reason: reason.clone(),
+            }
+            .into()),
+            None => Ok(()),
+        }
+    }
+
+    fn region(
+        &self,
+        local: LocalRef,
+        pe: Pe,
+        op: &'static str,
+        len: usize,
+    ) -> Result<&Region, PostError> {
+        let r = self
+            .regions
+            .get(local.mr.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| TransportError::InvalidArgument {
+                op,
+                reason: format!("unknown local registration {:?}", local.mr),
+            })?;
+        check_bounds(pe, op, "local", local.offset as u64, len, r.len as u64)?;
+        Ok(r)
+    }
+
+    fn remote(
+        &self,
+        remote: RemoteRef,
+        pe: Pe,
+        op: &'static str,
+        len: usize,
+    ) -> Result<&RemoteRegion, PostError> {
+        let r = self.remotes.get(remote.mr.0 as usize).ok_or_else(|| {
+            TransportError::InvalidArgument {
+                op,
+                reason: format!("unknown remote registration {:?}", remote.mr),
+            }
+        })?;
+        if r.pe != pe {
+            return Err(TransportError::InvalidArgument {
+                op,
+                reason: format!(
+                    "remote registration {:?} belongs to PE {}, not {pe}",
+                    remote.mr, r.pe
+                ),
+            }
+            .into());
+        }
+        check_bounds(pe, op, "remote", remote.offset, len, r.len)?;
+        Ok(r)
+    }
+
+    fn home_rail(&self, pe: Pe) -> usize {
+        pe % self.rails.len()
+    }
+
+    fn new_op(
+        &mut self,
+        ctx: u64,
+        pe: Pe,
+        kind: OpKind,
+        rail: usize,
+        parts: u32,
+    ) -> Result<u32, PostError> {
+        self.ops
+            .insert(OpRec {
+                ctx,
+                pe,
+                kind,
+                rail,
+                remaining: parts,
+                error: None,
+                abandoned: false,
+            })
+            .map_err(|_| PostError::Retry)
+    }
+
+    fn ctx_ptr(&mut self, rail: usize, slot: u32) -> *mut c_void {
+        (&mut self.rails[rail].ctxs[slot as usize] as *mut sys::fi_context2).cast()
+    }
+
+    /// Posts one RMA part. Returns Ok(false) on EAGAIN.
+    ///
+    /// # Safety
+    /// The local bytes must stay valid until completion (or be injectable).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn post_rma(
+        &mut self,
+        rail: usize,
+        slot: u32,
+        write: bool,
+        pe: Pe,
+        local: LocalRef,
+        remote: RemoteRef,
+        len: usize,
+        data: Option<u64>,
+    ) -> Result<bool> {
+        let region = self.regions[local.mr.0 as usize].as_ref().expect("checked");
+        let rr = &self.remotes[remote.mr.0 as usize];
+        let (base, key) = rr.rails[rail];
+        let addr = if self.rails[rail].virt_addr {
+            base + remote.offset
+        } else {
+            remote.offset
+        };
+        let mut desc = region.mrs[rail].desc;
+        // SAFETY: offset checked against the region's length by the caller.
+        let buf = unsafe { region.ptr.add(local.offset) };
+        let iov = libc::iovec {
+            iov_base: buf.cast(),
+            iov_len: len,
+        };
+        let rma = sys::fi_rma_iov { addr, len, key };
+        let context = self.ctx_ptr(rail, slot);
+        let r = &self.rails[rail];
+        let msg = sys::fi_msg_rma {
+            msg_iov: (&iov as *const libc::iovec).cast(),
+            desc: &mut desc,
+            iov_count: 1,
+            addr: r.peers[pe],
+            rma_iov: &rma,
+            rma_iov_count: 1,
+            context,
+            data: data.unwrap_or(0),
+        };
+        let mut flags = bits!(FI_COMPLETION);
+        if self.caps.delivery_complete {
+            flags |= bits!(FI_DELIVERY_COMPLETE);
+        }
+        if data.is_some() {
+            flags |= bits!(FI_REMOTE_CQ_DATA);
+        }
+        if write && len <= self.caps.inject_size {
+            flags |= bits!(FI_INJECT);
+        }
+        // SAFETY: msg and everything it points to are valid for the call; the caller keeps the
+        // local bytes alive until completion; the context slot is reserved for this operation.
+        let rc = unsafe {
+            if write {
+                sys::fi_writemsg(r.ep.raw(), &msg, flags)
+            } else {
+                sys::fi_readmsg(r.ep.raw(), &msg, flags)
+            }
+        };
+        if rc == -(sys::FI_EAGAIN as isize) {
+            return Ok(false);
+        }
+        check(rc, if write { "fi_writemsg" } else { "fi_readmsg" }).map(|_| true)
+    }
+
+    /// Posts a write or read, striped over the rails when long enough.
+    ///
+    /// # Safety
+    /// As for [`Transport::write`]/[`Transport::read`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn rma(
+        &mut self,
+        write: bool,
+        pe: Pe,
+        local: LocalRef,
+        remote: RemoteRef,
+        len: usize,
+        data: Option<u64>,
+        ctx: u64,
+    ) -> Result<(), PostError> {
+        let op = if write { "write" } else { "read" };
+        self.peer_ok(pe, op)?;
+        self.region(local, pe, op, len)?;
+        self.remote(remote, pe, op, len)?;
+        let nrails = self.rails.len();
+        // Remote CQ data must arrive once, after all the bytes: never stripe such writes.
+        let parts = if nrails > 1 && data.is_none() && len >= self.cfg.stripe_min {
+            nrails
+        } else {
+            1
+        };
+        let home = self.home_rail(pe);
+        let kind = if write { OpKind::Write } else { OpKind::Read };
+        let slot = self.new_op(ctx, pe, kind, home, parts as u32)?;
+        let chunk = len.div_ceil(parts);
+        for p in 0..parts {
+            let off = p * chunk;
+            let this = chunk.min(len - off);
+            let rail = (home + p) % nrails;
+            let l = LocalRef {
+                mr: local.mr,
+                offset: local.offset + off,
+            };
+            let r = RemoteRef {
+                mr: remote.mr,
+                offset: remote.offset + off as u64,
+            };
+            // SAFETY: forwarded from the caller.
+            let posted = unsafe { self.post_rma(rail, slot, write, pe, l, r, this, data) };
+            match posted {
+                Ok(true) => {}
+                Ok(false) if p == 0 => {
+                    self.ops.remove(slot);
+                    return Err(PostError::Retry);
+                }
+                // A later stripe hit back-pressure: finish it synchronously by progressing this
+                // rail's CQ until it goes (the earlier stripes are already in flight).
+                Ok(false) => loop {
+                    self.progress_rail_into_deferred(rail)?;
+                    // SAFETY: as above.
+                    if unsafe { self.post_rma(rail, slot, write, pe, l, r, this, data) }? {
+                        break;
+                    }
+                },
+                Err(e) => {
+                    if p == 0 {
+                        self.ops.remove(slot);
+                        return Err(e.into());
+                    }
+                    let rec = self.ops.get_mut(slot).expect("live");
+                    rec.remaining -= (parts - p) as u32;
+                    rec.error.get_or_insert(e);
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads one rail's CQ while no user callback is at hand, keeping every event for the
+    /// next poll.
+    fn progress_rail_into_deferred(&mut self, rail: usize) -> Result<()> {
+        let mut events = Vec::new();
+        self.poll_rail(rail, &mut |e| events.push(OwnedEvent::of(e)))?;
+        self.deferred.extend(events);
+        Ok(())
+    }
+
+    fn finish_part(
+        &mut self,
+        slot: u32,
+        err: Option<TransportError>,
+        on_event: &mut dyn FnMut(Event<'_>),
+    ) {
+        let Some(rec) = self.ops.get_mut(slot) else {
+            return;
+        };
+        rec.remaining = rec.remaining.saturating_sub(1);
+        if let Some(e) = err {
+            rec.error.get_or_insert(e);
+        }
+        if rec.remaining > 0 {
+            return;
+        }
+        let rec = self.ops.remove(slot).expect("live");
+        if rec.abandoned {
+            return;
+        }
+        match rec.error {
+            Some(error) => on_event(Event::Failed {
+                ctx: rec.ctx,
+                error,
+            }),
+            None => match rec.kind {
+                OpKind::Atomic { fetch: true, width } => {
+                    let off = self.scratch_off(slot) + 16;
+                    let b = &self.rails[rec.rail].internal[off..off + 8];
+                    let v = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+                    let value = if width == AtomicWidth::U32 {
+                        v & 0xffff_ffff
+                    } else {
+                        v
+                    };
+                    on_event(Event::Fetched {
+                        ctx: rec.ctx,
+                        value,
+                    });
+                }
+                _ => on_event(Event::Done { ctx: rec.ctx }),
+            },
+        }
+    }
+
+    fn poll_rail(&mut self, r: usize, on_event: &mut dyn FnMut(Event<'_>)) -> Result<usize> {
+        let mut entries = std::mem::take(&mut self.entries);
+        let res = self.rails[r].cq.read(&mut entries);
+        let mut count = 0;
+        let base = self.rails[r].ctxs.as_ptr() as usize;
+        let slot_of = |p: *mut c_void| -> Option<usize> {
+            let a = p as usize;
+            (a >= base && (a - base) % size_of::<sys::fi_context2>() == 0)
+                .then(|| (a - base) / size_of::<sys::fi_context2>())
+        };
+        let out = match res {
+            Err(e) => Err(e),
+            Ok(CqRead::Entries(n)) => {
+                for e in &entries[..n] {
+                    count += 1;
+                    let idx = slot_of(e.op_context);
+                    let is_recv_slot = idx.is_some_and(|i| i >= self.cfg.max_outstanding);
+                    if e.flags & bits!(FI_REMOTE_CQ_DATA) != 0 && e.flags & bits!(FI_RECV) == 0 {
+                        on_event(Event::RemoteWrite { data: e.data });
+                        continue;
+                    }
+                    if is_recv_slot {
+                        let b = idx.expect("slot") - self.cfg.max_outstanding;
+                        if e.flags & bits!(FI_REMOTE_CQ_DATA) != 0 {
+                            on_event(Event::RemoteWrite { data: e.data });
+                        } else {
+                            let off = self.recv_off(b);
+                            let len = e.len.min(self.cfg.max_send);
+                            on_event(Event::Recv {
+                                data: &self.rails[r].internal[off..off + len],
+                            });
+                        }
+                        self.post_recv(r, b)?;
+                        continue;
+                    }
+                    match idx {
+                        Some(i) => self.finish_part(i as u32, None, on_event),
+                        None => tracing::warn!(
+                            "rail {r}: completion with unknown context {:p}",
+                            e.op_context
+                        ),
+                    }
+                }
+                Ok(count)
+            }
+            Ok(CqRead::Error(ce)) => {
+                count += 1;
+                match slot_of(ce.op_context) {
+                    Some(i) if i >= self.cfg.max_outstanding => {
+                        // A receive buffer failed (e.g. cancelled at close): repost it.
+                        let _ = self.post_recv(r, i - self.cfg.max_outstanding);
+                    }
+                    Some(i) => {
+                        let (pe, kind) = match self.ops.get_mut(i as u32) {
+                            Some(rec) => (rec.pe, rec.kind),
+                            None => (usize::MAX, OpKind::Write),
+                        };
+                        let error = TransportError::Completion {
+                            pe,
+                            op: kind.name(),
+                            code: ce.err,
+                            prov_errno: ce.prov_errno,
+                            text: if ce.text.is_empty() {
+                                strerror(ce.err)
+                            } else {
+                                ce.text
+                            },
+                        };
+                        self.finish_part(i as u32, Some(error), on_event);
+                    }
+                    None => {
+                        tracing::warn!("rail {r}: error completion without context: {}", ce.text)
+                    }
+                }
+                Ok(count)
+            }
+        };
+        self.entries = entries;
+        out
+    }
+}
+
+impl Rail {
+    fn open(info: InfoList, want_domain: &str, cfg: &OfiConfig, cap: usize) -> Result<Self> {
+        let entry: InfoRef<'_> = info
+            .iter()
+            .find(|i| i.domain() == want_domain)
+            .or_else(|| info.iter().next())
+            .expect("non-empty");
+        let mr_mode = entry.domain_attr().mr_mode as u64;
+        let fab = Fabric::open(entry)?;
+        let domain = Domain::open(&fab, entry)?;
+        let cq = Cq::open(&domain, cap + cfg.recv_buffers + 256)?;
+        let av = Av::open(&domain, 64)?;
+        let ep = Endpoint::open(&domain, entry, &cq, &av)?;
+        let internal_len = cap * (SCRATCH + cfg.max_send) + cfg.recv_buffers * cfg.max_send;
+        let mut internal = vec![0u8; internal_len];
+        let ep_bind = mr_mode & bits!(FI_MR_ENDPOINT) != 0;
+        // SAFETY: `internal` is moved into the rail (its heap buffer does not move) and is
+        // dropped after the registration (see the field order of Rail).
+        let internal_mr = unsafe {
+            Mr::reg(
+                &domain,
+                MrSource::Addr {
+                    ptr: internal.as_mut_ptr().cast(),
+                    len: internal_len,
+                    iface: sys::fi_hmem_iface_FI_HMEM_SYSTEM,
+                    device: 0,
+                },
+                bits!(FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE),
+                1,
+                ep_bind.then_some(&ep),
+            )?
+        };
+        let ctxs = vec![sys::fi_context2::default(); cap + cfg.recv_buffers].into_boxed_slice();
+        let virt_addr = mr_mode & bits!(FI_MR_VIRT_ADDR) != 0;
+        Ok(Self {
+            ep,
+            internal_mr,
+            internal,
+            ctxs,
+            cq,
+            av,
+            domain,
+            _fabric: fab,
+            info,
+            virt_addr,
+            ep_bind,
+            peers: Vec::new(),
+            next_key: 2,
+        })
+    }
+}
+
+fn access_all() -> u64 {
+    bits!(FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)
+}
+
+impl Transport for OfiTransport {
+    fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    fn my_pe(&self) -> Pe {
+        self.me
+    }
+
+    fn n_pes(&self) -> usize {
+        self.n
+    }
+
+    fn address(&self) -> Vec<u8> {
+        let mut out = (self.rails.len() as u32).to_le_bytes().to_vec();
+        for r in &self.rails {
+            let name = r.ep.name().unwrap_or_default();
+            out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            out.extend_from_slice(&name);
+        }
+        out
+    }
+
+    fn connect(&mut self, addresses: &[Vec<u8>]) -> Result<()> {
+        if addresses.len() != self.n {
+            return Err(TransportError::InvalidArgument {
+                op: "connect",
+                reason: format!("{} addresses for {} PEs", addresses.len(), self.n),
+            });
+        }
+        let nr = self.rails.len();
+        let mut per_rail: Vec<Vec<Vec<u8>>> = vec![Vec::with_capacity(self.n); nr];
+        for (pe, a) in addresses.iter().enumerate() {
+            let bad = || TransportError::InvalidArgument {
+                op: "connect",
+                reason: format!("malformed address of PE {pe}"),
+            };
+            let count =
+                u32::from_le_bytes(a.get(..4).ok_or_else(bad)?.try_into().expect("4")) as usize;
+            if count != nr {
+                return Err(TransportError::InvalidArgument {
+                    op: "connect",
+                    reason: format!(
+                        "PE {pe} has {count} rails, this PE {nr}: use the same PSHMEM_RAILS everywhere"
+                    ),
+                });
+            }
+            let mut off = 4;
+            for names in per_rail.iter_mut() {
+                let len =
+                    u32::from_le_bytes(a.get(off..off + 4).ok_or_else(bad)?.try_into().expect("4"))
+                        as usize;
+                names.push(a.get(off + 4..off + 4 + len).ok_or_else(bad)?.to_vec());
+                off += 4 + len;
+            }
+        }
+        for (r, names) in per_rail.iter().enumerate() {
+            self.rails[r].peers = self.rails[r].av.insert(names)?;
+        }
+        Ok(())
+    }
+
+    unsafe fn mr_reg(&mut self, mem: LocalMem) -> Result<MrId> {
+        let (iface, device) = match mem.kind {
+            MemKind::Host => (sys::fi_hmem_iface_FI_HMEM_SYSTEM, 0),
+            MemKind::Cuda { device, .. } => {
+                if !self.caps.gpu_memory {
+                    return Err(TransportError::Unsupported {
+                        op: "registering GPU memory",
+                        transport: self.caps.name.clone(),
+                    });
+                }
+                (sys::fi_hmem_iface_FI_HMEM_CUDA, device)
+            }
+        };
+        let id = self
+            .regions
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.regions.len());
+        let mut mrs = Vec::with_capacity(self.rails.len());
+        for rail in &mut self.rails {
+            let key = rail.next_key;
+            rail.next_key += 1;
+            let src = match mem.kind {
+                MemKind::Cuda {
+                    device,
+                    dmabuf_fd: Some(fd),
+                    dmabuf_offset,
+                } if self.caps.dmabuf => MrSource::DmaBuf {
+                    fd,
+                    offset: dmabuf_offset,
+                    len: mem.len,
+                    base: mem.ptr.cast(),
+                    device,
+                },
+                _ => MrSource::Addr {
+                    ptr: mem.ptr.cast(),
+                    len: mem.len,
+                    iface,
+                    device,
+                },
+            };
+            // SAFETY: the caller keeps the memory valid while registered.
+            mrs.push(unsafe {
+                Mr::reg(
+                    &rail.domain,
+                    src,
+                    access_all(),
+                    key,
+                    rail.ep_bind.then_some(&rail.ep),
+                )?
+            });
+        }
+        let region = Region {
+            ptr: mem.ptr,
+            len: mem.len,
+            mrs,
+        };
+        if id == self.regions.len() {
+            self.regions.push(Some(region));
+        } else {
+            self.regions[id] = Some(region);
+        }
+        Ok(MrId(id as u32))
+    }
+
+    fn mr_dereg(&mut self, mr: MrId) -> Result<()> {
+        match self.regions.get_mut(mr.0 as usize).and_then(Option::take) {
+            Some(_) => Ok(()),
+            None => Err(TransportError::InvalidArgument {
+                op: "mr_dereg",
+                reason: format!("unknown registration {mr:?}"),
+            }),
+        }
+    }
+
+    fn mr_export(&self, mr: MrId) -> Vec<u8> {
+        let Some(Some(r)) = self.regions.get(mr.0 as usize) else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(12 + 16 * r.mrs.len());
+        out.extend_from_slice(&(r.len as u64).to_le_bytes());
+        out.extend_from_slice(&(r.mrs.len() as u32).to_le_bytes());
+        for m in &r.mrs {
+            out.extend_from_slice(&(r.ptr as u64).to_le_bytes());
+            out.extend_from_slice(&m.key.to_le_bytes());
+        }
+        out
+    }
+
+    fn mr_import(&mut self, pe: Pe, blob: &[u8]) -> Result<RemoteMrId> {
+        let bad = |why: &str| TransportError::InvalidArgument {
+            op: "mr_import",
+            reason: format!("registration of PE {pe}: {why}"),
+        };
+        if blob.len() < 12 {
+            return Err(bad("too short"));
+        }
+        let len = u64::from_le_bytes(blob[..8].try_into().expect("8"));
+        let count = u32::from_le_bytes(blob[8..12].try_into().expect("4")) as usize;
+        if count != self.rails.len() || blob.len() != 12 + 16 * count {
+            return Err(bad("rail count differs"));
+        }
+        let rails = (0..count)
+            .map(|i| {
+                let o = 12 + 16 * i;
+                (
+                    u64::from_le_bytes(blob[o..o + 8].try_into().expect("8")),
+                    u64::from_le_bytes(blob[o + 8..o + 16].try_into().expect("8")),
+                )
+            })
+            .collect();
+        self.remotes.push(RemoteRegion { pe, len, rails });
+        Ok(RemoteMrId(self.remotes.len() as u32 - 1))
+    }
+
+    unsafe fn write(
+        &mut self,
+        pe: Pe,
+        local: LocalRef,
+        remote: RemoteRef,
+        len: usize,
+        ctx: u64,
+    ) -> Result<(), PostError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.rma(true, pe, local, remote, len, None, ctx) }
+    }
+
+    unsafe fn write_data(
+        &mut self,
+        pe: Pe,
+        local: LocalRef,
+        remote: RemoteRef,
+        len: usize,
+        data: u64,
+        ctx: u64,
+    ) -> Result<(), PostError> {
+        if !self.caps.remote_cq_data {
+            return Err(TransportError::Unsupported {
+                op: "write with remote CQ data",
+                transport: self.caps.name.clone(),
+            }
+            .into());
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.rma(true, pe, local, remote, len, Some(data), ctx) }
+    }
+
+    unsafe fn read(
+        &mut self,
+        pe: Pe,
+        local: LocalRef,
+        remote: RemoteRef,
+        len: usize,
+        ctx: u64,
+    ) -> Result<(), PostError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.rma(false, pe, local, remote, len, None, ctx) }
+    }
+
+    fn atomic(
+        &mut self,
+        pe: Pe,
+        op: AtomicOp,
+        width: AtomicWidth,
+        remote: RemoteRef,
+        operand: u64,
+        compare: u64,
+        ctx: u64,
+    ) -> Result<(), PostError> {
+        if !self.caps.native_atomics {
+            return Err(TransportError::Unsupported {
+                op: "native atomics",
+                transport: self.caps.name.clone(),
+            }
+            .into());
+        }
+        self.peer_ok(pe, "atomic")?;
+        let w = width.bytes();
+        if remote.offset % w as u64 != 0 {
+            return Err(TransportError::InvalidArgument {
+                op: "atomic",
+                reason: format!("offset {} not aligned to {w} bytes", remote.offset),
+            }
+            .into());
+        }
+        let rr = self.remote(remote, pe, "atomic", w)?.clone();
+        let rail = self.home_rail(pe);
+        let fetch = op.fetches();
+        let slot = self.new_op(ctx, pe, OpKind::Atomic { fetch, width }, rail, 1)?;
+        let so = self.scratch_off(slot);
+        let context = self.ctx_ptr(rail, slot);
+        let r = &mut self.rails[rail];
+        r.internal[so..so + 8].copy_from_slice(&operand.to_le_bytes());
+        r.internal[so + 8..so + 16].copy_from_slice(&compare.to_le_bytes());
+        let (base, key) = rr.rails[rail];
+        let addr = if r.virt_addr {
+            base + remote.offset
+        } else {
+            remote.offset
+        };
+        let dt = if width == AtomicWidth::U32 {
+            sys::fi_datatype_FI_UINT32
+        } else {
+            sys::fi_datatype_FI_UINT64
+        };
+        let fop = match op {
+            AtomicOp::FetchAdd | AtomicOp::Add => sys::fi_op_FI_SUM,
+            AtomicOp::Swap | AtomicOp::Set => sys::fi_op_FI_ATOMIC_WRITE,
+            AtomicOp::Fetch => sys::fi_op_FI_ATOMIC_READ,
+            AtomicOp::CompareSwap => sys::fi_op_FI_CSWAP,
+        };
+        let desc = r.internal_mr.desc;
+        let dest = r.peers[pe];
+        let ep = r.ep.raw();
+        // SAFETY: operand/compare/result live in the rail's registered scratch slot reserved for
+        // this operation until its completion; little-endian u32 operands sit in the low bytes.
+        let rc = unsafe {
+            let base_ptr = r.internal.as_mut_ptr().add(so);
+            let (buf, cmp, res) = (
+                base_ptr.cast::<c_void>(),
+                base_ptr.add(8).cast::<c_void>(),
+                base_ptr.add(16).cast::<c_void>(),
+            );
+            match op {
+                AtomicOp::CompareSwap => sys::fi_compare_atomic(
+                    ep, buf, 1, desc, cmp, desc, res, desc, dest, addr, key, dt, fop, context,
+                ),
+                _ if fetch => sys::fi_fetch_atomic(
+                    ep, buf, 1, desc, res, desc, dest, addr, key, dt, fop, context,
+                ),
+                _ => sys::fi_atomic(ep, buf, 1, desc, dest, addr, key, dt, fop, context),
+            }
+        };
+        if rc == -(sys::FI_EAGAIN as isize) {
+            self.ops.remove(slot);
+            return Err(PostError::Retry);
+        }
+        if let Err(e) = check(rc, "fi_atomic") {
+            self.ops.remove(slot);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, pe: Pe, msg: &[u8], ctx: u64) -> Result<(), PostError> {
+        self.peer_ok(pe, "send")?;
+        if msg.len() > self.cfg.max_send {
+            return Err(TransportError::InvalidArgument {
+                op: "send",
+                reason: format!("{} bytes > max {}", msg.len(), self.cfg.max_send),
+            }
+            .into());
+        }
+        let rail = self.home_rail(pe);
+        let slot = self.new_op(ctx, pe, OpKind::Send, rail, 1)?;
+        let off = self.send_off(slot);
+        let context = self.ctx_ptr(rail, slot);
+        let inject = msg.len() <= self.caps.inject_size;
+        let r = &mut self.rails[rail];
+        r.internal[off..off + msg.len()].copy_from_slice(msg);
+        let mut desc = r.internal_mr.desc;
+        // SAFETY: `off` lies inside the internal buffer (slot < max_outstanding); the payload
+        // was copied there and the slot stays reserved until completion.
+        let payload = unsafe { r.internal.as_mut_ptr().add(off) };
+        let iov = libc::iovec {
+            iov_base: payload.cast(),
+            iov_len: msg.len(),
+        };
+        let m = sys::fi_msg {
+            msg_iov: (&iov as *const libc::iovec).cast(),
+            desc: &mut desc,
+            iov_count: 1,
+            addr: r.peers[pe],
+            context,
+            data: 0,
+        };
+        let mut flags = bits!(FI_COMPLETION);
+        if inject {
+            flags |= bits!(FI_INJECT);
+        }
+        if self.caps.delivery_complete {
+            flags |= bits!(FI_DELIVERY_COMPLETE);
+        }
+        // SAFETY: m and the buffer it names are valid; the context slot is reserved.
+        let rc = unsafe { sys::fi_sendmsg(r.ep.raw(), &m, flags) };
+        if rc == -(sys::FI_EAGAIN as isize) {
+            self.ops.remove(slot);
+            return Err(PostError::Retry);
+        }
+        if let Err(e) = check(rc, "fi_sendmsg") {
+            self.ops.remove(slot);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> Result<usize> {
+        let mut count = 0;
+        for e in std::mem::take(&mut self.deferred) {
+            e.deliver(on_event);
+            count += 1;
+        }
+        for r in 0..self.rails.len() {
+            count += self.poll_rail(r, on_event)?;
+        }
+        Ok(count)
+    }
+
+    fn fail_peer(&mut self, pe: Pe, reason: &str) {
+        if pe >= self.n || self.dead[pe].is_some() {
+            return;
+        }
+        self.dead[pe] = Some(reason.to_string());
+        for slot in self.ops.indices_where(|r| r.pe == pe && !r.abandoned) {
+            let rec = self.ops.get_mut(slot).expect("live");
+            rec.abandoned = true;
+            let error = TransportError::PeerLost {
+                pe,
+                op: rec.kind.name(),
+                reason: reason.to_string(),
+            };
+            self.deferred.push(OwnedEvent::Failed(rec.ctx, error));
+        }
+    }
+}
