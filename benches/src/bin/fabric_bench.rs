@@ -1,0 +1,361 @@
+//! `pshmrun -n 2 -- fabric-bench [--provider tcp]`: write bandwidth (64 B … 64 MiB) and 8-byte
+//! write latency through the safe transport layer, beside the same operations written against
+//! libfabric's C API (c/fabric_raw.c), interleaved size by size in one run. The ceiling the
+//! runtime will be compared to.
+
+use std::{
+    ffi::{CStr, CString, c_char, c_int, c_void},
+    time::Instant,
+};
+
+use clap::Parser;
+use pshmem_benches::{machine, median, pow2_sizes, size_label};
+use pshmem_bootstrap::Bootstrap;
+use pshmem_transport::{
+    Event, LocalMem, LocalRef, MemKind, PostError, RemoteRef, Transport, establish, exchange_mr,
+    ofi::{OfiConfig, OfiTransport},
+};
+
+#[repr(C)]
+struct Craw {
+    _private: [u8; 0],
+}
+
+type AllgatherFn = extern "C" fn(*mut c_void, *const c_void, usize, *mut c_void) -> c_int;
+
+unsafe extern "C" {
+    fn craw_open(
+        prov: *const c_char,
+        node: *const c_char,
+        rank: c_int,
+        nranks: c_int,
+        len: usize,
+        allgather: AllgatherFn,
+        ctx: *mut c_void,
+        err: *mut c_char,
+        errlen: usize,
+    ) -> *mut Craw;
+    fn craw_progress(c: *mut Craw) -> c_int;
+    fn craw_bw(c: *mut Craw, size: usize, count: usize, window: usize) -> f64;
+    fn craw_lat(c: *mut Craw, iters: usize) -> f64;
+    fn craw_error(c: *mut Craw) -> *const c_char;
+    fn craw_close(c: *mut Craw);
+}
+
+/// Allgather through the bootstrap for the C side. Never unwinds into C.
+extern "C" fn allgather(
+    ctx: *mut c_void,
+    mine: *const c_void,
+    len: usize,
+    all: *mut c_void,
+) -> c_int {
+    std::panic::catch_unwind(|| {
+        // SAFETY: ctx is the &Bootstrap passed to craw_open; mine has len bytes; all has room
+        // for world_size * len bytes (the C side sizes it for 2 ranks).
+        let (bs, mine) = unsafe {
+            (
+                &*(ctx as *const Bootstrap),
+                std::slice::from_raw_parts(mine.cast::<u8>(), len),
+            )
+        };
+        match bs.allgather(mine) {
+            Ok(blocks) => {
+                let flat = blocks.concat();
+                // SAFETY: as above.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(flat.as_ptr(), all.cast::<u8>(), flat.len())
+                };
+                0
+            }
+            Err(_) => -1,
+        }
+    })
+    .unwrap_or(-1)
+}
+
+#[derive(Parser)]
+struct Args {
+    /// tcp, shm or any libfabric provider name.
+    #[arg(long, default_value = "tcp")]
+    provider: String,
+    #[arg(long, default_value_t = 64)]
+    min: usize,
+    #[arg(long, default_value_t = 64 << 20)]
+    max: usize,
+    /// Writes in flight.
+    #[arg(long, default_value_t = 64)]
+    window: usize,
+    /// Repetitions per size and implementation (alternating).
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Ping-pong iterations.
+    #[arg(long, default_value_t = 20000)]
+    lat_iters: usize,
+    /// Write results here as JSON.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+struct Rust {
+    t: Box<dyn Transport>,
+    buf: &'static mut [u64],
+    local: LocalRef,
+    remote: RemoteRef,
+    peer: usize,
+}
+
+impl Rust {
+    fn poll(&mut self) -> usize {
+        let mut n = 0;
+        self.t
+            .poll(&mut |e| {
+                if let Event::Failed { error, .. } = e {
+                    panic!("write failed: {error}");
+                }
+                n += 1;
+            })
+            .expect("poll");
+        n
+    }
+
+    fn bw(&mut self, size: usize, count: usize, window: usize) -> f64 {
+        let (mut posted, mut done) = (0, 0);
+        let t0 = Instant::now();
+        while done < count {
+            while posted < count && posted - done < window {
+                // SAFETY: the registered buffer outlives the transport and is never modified.
+                match unsafe {
+                    self.t
+                        .write(self.peer, self.local, self.remote, size, posted as u64)
+                } {
+                    Ok(()) => posted += 1,
+                    Err(PostError::Retry) => break,
+                    Err(PostError::Failed(e)) => panic!("write: {e}"),
+                }
+            }
+            done += self.poll();
+        }
+        t0.elapsed().as_secs_f64()
+    }
+
+    fn lat(&mut self, rank: usize, iters: usize) -> f64 {
+        let flag = self.buf.as_ptr();
+        let from = LocalRef {
+            mr: self.local.mr,
+            offset: 64,
+        };
+        let to = RemoteRef {
+            mr: self.remote.mr,
+            offset: 0,
+        };
+        let mut t0 = Instant::now();
+        for i in 1..=(iters + 10) as u64 {
+            if i == 11 {
+                t0 = Instant::now();
+            }
+            // SAFETY: flag points into the registered buffer the peer writes; volatile reads see
+            // the NIC's stores.
+            let seen = |_: ()| unsafe { std::ptr::read_volatile(flag) };
+            if rank == 1 {
+                while seen(()) != i {
+                    self.poll();
+                }
+            }
+            self.buf[8] = i;
+            loop {
+                // SAFETY: 8 bytes ≤ inject size: copied at post, buffer free at once.
+                let posted = unsafe { self.t.write(self.peer, from, to, 8, i) };
+                match posted {
+                    Ok(()) => break,
+                    Err(PostError::Retry) => {
+                        self.poll();
+                    }
+                    Err(PostError::Failed(e)) => panic!("write: {e}"),
+                }
+            }
+            if rank == 0 {
+                while seen(()) != i {
+                    self.poll();
+                }
+            }
+        }
+        t0.elapsed().as_secs_f64() / (2.0 * iters as f64)
+    }
+}
+
+/// A barrier during which this rank keeps both endpoints progressing.
+fn barrier(bs: &Bootstrap, r: &mut Rust, c: *mut Craw) {
+    std::thread::scope(|s| {
+        let h = s.spawn(|| bs.barrier());
+        while !h.is_finished() {
+            r.poll();
+            // SAFETY: c is the open C endpoint.
+            unsafe { craw_progress(c) };
+        }
+        h.join().expect("barrier thread").expect("barrier");
+    });
+}
+
+fn main() {
+    pshmem_bootstrap::init_logging();
+    let a = Args::parse();
+    let bs = Bootstrap::from_env().expect("bootstrap");
+    assert_eq!(
+        bs.world_size(),
+        2,
+        "fabric-bench runs on exactly 2 ranks (pshmrun -n 2)"
+    );
+    let rank = bs.rank();
+    let prov = if a.provider == "tcp" {
+        "tcp;ofi_rxm".to_string()
+    } else {
+        a.provider.clone()
+    };
+    let node = if prov == "shm" {
+        None
+    } else {
+        Some("127.0.0.1".to_string())
+    };
+
+    // Our safe layer.
+    let mut cfg = OfiConfig::from_env(Some(&prov)).expect("config");
+    cfg.node = node.clone();
+    let mut t: Box<dyn Transport> =
+        Box::new(OfiTransport::open(&bs, &cfg).expect("open transport"));
+    establish(t.as_mut(), &bs).expect("establish");
+    let len = a.max.max(4096);
+    // Page-aligned and touched, like the C side's posix_memalign + memset.
+    let layout = std::alloc::Layout::from_size_align(len, 4096).expect("layout");
+    // SAFETY: non-zero size. Never freed: the registration refers to it until process exit.
+    let base = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<u64>();
+    assert!(!base.is_null(), "out of memory");
+    // SAFETY: base is a fresh allocation of len bytes, 8-aligned, zeroed (valid u64s).
+    let buf: &'static mut [u64] = unsafe { std::slice::from_raw_parts_mut(base, len / 8) };
+    buf.fill(0);
+    let mem = LocalMem {
+        ptr: buf.as_mut_ptr().cast(),
+        len,
+        kind: MemKind::Host,
+    };
+    // SAFETY: buf is never freed.
+    let mr = unsafe { t.mr_reg(mem) }.expect("mr_reg");
+    let remotes = exchange_mr(t.as_mut(), &bs, mr).expect("exchange");
+    let peer = 1 - rank;
+    let caps = t.caps().clone();
+    let mut r = Rust {
+        t,
+        buf,
+        local: LocalRef { mr, offset: 0 },
+        remote: RemoteRef {
+            mr: remotes[peer],
+            offset: 0,
+        },
+        peer,
+    };
+
+    // The C baseline.
+    let cprov = CString::new(prov.clone()).expect("name");
+    let cnode = node.as_deref().map(|n| CString::new(n).expect("node"));
+    let mut err = [0 as c_char; 256];
+    // SAFETY: all pointers are valid for the call; the bootstrap outlives the C endpoint.
+    let c = unsafe {
+        craw_open(
+            cprov.as_ptr(),
+            cnode.as_ref().map_or(std::ptr::null(), |n| n.as_ptr()),
+            rank as c_int,
+            2,
+            len,
+            allgather,
+            (&bs as *const Bootstrap).cast_mut().cast(),
+            err.as_mut_ptr(),
+            err.len(),
+        )
+    };
+    if c.is_null() {
+        // SAFETY: err is NUL-terminated by craw_open.
+        let why = unsafe { CStr::from_ptr(err.as_ptr()) };
+        panic!("C baseline: {}", why.to_string_lossy());
+    }
+
+    let mut rows = Vec::new();
+    if rank == 0 {
+        println!(
+            "# {} — write bandwidth, window {}, median of {} alternating runs",
+            caps.name, a.window, a.reps
+        );
+        println!("| size | safe layer GB/s | C API GB/s | ratio |\n| --- | --- | --- | --- |");
+    }
+    for size in pow2_sizes(a.min, a.max) {
+        let count = (256usize << 20).div_ceil(size).clamp(8, 200_000);
+        let (mut rs, mut cs) = (Vec::new(), Vec::new());
+        for _ in 0..a.reps {
+            for which in 0..2 {
+                barrier(&bs, &mut r, c);
+                if rank == 0 {
+                    let secs = if which == 0 {
+                        r.bw(size, count, a.window)
+                    } else {
+                        // SAFETY: c is open.
+                        let s = unsafe { craw_bw(c, size, count, a.window) };
+                        if s <= 0.0 {
+                            // SAFETY: c is open; the error text is NUL-terminated.
+                            let why = unsafe { CStr::from_ptr(craw_error(c)) };
+                            panic!("C baseline: {}", why.to_string_lossy());
+                        }
+                        s
+                    };
+                    let gbps = (size * count) as f64 / secs / 1e9;
+                    if which == 0 {
+                        rs.push(gbps)
+                    } else {
+                        cs.push(gbps)
+                    }
+                }
+                barrier(&bs, &mut r, c);
+            }
+        }
+        if rank == 0 {
+            let (rm, cm) = (median(&rs), median(&cs));
+            println!(
+                "| {} | {rm:.3} | {cm:.3} | {:.3} |",
+                size_label(size),
+                rm / cm
+            );
+            rows.push(
+                serde_json::json!({"size": size, "safe_gbps": rm, "c_gbps": cm, "ratio": rm / cm,
+                "safe_runs": rs, "c_runs": cs}),
+            );
+        }
+    }
+    let (mut rl, mut cl) = (Vec::new(), Vec::new());
+    for _ in 0..a.reps {
+        barrier(&bs, &mut r, c);
+        rl.push(r.lat(rank, a.lat_iters) * 1e6);
+        barrier(&bs, &mut r, c);
+        // SAFETY: c is open.
+        let s = unsafe { craw_lat(c, a.lat_iters) };
+        assert!(s > 0.0, "C latency failed");
+        cl.push(s * 1e6);
+    }
+    barrier(&bs, &mut r, c);
+    if rank == 0 {
+        let (rm, cm) = (median(&rl), median(&cl));
+        println!(
+            "\n8-byte write ping-pong, half round trip: safe layer {rm:.2} µs, C API {cm:.2} µs, difference {:+.2} µs",
+            rm - cm
+        );
+        if let Some(path) = &a.json {
+            let doc = serde_json::json!({
+                "benchmark": "fabric-bench", "machine": machine(), "transport": caps.name,
+                "window": a.window, "reps": a.reps, "bandwidth": rows,
+                "latency": {"safe_us": rm, "c_us": cm, "diff_us": rm - cm, "safe_runs": rl, "c_runs": cl, "iters": a.lat_iters},
+            });
+            std::fs::write(path, serde_json::to_string_pretty(&doc).expect("json"))
+                .expect("write json");
+        }
+    }
+    // SAFETY: closed once; nothing uses c afterwards.
+    unsafe { craw_close(c) };
+    drop(r.t);
+    bs.finalize().expect("finalize");
+}
