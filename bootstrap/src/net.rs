@@ -140,6 +140,12 @@ pub(crate) enum Failure {
     Died { dead: usize, detail: String },
     /// Rank 0 aborted the job for a reason that is not a death.
     Aborted { reason: String },
+    /// A second process claimed a rank of the running job (seen by rank 0's join guard).
+    Duplicate {
+        rank: usize,
+        first: String,
+        second: String,
+    },
     /// A peer sent garbage after joining.
     Protocol { peer: String, error: FrameError },
 }
@@ -157,6 +163,15 @@ impl Failure {
                 rank: me,
                 reason: reason.clone(),
                 op: op.to_string(),
+            },
+            Failure::Duplicate {
+                rank,
+                first,
+                second,
+            } => BootstrapError::DuplicateRank {
+                rank: *rank,
+                first: first.clone(),
+                second: second.clone(),
             },
             Failure::Protocol { peer, error } => BootstrapError::Protocol {
                 rank: me,
@@ -245,13 +260,18 @@ impl Shared {
             .is_some_and(|tx| tx.send(Out::Msg(kind, payload)).is_ok())
     }
 
-    /// Records the job's first failure, wakes every waiter, runs the hooks, and (on rank 0)
-    /// relays it to every other rank with an `Abort` frame.
+    /// Records the job's first failure, (on rank 0) queues an `Abort` to every other rank, then
+    /// wakes every waiter and runs the hooks. The aborts are queued before any waiter can see the
+    /// failure: a waiter that returns at once and drops the bootstrap closes the writers, and a
+    /// close queued ahead of an abort would leave the others believing rank 0 itself died.
     pub(crate) fn fail(&self, failure: Failure) {
         let hooks = {
             let mut st = self.lock();
             if st.failure.is_some() || st.finalizing {
                 return;
+            }
+            if self.me == 0 {
+                self.relay_abort(&failure);
             }
             st.failure = Some(failure.clone());
             self.cv.notify_all();
@@ -262,20 +282,30 @@ impl Shared {
         for h in &hooks {
             h(&err);
         }
-        if self.me == 0 {
-            let (dead, reason) = match &failure {
-                Failure::Died { dead, detail } => (*dead as u32, detail.clone()),
-                Failure::Aborted { reason } => (u32::MAX, reason.clone()),
-                Failure::Protocol { peer, error } => {
-                    (u32::MAX, format!("bad frame from {peer}: {error}"))
-                }
-            };
-            let mut w = Writer::default();
-            w.u32(dead).str(&reason);
-            let payload = Bytes::from(w.0);
-            for r in 1..self.n {
-                self.send(r, Kind::Abort, payload.clone());
+    }
+
+    /// Rank 0: queues an `Abort` describing `failure` to every other rank.
+    fn relay_abort(&self, failure: &Failure) {
+        let (dead, reason) = match failure {
+            Failure::Died { dead, detail } => (*dead as u32, detail.clone()),
+            Failure::Aborted { reason } => (u32::MAX, reason.clone()),
+            Failure::Duplicate {
+                rank,
+                first,
+                second,
+            } => (
+                u32::MAX,
+                format!("rank {rank} joined twice (from {first} and {second})"),
+            ),
+            Failure::Protocol { peer, error } => {
+                (u32::MAX, format!("bad frame from {peer}: {error}"))
             }
+        };
+        let mut w = Writer::default();
+        w.u32(dead).str(&reason);
+        let payload = Bytes::from(w.0);
+        for r in 1..self.n {
+            self.send(r, Kind::Abort, payload.clone());
         }
     }
 
@@ -537,6 +567,82 @@ fn my_hello(cfg: &BootstrapConfig) -> Hello {
     }
 }
 
+/// Why rank 0 refuses `hello` (from `from`), if it does: a world-size mismatch, a rank out of
+/// range, or a rank already claimed (`first` says by whom).
+fn refusal(
+    hello: &Hello,
+    n: usize,
+    first: Option<String>,
+    from: SocketAddr,
+) -> Option<(RejectCode, BootstrapError, Vec<u64>)> {
+    let rank = hello.rank as usize;
+    if hello.world_size as usize != n {
+        let e = BootstrapError::WorldSizeMismatch {
+            rank,
+            expected: n,
+            got: hello.world_size as usize,
+        };
+        return Some((RejectCode::WorldSize, e, vec![n as u64]));
+    }
+    if rank >= n {
+        let e = BootstrapError::RankOutOfRange { rank, world: n };
+        return Some((RejectCode::RankRange, e, vec![]));
+    }
+    let first = first?;
+    let e = BootstrapError::DuplicateRank {
+        rank,
+        first,
+        second: from.to_string(),
+    };
+    Some((RejectCode::DuplicateRank, e, vec![]))
+}
+
+/// Rank 0 after the join: every hello that still arrives carries this job's secret but claims
+/// a rank that is already in (or does not fit the world). The newcomer is refused, and the job
+/// is aborted on every rank, since nobody can tell which of the two processes is the right one.
+async fn join_guard(
+    shared: Arc<Shared>,
+    mut rx: mpsc::UnboundedReceiver<Handshake>,
+    froms: Vec<String>,
+    n: usize,
+    secret: u64,
+) {
+    while let Some(h) = rx.recv().await {
+        let (hello, mut stream, from) = match h {
+            Handshake::Stray { from, why } => {
+                tracing::warn!("rank 0: refused a connection from {from}: {why}");
+                continue;
+            }
+            Handshake::Joined {
+                hello,
+                stream,
+                from,
+            } => (hello, stream, from),
+        };
+        let first = froms.get(hello.rank as usize).cloned();
+        let Some((code, err, extra)) = refusal(&hello, n, first, from) else {
+            continue; // unreachable: every rank below n is in `froms`
+        };
+        let p = reject_payload(code, &err.to_string(), &extra);
+        let _ = write_message(&mut stream, Kind::Reject, secret, &p).await;
+        let failure = match err {
+            BootstrapError::DuplicateRank {
+                rank,
+                first,
+                second,
+            } => Failure::Duplicate {
+                rank,
+                first,
+                second,
+            },
+            other => Failure::Aborted {
+                reason: format!("a late process of this job was refused: {other}"),
+            },
+        };
+        shared.fail(failure);
+    }
+}
+
 /// Rank 0's side of the join: accepts until every rank has said hello, then sends the world
 /// table. Stray connections (garbage, wrong secret) are refused and logged, and the join goes
 /// on; a duplicate rank or a world-size mismatch fails the join for everyone.
@@ -594,31 +700,12 @@ pub(crate) async fn root_join(
                 from,
             } => {
                 let rank = hello.rank as usize;
-                let (code, err, extra) = if hello.world_size as usize != n {
-                    let e = BootstrapError::WorldSizeMismatch {
-                        rank,
-                        expected: n,
-                        got: hello.world_size as usize,
-                    };
-                    (RejectCode::WorldSize, e, vec![n as u64])
-                } else if rank >= n {
-                    (
-                        RejectCode::RankRange,
-                        BootstrapError::RankOutOfRange { rank, world: n },
-                        vec![],
-                    )
-                } else if rank == 0 || joined[rank].is_some() {
-                    let first = match &joined[rank] {
-                        Some((_, _, a)) => a.to_string(),
-                        None => "rank 0 itself".to_string(),
-                    };
-                    let e = BootstrapError::DuplicateRank {
-                        rank,
-                        first,
-                        second: from.to_string(),
-                    };
-                    (RejectCode::DuplicateRank, e, vec![])
-                } else {
+                let first = match joined.get(rank) {
+                    _ if rank == 0 => Some("rank 0 itself".to_string()),
+                    Some(Some((_, _, a))) => Some(a.to_string()),
+                    _ => None,
+                };
+                let Some((code, err, extra)) = refusal(&hello, n, first, from) else {
                     joined[rank] = Some((hello, stream, from));
                     count += 1;
                     continue;
@@ -629,8 +716,8 @@ pub(crate) async fn root_join(
             }
         }
     };
-    acceptor.abort();
     if let Err(err) = outcome {
+        acceptor.abort();
         // Tell every rank that did join why the job will not start.
         let missing: Vec<u64> = match &err {
             BootstrapError::JoinTimeout { missing, .. } => {
@@ -644,6 +731,14 @@ pub(crate) async fn root_join(
         }
         return Err(err);
     }
+    let mut froms = vec!["rank 0 itself".to_string()];
+    froms.extend(
+        joined
+            .iter()
+            .skip(1)
+            .flatten()
+            .map(|(_, _, a)| a.to_string()),
+    );
     let mut world = vec![PeerInfo {
         rank: 0,
         host_id: cfg.host_id.clone(),
@@ -673,6 +768,10 @@ pub(crate) async fn root_join(
             })?;
         spawn_peer(shared, rank, stream, cfg);
     }
+    // The listener stays open for the job's life: a process that claims a rank of the running
+    // job (a launcher that started one twice, a restarted rank) is refused and the job aborted,
+    // rather than one of the two silently running on as that rank.
+    tokio::spawn(join_guard(shared.clone(), rx, froms, n, secret));
     Ok(world)
 }
 

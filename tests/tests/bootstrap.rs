@@ -163,19 +163,49 @@ fn missing_rank_fails_the_join_naming_it() {
     }
 }
 
+/// Two processes claim rank 1. Whether the second arrives during the join or after the world
+/// has formed (the ranks stay 3 s, so it cannot miss the job), every process must fail and
+/// rank 0 must name the duplicated rank.
 #[test]
 fn duplicate_rank_fails_the_join() {
-    let mut spec = job(3, &["bs-init"]).env("PSHMEM_BOOTSTRAP_TIMEOUT", "10");
+    let mut spec = job(3, &["bs-init", "--hold-ms", "3000"]).env("PSHMEM_BOOTSTRAP_TIMEOUT", "10");
     spec.ranks = vec![0, 1, 1, 2];
     let t = Instant::now();
     let res = spec.launch().wait();
     assert!(t.elapsed() < Duration::from_secs(15));
     assert!(
         res.iter().all(|r| !r.ok()),
-        "a rank succeeded despite the duplicate"
+        "a rank succeeded despite the duplicate:\n{}",
+        res.iter()
+            .map(|r| r.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     assert_eq!(err_fields(&res[0])["kind"], "DuplicateRank", "{}", res[0]);
     assert!(err_fields(&res[0])["msg"].contains("rank_1_joined_twice"));
+}
+
+/// The duplicate arrives well after the job started: the join guard must still catch it.
+#[test]
+fn late_duplicate_rank_aborts_the_running_job() {
+    let spec = job(3, &["bs-init", "--hold-ms", "4000"]).env("PSHMEM_BOOTSTRAP_TIMEOUT", "10");
+    let mut children: Vec<_> = (0..3).map(|r| spec.spawn(r)).collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    children.push(spec.spawn(2));
+    let res = spec.job(children).wait();
+    assert!(
+        res.iter().all(|r| !r.ok()),
+        "a rank succeeded despite the duplicate"
+    );
+    assert_eq!(err_fields(&res[0])["kind"], "DuplicateRank", "{}", res[0]);
+    assert!(
+        err_fields(&res[0])["msg"].contains("rank_2_joined_twice"),
+        "{}",
+        res[0]
+    );
+    for r in &res[1..] {
+        assert!(!err_fields(r)["msg"].is_empty(), "{r}");
+    }
 }
 
 #[test]

@@ -94,8 +94,11 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         sleep_ms: u64,
     },
-    /// Join, barrier, finalize; report the error if any.
-    BsInit,
+    /// Join, a few small collectives, stay `hold_ms`, finalize; report the error if any.
+    BsInit {
+        #[arg(long, default_value_t = 0)]
+        hold_ms: u64,
+    },
     /// Rank 0 calls allgather while the others call barrier.
     BsMismatch,
     /// Join through a unique id passed in a file.
@@ -132,14 +135,41 @@ fn seed(a: usize, b: usize, c: usize) -> u64 {
     ((a as u64) << 40) ^ ((b as u64) << 20) ^ (c as u64) ^ 0x5eed
 }
 
-fn collectives(bs: &Bootstrap, sizes: &[usize]) -> Result<(), String> {
+/// Why a collectives run failed: the bootstrap reported an error, or the data was wrong.
+enum CollFailure {
+    Bootstrap(BootstrapError),
+    Verify(String),
+}
+
+impl From<BootstrapError> for CollFailure {
+    fn from(e: BootstrapError) -> Self {
+        Self::Bootstrap(e)
+    }
+}
+
+impl CollFailure {
+    /// Prints the ERR line and gives the exit code.
+    fn report(&self) -> ExitCode {
+        match self {
+            Self::Bootstrap(e) => report(e),
+            Self::Verify(m) => {
+                println!("ERR kind=Verify msg={}", m.replace(' ', "_"));
+                ExitCode::from(4)
+            }
+        }
+    }
+}
+
+fn collectives(bs: &Bootstrap, sizes: &[usize]) -> Result<(), CollFailure> {
     let (me, n) = (bs.rank(), bs.world_size());
-    let e = |e: BootstrapError| e.to_string();
+    let e = CollFailure::Bootstrap;
     for &s in sizes {
         let got = bs.allgather(&pattern(seed(me, 0, s), s)).map_err(e)?;
         for (r, g) in got.iter().enumerate() {
             if *g != pattern(seed(r, 0, s), s) {
-                return Err(format!("allgather size {s}: block from rank {r} differs"));
+                return Err(CollFailure::Verify(format!(
+                    "allgather size {s}: block from rank {r} differs"
+                )));
             }
         }
         let per = s / n;
@@ -149,7 +179,9 @@ fn collectives(bs: &Bootstrap, sizes: &[usize]) -> Result<(), String> {
         let got = bs.alltoall(&blocks).map_err(e)?;
         for (r, g) in got.iter().enumerate() {
             if *g != pattern(seed(r, me + 1, s), per + me % 3) {
-                return Err(format!("alltoall size {s}: block from rank {r} differs"));
+                return Err(CollFailure::Verify(format!(
+                    "alltoall size {s}: block from rank {r} differs"
+                )));
             }
         }
         let roots: Vec<usize> = if s <= 65536 {
@@ -165,7 +197,9 @@ fn collectives(bs: &Bootstrap, sizes: &[usize]) -> Result<(), String> {
             };
             let got = bs.broadcast(root, &mine).map_err(e)?;
             if got != pattern(seed(root, 99, s), s) {
-                return Err(format!("broadcast size {s} root {root}: data differs"));
+                return Err(CollFailure::Verify(format!(
+                    "broadcast size {s} root {root}: data differs"
+                )));
             }
         }
         bs.barrier().map_err(e)?;
@@ -203,9 +237,8 @@ fn main() -> ExitCode {
     }
     match cli.cmd {
         Cmd::BsCollectives { sizes } => {
-            if let Err(m) = collectives(&bs, &sizes) {
-                println!("ERR kind=Verify msg={}", m.replace(' ', "_"));
-                return ExitCode::from(4);
+            if let Err(f) = collectives(&bs, &sizes) {
+                return f.report();
             }
         }
         Cmd::BsBench {
@@ -273,10 +306,15 @@ fn main() -> ExitCode {
         | Cmd::TpOob { .. }
         | Cmd::TpKill { .. }
         | Cmd::TpReorder { .. } => {}
-        Cmd::BsInit | Cmd::BsUid { .. } => {
-            if let Err(e) = collectives(&bs, &[0, 100]) {
-                println!("ERR kind=Verify msg={}", e.replace(' ', "_"));
-                return ExitCode::from(4);
+        Cmd::BsInit { hold_ms } => {
+            if let Err(f) = collectives(&bs, &[0, 100]) {
+                return f.report();
+            }
+            std::thread::sleep(Duration::from_millis(hold_ms));
+        }
+        Cmd::BsUid { .. } => {
+            if let Err(f) = collectives(&bs, &[0, 100]) {
+                return f.report();
             }
         }
     }
