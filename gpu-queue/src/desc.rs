@@ -1,0 +1,500 @@
+//! Typed operations and their slot encoding (the table in `kernels/include/pshmem/ring.h`),
+//! shared by CPU producers and the proxy so that both sides agree by construction.
+
+use crate::layout::{
+    FLAG_RAW_LOCAL, RawSlot, amo, ctrl_flags, ctrl_make, ctrl_nslots, ctrl_op, ctrl_sub, op, signal,
+};
+
+/// The local side of a transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Local {
+    /// A byte offset into this PE's symmetric heap.
+    Heap(u64),
+    /// An address in the producer's process, outside the heap (the proxy stages it).
+    Raw(u64),
+}
+
+/// Atomic memory operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AmoOp {
+    /// Add, return the old value.
+    FetchAdd,
+    /// Add.
+    Add,
+    /// Store, return the old value.
+    Swap,
+    /// Store `operand` if the value equals `compare`, return the old value.
+    CompareSwap,
+    /// Read.
+    Fetch,
+    /// Store.
+    Set,
+}
+
+impl AmoOp {
+    fn code(self) -> u8 {
+        match self {
+            AmoOp::FetchAdd => amo::FETCH_ADD,
+            AmoOp::Add => amo::ADD,
+            AmoOp::Swap => amo::SWAP,
+            AmoOp::CompareSwap => amo::COMPARE_SWAP,
+            AmoOp::Fetch => amo::FETCH,
+            AmoOp::Set => amo::SET,
+        }
+    }
+
+    fn from_code(c: u8) -> Option<Self> {
+        Some(match c {
+            amo::FETCH_ADD => AmoOp::FetchAdd,
+            amo::ADD => AmoOp::Add,
+            amo::SWAP => AmoOp::Swap,
+            amo::COMPARE_SWAP => AmoOp::CompareSwap,
+            amo::FETCH => AmoOp::Fetch,
+            amo::SET => AmoOp::Set,
+            _ => return None,
+        })
+    }
+
+    /// Whether the old value is returned.
+    pub fn fetches(self) -> bool {
+        !matches!(self, AmoOp::Add | AmoOp::Set)
+    }
+
+    /// Applies the operation to `old`, giving the new value (truncated to the width by the
+    /// caller).
+    pub fn apply(self, old: u64, operand: u64, compare: u64) -> u64 {
+        match self {
+            AmoOp::FetchAdd | AmoOp::Add => old.wrapping_add(operand),
+            AmoOp::Swap | AmoOp::Set => operand,
+            AmoOp::CompareSwap if old == compare => operand,
+            AmoOp::CompareSwap | AmoOp::Fetch => old,
+        }
+    }
+}
+
+/// Signal operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SignalOp {
+    /// Store the value.
+    Set,
+    /// Add the value.
+    Add,
+}
+
+impl SignalOp {
+    fn code(self) -> u8 {
+        match self {
+            SignalOp::Set => signal::SET,
+            SignalOp::Add => signal::ADD,
+        }
+    }
+
+    fn from_code(c: u8) -> Option<Self> {
+        match c {
+            signal::SET => Some(SignalOp::Set),
+            signal::ADD => Some(SignalOp::Add),
+            _ => None,
+        }
+    }
+
+    /// The AMO that applies this signal to a 64-bit word.
+    pub fn as_amo(self) -> AmoOp {
+        match self {
+            SignalOp::Set => AmoOp::Set,
+            SignalOp::Add => AmoOp::Add,
+        }
+    }
+}
+
+/// One operation as producers publish it and the proxy executes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Desc {
+    /// Copy `len` bytes from `local` to `remote` on `pe`.
+    Put {
+        /// Target PE.
+        pe: u32,
+        /// Heap offset at the target.
+        remote: u64,
+        /// Source.
+        local: Local,
+        /// Bytes.
+        len: u64,
+    },
+    /// Copy `len` bytes from `remote` on `pe` to `local`.
+    Get {
+        /// Source PE.
+        pe: u32,
+        /// Heap offset at the source.
+        remote: u64,
+        /// Destination.
+        local: Local,
+        /// Bytes.
+        len: u64,
+    },
+    /// Store a value of `width` bytes (1, 2, 4, 8) at `remote` on `pe`.
+    P {
+        /// Target PE.
+        pe: u32,
+        /// Heap offset at the target.
+        remote: u64,
+        /// The value (low `width` bytes, little-endian).
+        value: u64,
+        /// Bytes.
+        width: u8,
+    },
+    /// An atomic on a 32- or 64-bit word at `remote` on `pe`.
+    Amo {
+        /// Target PE.
+        pe: u32,
+        /// Heap offset at the target (aligned to the width).
+        remote: u64,
+        /// The operation.
+        op: AmoOp,
+        /// 64-bit (else 32-bit).
+        wide: bool,
+        /// Operand.
+        operand: u64,
+        /// Comparand (compare-swap).
+        compare: u64,
+        /// Where to store the old value (8 bytes, in the producer's process); 0 for none.
+        result: u64,
+    },
+    /// Update the 64-bit signal word at `remote` on `pe`.
+    Signal {
+        /// Target PE.
+        pe: u32,
+        /// Heap offset of the signal word.
+        remote: u64,
+        /// Value.
+        value: u64,
+        /// Set or add.
+        op: SignalOp,
+    },
+    /// A put, then a signal update that never becomes visible before the data.
+    PutSignal {
+        /// Target PE.
+        pe: u32,
+        /// Heap offset of the destination.
+        remote: u64,
+        /// Source.
+        local: Local,
+        /// Bytes.
+        len: u64,
+        /// Heap offset of the signal word.
+        sig: u64,
+        /// Signal value.
+        value: u64,
+        /// Set or add.
+        op: SignalOp,
+    },
+    /// Operations to a PE after the fence land after those before it.
+    Fence,
+}
+
+/// A set of slots that does not decode to an operation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("undecodable operation (ctrl {ctrl:#010x}): {why}")]
+pub struct DecodeError {
+    /// The first slot's ctrl word.
+    pub ctrl: u32,
+    /// What was wrong.
+    pub why: &'static str,
+}
+
+fn local_bits(l: Local) -> (u8, u64) {
+    match l {
+        Local::Heap(o) => (0, o),
+        Local::Raw(a) => (FLAG_RAW_LOCAL, a),
+    }
+}
+
+fn local_of(flags: u8, b: u64) -> Local {
+    if flags & FLAG_RAW_LOCAL != 0 {
+        Local::Raw(b)
+    } else {
+        Local::Heap(b)
+    }
+}
+
+impl Desc {
+    /// The target PE, if the operation has one.
+    pub fn pe(&self) -> Option<u32> {
+        match *self {
+            Desc::Put { pe, .. }
+            | Desc::Get { pe, .. }
+            | Desc::P { pe, .. }
+            | Desc::Amo { pe, .. }
+            | Desc::Signal { pe, .. }
+            | Desc::PutSignal { pe, .. } => Some(pe),
+            Desc::Fence => None,
+        }
+    }
+
+    /// Encodes into slots; returns them and how many are used.
+    pub fn encode(&self) -> ([RawSlot; 2], usize) {
+        let one = |pe, a, b, c, ctrl| ([RawSlot { a, b, c, pe, ctrl }, RawSlot::default()], 1);
+        let two = |pe, a, b, c, ctrl, a2, b2| {
+            (
+                [
+                    RawSlot { a, b, c, pe, ctrl },
+                    RawSlot {
+                        a: a2,
+                        b: b2,
+                        c: 0,
+                        pe,
+                        ctrl: ctrl_make(op::NOP, 0, 0, 1),
+                    },
+                ],
+                2,
+            )
+        };
+        match *self {
+            Desc::Put {
+                pe,
+                remote,
+                local,
+                len,
+            } => {
+                let (f, b) = local_bits(local);
+                one(pe, remote, b, len, ctrl_make(op::PUT, f, 0, 1))
+            }
+            Desc::Get {
+                pe,
+                remote,
+                local,
+                len,
+            } => {
+                let (f, b) = local_bits(local);
+                one(pe, remote, b, len, ctrl_make(op::GET, f, 0, 1))
+            }
+            Desc::P {
+                pe,
+                remote,
+                value,
+                width,
+            } => one(
+                pe,
+                remote,
+                value,
+                u64::from(width),
+                ctrl_make(op::P, 0, 0, 1),
+            ),
+            Desc::Amo {
+                pe,
+                remote,
+                op: aop,
+                wide,
+                operand,
+                compare,
+                result,
+            } => {
+                let sub = aop.code() | if wide { amo::WIDE } else { 0 };
+                two(
+                    pe,
+                    remote,
+                    operand,
+                    compare,
+                    ctrl_make(op::AMO, 0, sub, 2),
+                    result,
+                    0,
+                )
+            }
+            Desc::Signal {
+                pe,
+                remote,
+                value,
+                op: sop,
+            } => one(
+                pe,
+                remote,
+                value,
+                0,
+                ctrl_make(op::SIGNAL, 0, sop.code(), 1),
+            ),
+            Desc::PutSignal {
+                pe,
+                remote,
+                local,
+                len,
+                sig,
+                value,
+                op: sop,
+            } => {
+                let (f, b) = local_bits(local);
+                two(
+                    pe,
+                    remote,
+                    b,
+                    len,
+                    ctrl_make(op::PUT_SIGNAL, f, sop.code(), 2),
+                    sig,
+                    value,
+                )
+            }
+            Desc::Fence => one(0, 0, 0, 0, ctrl_make(op::FENCE, 0, 0, 1)),
+        }
+    }
+
+    /// Decodes the slots of one operation (as [`crate::Consumer::poll`] hands them out).
+    pub fn decode(s: &[RawSlot]) -> Result<Self, DecodeError> {
+        let ctrl = s[0].ctrl;
+        let bad = |why| DecodeError { ctrl, why };
+        if ctrl_nslots(ctrl) as usize != s.len() {
+            return Err(bad("slot count differs from the slots given"));
+        }
+        let (f, sub, pe) = (ctrl_flags(ctrl), ctrl_sub(ctrl), s[0].pe);
+        let need = |n: usize| {
+            if s.len() == n {
+                Ok(())
+            } else {
+                Err(bad("wrong slot count for the operation"))
+            }
+        };
+        Ok(match ctrl_op(ctrl) {
+            op::PUT => {
+                need(1)?;
+                Desc::Put {
+                    pe,
+                    remote: s[0].a,
+                    local: local_of(f, s[0].b),
+                    len: s[0].c,
+                }
+            }
+            op::GET => {
+                need(1)?;
+                Desc::Get {
+                    pe,
+                    remote: s[0].a,
+                    local: local_of(f, s[0].b),
+                    len: s[0].c,
+                }
+            }
+            op::P => {
+                need(1)?;
+                let width = s[0].c;
+                if !matches!(width, 1 | 2 | 4 | 8) {
+                    return Err(bad("p width is not 1, 2, 4 or 8"));
+                }
+                Desc::P {
+                    pe,
+                    remote: s[0].a,
+                    value: s[0].b,
+                    width: width as u8,
+                }
+            }
+            op::AMO => {
+                need(2)?;
+                Desc::Amo {
+                    pe,
+                    remote: s[0].a,
+                    op: AmoOp::from_code(sub & 0x0f).ok_or_else(|| bad("unknown AMO"))?,
+                    wide: sub & amo::WIDE != 0,
+                    operand: s[0].b,
+                    compare: s[0].c,
+                    result: s[1].a,
+                }
+            }
+            op::SIGNAL => {
+                need(1)?;
+                Desc::Signal {
+                    pe,
+                    remote: s[0].a,
+                    value: s[0].b,
+                    op: SignalOp::from_code(sub).ok_or_else(|| bad("unknown signal op"))?,
+                }
+            }
+            op::PUT_SIGNAL => {
+                need(2)?;
+                Desc::PutSignal {
+                    pe,
+                    remote: s[0].a,
+                    local: local_of(f, s[0].b),
+                    len: s[0].c,
+                    sig: s[1].a,
+                    value: s[1].b,
+                    op: SignalOp::from_code(sub).ok_or_else(|| bad("unknown signal op"))?,
+                }
+            }
+            op::FENCE => Desc::Fence,
+            _ => return Err(bad("unknown operation")),
+        })
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_operation_round_trips() {
+        let all = [
+            Desc::Put {
+                pe: 3,
+                remote: 64,
+                local: Local::Heap(128),
+                len: 1 << 40,
+            },
+            Desc::Get {
+                pe: 1,
+                remote: 8,
+                local: Local::Raw(0xdead_beef),
+                len: 7,
+            },
+            Desc::P {
+                pe: 2,
+                remote: 16,
+                value: u64::MAX,
+                width: 8,
+            },
+            Desc::Amo {
+                pe: 0,
+                remote: 24,
+                op: AmoOp::CompareSwap,
+                wide: true,
+                operand: 5,
+                compare: 6,
+                result: 0x1000,
+            },
+            Desc::Signal {
+                pe: 9,
+                remote: 32,
+                value: 77,
+                op: SignalOp::Add,
+            },
+            Desc::PutSignal {
+                pe: 4,
+                remote: 40,
+                local: Local::Raw(1),
+                len: 99,
+                sig: 48,
+                value: 2,
+                op: SignalOp::Set,
+            },
+            Desc::Fence,
+        ];
+        for d in all {
+            let (slots, n) = d.encode();
+            assert_eq!(Desc::decode(&slots[..n]), Ok(d));
+        }
+    }
+
+    #[test]
+    fn garbage_is_rejected() {
+        let s = RawSlot {
+            ctrl: ctrl_make(99, 0, 0, 1),
+            ..RawSlot::default()
+        };
+        assert!(Desc::decode(&[s]).is_err());
+        let s = RawSlot {
+            ctrl: ctrl_make(op::AMO, 0, 0x0f, 1),
+            ..RawSlot::default()
+        };
+        assert!(Desc::decode(&[s]).is_err());
+        let s = RawSlot {
+            ctrl: ctrl_make(op::P, 0, 0, 1),
+            c: 3,
+            ..RawSlot::default()
+        };
+        assert!(Desc::decode(&[s]).is_err());
+    }
+}

@@ -1,0 +1,42 @@
+//! # pshmem-gpu-queue
+//!
+//! Owns the GPU→CPU command ring that carries one-sided operations from their producers (GPU
+//! threads, or CPU threads in host mode) to the proxy:
+//!
+//! - [`layout`]: the slot and control-block layout, a mirror of `kernels/include/pshmem/ring.h`
+//!   (asserted at compile time here and against the C compiler in `tests/layout.rs`);
+//! - [`ring`]: the ring's memory, the CPU [`Producer`] (the same protocol a GPU producer
+//!   follows) and the proxy-side [`Consumer`], with the memory-ordering argument;
+//! - [`desc`]: typed operations ([`Desc`]) and their slot encoding;
+//! - [`tracker`]: in-order completion accounting ([`Completions`]) for the `completed` counter
+//!   that quiet waits on.
+//!
+//! Under `--cfg loom` the atomics are loom's, so `tests/loom.rs` model-checks the protocol.
+
+pub mod desc;
+pub mod layout;
+pub mod ring;
+mod sync;
+pub mod tracker;
+
+pub use desc::{AmoOp, DecodeError, Desc, Local, SignalOp};
+pub use layout::RawSlot;
+pub use ring::{Consumer, Producer, Ring, RingError, WaitLimit, decode_error};
+pub use tracker::Completions;
+
+/// The C layout probe (compiled from `kernels/include/pshmem/ring.h` by the build script).
+#[cfg(not(loom))]
+pub mod probe {
+    unsafe extern "C" {
+        fn pshmem_ring_layout_probe(n: *mut usize) -> *const u64;
+    }
+
+    /// The values the C compiler computed for the header, in the order of `layout_probe.c`.
+    pub fn values() -> Vec<u64> {
+        let mut n = 0usize;
+        // SAFETY: the probe returns a pointer to a static array and writes its length to `n`.
+        let p = unsafe { pshmem_ring_layout_probe(&mut n) };
+        // SAFETY: `p` points to `n` u64s of static storage.
+        unsafe { std::slice::from_raw_parts(p, n) }.to_vec()
+    }
+}

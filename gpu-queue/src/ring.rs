@@ -1,0 +1,460 @@
+//! The ring's memory, the CPU producer and the proxy-side consumer.
+//!
+//! # Memory ordering
+//!
+//! The happens-before chain of one operation, CPU producer and consumer alike (a GPU producer
+//! follows the same steps, with `st.release.sys` for step 3; see `kernels/include/pshmem/ring.h`):
+//!
+//! 1. The producer reserves `[idx, idx + n)` with a `Relaxed` fetch-add on `head`: the counter
+//!    only hands out distinct indices; nothing is published through it.
+//! 2. Before writing, it makes sure the consumer is done with the previous lap's contents of
+//!    these slots: it loads `tail` with `Acquire` until `idx + n - tail <= capacity`. That
+//!    acquire pairs with the consumer's `Release` store of `tail`, which follows its reads of
+//!    those slots, so the reads happen before the overwrite.
+//! 3. It writes the payload words (`Relaxed`), then the first slot's `ctrl` with `Release`,
+//!    carrying the lap's commit bit.
+//! 4. The consumer loads the first slot's `ctrl` with `Acquire`; a matching commit bit means the
+//!    release of step 3 is seen, and with it every payload word of every slot of the operation.
+//! 5. After the operation's effects (data written, results stored, staged data copied out), the
+//!    consumer stores `completed` with `Release`; waiters load it with `Acquire`, so they see
+//!    those effects.
+//!
+//! `error` is written once by the consumer side (`Release`, compare-exchange from 0) and read by
+//! every waiting producer (`Acquire`), so no wait outlives a failure.
+
+use std::{
+    any::Any,
+    ptr::NonNull,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use crate::{
+    layout::{CTRL_COMMIT, MAX_SLOTS, RawSlot, RingCtrl, Slot, commit_bit, ctrl_nslots, error},
+    sync::{AtomicU64, Ordering, relax},
+};
+
+/// Why a ring operation could not be done.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RingError {
+    /// The proxy raised the ring's error word.
+    #[error("the proxy raised error code {code} (PE {pe:?}): {}", describe(*code))]
+    Raised {
+        /// The error code (see [`crate::layout::error`]).
+        code: u32,
+        /// The PE concerned, if any.
+        pe: Option<u32>,
+    },
+    /// A wait ran past its deadline.
+    #[error("timed out after {waited:?} waiting for {what}: is the proxy thread running?")]
+    Timeout {
+        /// What was awaited.
+        what: &'static str,
+        /// How long.
+        waited: Duration,
+    },
+    /// An operation with an impossible slot count.
+    #[error("an operation takes 1..={max} slots, not {nslots}", max = MAX_SLOTS)]
+    BadSlotCount {
+        /// The count asked for.
+        nslots: usize,
+    },
+    /// The consumer found a slot that violates the protocol (torn or foreign write).
+    #[error("protocol violation at ring index {index}: {what}")]
+    Protocol {
+        /// Ring index.
+        index: u64,
+        /// What was wrong.
+        what: &'static str,
+    },
+}
+
+fn describe(code: u32) -> &'static str {
+    match code {
+        error::PEER_DEAD => "a peer died",
+        error::OP_FAILED => "an operation failed at the transport",
+        error::PROXY => "the proxy failed or shut down",
+        _ => "unknown code",
+    }
+}
+
+/// Decodes an error word.
+pub fn decode_error(word: u64) -> Option<RingError> {
+    (word != 0).then(|| {
+        let pe = word as u32;
+        RingError::Raised {
+            code: (word >> 32) as u32,
+            pe: (pe != error::NO_PE).then_some(pe),
+        }
+    })
+}
+
+/// A bound on a wait: an optional deadline.
+#[derive(Debug, Clone, Copy)]
+pub struct WaitLimit {
+    start: Instant,
+    limit: Option<Duration>,
+}
+
+impl WaitLimit {
+    /// Waits at most `limit` (`None`: until the error word says otherwise).
+    pub fn new(limit: Option<Duration>) -> Self {
+        Self {
+            start: Instant::now(),
+            limit,
+        }
+    }
+
+    fn check(&self, what: &'static str) -> Result<(), RingError> {
+        match self.limit {
+            Some(l) if self.start.elapsed() > l => Err(RingError::Timeout {
+                what,
+                waited: self.start.elapsed(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The memory behind a ring that this process does not own as Rust boxes (pinned host memory
+/// mapped for the GPU, say); kept alive as long as the ring.
+pub type Backing = Box<dyn Any + Send + Sync>;
+
+/// A ring: `capacity` slots and a control block, shared by producers and one consumer.
+#[derive(Debug)]
+pub struct Ring {
+    slots: NonNull<Slot>,
+    ctrl: NonNull<RingCtrl>,
+    capacity: u64,
+    mask: u64,
+    _backing: Owner,
+}
+
+enum Owner {
+    Host {
+        _slots: Box<[Slot]>,
+        _ctrl: Box<RingCtrl>,
+    },
+    External(#[allow(dead_code)] Backing),
+}
+
+impl std::fmt::Debug for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Owner::Host { .. } => "host",
+            Owner::External(_) => "external",
+        })
+    }
+}
+
+// SAFETY: the ring is made of atomics only (slots and control block); the pointers stay valid
+// for the ring's life because it owns (or keeps alive) the memory they point to.
+unsafe impl Send for Ring {}
+// SAFETY: as above; every access goes through atomics.
+unsafe impl Sync for Ring {}
+
+impl Ring {
+    /// A ring in ordinary host memory (CPU producers, tests, host mode).
+    ///
+    /// # Panics
+    /// If `capacity` is not a power of two of at least [`MAX_SLOTS`].
+    pub fn new_host(capacity: usize) -> Arc<Self> {
+        assert!(
+            capacity.is_power_of_two() && capacity >= MAX_SLOTS as usize,
+            "ring capacity must be a power of two >= {MAX_SLOTS}"
+        );
+        let mut slots: Box<[Slot]> = (0..capacity).map(|_| Slot::default()).collect();
+        let mut ctrl = Box::<RingCtrl>::default();
+        let sp = NonNull::from(&mut slots[0]);
+        let cp = NonNull::from(&mut *ctrl);
+        Arc::new(Self {
+            slots: sp,
+            ctrl: cp,
+            capacity: capacity as u64,
+            mask: capacity as u64 - 1,
+            _backing: Owner::Host {
+                _slots: slots,
+                _ctrl: ctrl,
+            },
+        })
+    }
+
+    /// A ring over memory allocated elsewhere (for example pinned host memory the GPU writes).
+    ///
+    /// # Safety
+    /// `slots` must point to `capacity` zeroed [`Slot`]s and `ctrl` to a zeroed [`RingCtrl`],
+    /// both valid for reads and writes, suitably aligned, and kept alive by `backing` until the
+    /// ring is dropped; nothing else may access them except through the ring protocol.
+    /// `capacity` must be a power of two of at least [`MAX_SLOTS`].
+    pub unsafe fn from_raw(
+        slots: NonNull<Slot>,
+        ctrl: NonNull<RingCtrl>,
+        capacity: usize,
+        backing: Backing,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            slots,
+            ctrl,
+            capacity: capacity as u64,
+            mask: capacity as u64 - 1,
+            _backing: Owner::External(backing),
+        })
+    }
+
+    /// Slots in the ring.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The control block.
+    pub fn ctrl(&self) -> &RingCtrl {
+        // SAFETY: valid for the ring's life (constructor contracts).
+        unsafe { self.ctrl.as_ref() }
+    }
+
+    /// The slot that ring index `index` maps to.
+    fn slot(&self, index: u64) -> &Slot {
+        // SAFETY: `index & mask < capacity`, and the slots are valid for the ring's life.
+        unsafe { &*self.slots.as_ptr().add((index & self.mask) as usize) }
+    }
+
+    /// Addresses of the slots and control block (for handing the ring to a GPU).
+    pub fn raw_parts(&self) -> (NonNull<Slot>, NonNull<RingCtrl>) {
+        (self.slots, self.ctrl)
+    }
+
+    /// The error word, decoded.
+    pub fn error(&self) -> Option<RingError> {
+        // Acquire: pairs with the release in `raise`, so what the proxy recorded before raising
+        // (its sticky error) is visible to whoever reads the word.
+        decode_error(self.ctrl().error.load(Ordering::Acquire))
+    }
+
+    /// Raises the error word (the first raise wins). Returns whether this call set it.
+    pub fn raise(&self, code: u32, pe: Option<u32>) -> bool {
+        let word = (u64::from(code) << 32) | u64::from(pe.unwrap_or(error::NO_PE));
+        self.ctrl()
+            .error
+            .compare_exchange(0, word, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Operations below this index have finished.
+    pub fn completed(&self) -> u64 {
+        // Acquire: pairs with the consumer's release store in `Consumer::set_completed`.
+        self.ctrl().completed.load(Ordering::Acquire)
+    }
+
+    /// Spins (with back-off) until `cond` holds, the error word is raised, or `limit` passes.
+    fn wait(
+        &self,
+        what: &'static str,
+        limit: &WaitLimit,
+        mut cond: impl FnMut() -> bool,
+    ) -> Result<(), RingError> {
+        let mut step = 0u32;
+        loop {
+            if cond() {
+                return Ok(());
+            }
+            if let Some(e) = self.error() {
+                return Err(e);
+            }
+            if step % 256 == 255 {
+                limit.check(what)?;
+            }
+            relax(step.min(1 << 20));
+            step = step.wrapping_add(1);
+        }
+    }
+
+    /// Waits until every operation below `index` has finished.
+    pub fn wait_completed(&self, index: u64, limit: &WaitLimit) -> Result<(), RingError> {
+        self.wait("operations to complete", limit, || {
+            self.completed() >= index
+        })
+    }
+}
+
+/// A CPU producer. Any number of threads may share one (`&self` methods); each reservation is
+/// one fetch-add on the ring's `head`.
+#[derive(Debug)]
+pub struct Producer {
+    ring: Arc<Ring>,
+    /// The last tail seen (only ever grows; `Relaxed`: it is a hint, re-read with acquire
+    /// before any slot is reused).
+    tail_cache: AtomicU64,
+}
+
+impl Producer {
+    /// A producer on `ring`.
+    pub fn new(ring: Arc<Ring>) -> Self {
+        Self {
+            ring,
+            tail_cache: AtomicU64::new(0),
+        }
+    }
+
+    /// The ring.
+    pub fn ring(&self) -> &Arc<Ring> {
+        &self.ring
+    }
+
+    /// Every operation reserved so far lies below this index (what quiet waits for).
+    pub fn head(&self) -> u64 {
+        // Acquire: a quiet issued after another thread's push (synchronised with it by the
+        // application) must see that push's reservation.
+        self.ring.ctrl().head.load(Ordering::Acquire)
+    }
+
+    /// Publishes one operation of 1..=[`MAX_SLOTS`] slots (`ctrl` words without commit bit;
+    /// the first slot's carries the slot count). Returns the index just past it: the operation
+    /// has finished once [`Ring::completed`] reaches it.
+    ///
+    /// After an error the ring is unusable: a reserved slot may stay unpublished.
+    pub fn push(&self, slots: &[RawSlot], limit: &WaitLimit) -> Result<u64, RingError> {
+        let n = slots.len();
+        if n == 0 || n > MAX_SLOTS as usize || ctrl_nslots(slots[0].ctrl) as usize != n {
+            return Err(RingError::BadSlotCount { nslots: n });
+        }
+        if let Some(e) = self.ring.error() {
+            return Err(e);
+        }
+        let ring = &*self.ring;
+        let cap = ring.capacity;
+        // Relaxed: the fetch-add only hands out distinct indices (memory-ordering step 1).
+        let idx = ring.ctrl().head.fetch_add(n as u64, Ordering::Relaxed);
+        let end = idx + n as u64;
+        if end - self.tail_cache.load(Ordering::Relaxed) > cap {
+            ring.wait("room in the ring", limit, || {
+                // Acquire: step 2 — the consumer's reads of this lap's slots happen before
+                // our writes below.
+                let tail = ring.ctrl().tail.load(Ordering::Acquire);
+                self.tail_cache.fetch_max(tail, Ordering::Relaxed);
+                end - tail <= cap
+            })?;
+        }
+        for (i, s) in slots.iter().enumerate().rev() {
+            let at = idx + i as u64;
+            let slot = ring.slot(at);
+            slot.a.store(s.a, Ordering::Relaxed);
+            slot.b.store(s.b, Ordering::Relaxed);
+            slot.c.store(s.c, Ordering::Relaxed);
+            slot.pe.store(s.pe, Ordering::Relaxed);
+            let ctrl = (s.ctrl & !CTRL_COMMIT) | commit_bit(at, cap);
+            if i == 0 {
+                // Release: step 3 — publishes every store above, continuation slots included.
+                slot.ctrl.store(ctrl, Ordering::Release);
+            } else {
+                // Relaxed: ordered before the consumer's view by the first slot's release.
+                slot.ctrl.store(ctrl, Ordering::Relaxed);
+            }
+        }
+        Ok(end)
+    }
+
+    /// Waits until everything reserved so far has finished (quiet).
+    pub fn quiet(&self, limit: &WaitLimit) -> Result<(), RingError> {
+        self.ring.wait_completed(self.head(), limit)
+    }
+}
+
+/// The consumer side (one per ring, owned by a proxy thread).
+#[derive(Debug)]
+pub struct Consumer {
+    ring: Arc<Ring>,
+    pos: u64,
+    tail_published: u64,
+    tail_batch: u64,
+}
+
+impl Consumer {
+    /// The consumer of `ring`; it hands slots back to producers every `capacity / 8` slots,
+    /// and whenever it finds the ring empty.
+    pub fn new(ring: Arc<Ring>) -> Self {
+        let tail_batch = (ring.capacity / 8).max(1);
+        Self {
+            ring,
+            pos: 0,
+            tail_published: 0,
+            tail_batch,
+        }
+    }
+
+    /// The ring.
+    pub fn ring(&self) -> &Arc<Ring> {
+        &self.ring
+    }
+
+    /// Index of the next operation to consume.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Copies out up to `max_ops` published operations, in order, calling `f(index, slots)`
+    /// for each. Returns how many were consumed.
+    pub fn poll(
+        &mut self,
+        max_ops: usize,
+        mut f: impl FnMut(u64, &[RawSlot]),
+    ) -> Result<usize, RingError> {
+        let ring = &*self.ring;
+        let cap = ring.capacity;
+        let mut n = 0;
+        let mut buf = [RawSlot::default(); MAX_SLOTS as usize];
+        while n < max_ops {
+            let first = ring.slot(self.pos);
+            // Acquire: step 4 — pairs with the producer's release of this ctrl word.
+            let ctrl = first.ctrl.load(Ordering::Acquire);
+            if ctrl & CTRL_COMMIT != commit_bit(self.pos, cap) {
+                break;
+            }
+            let ns = ctrl_nslots(ctrl);
+            if ns > MAX_SLOTS {
+                return Err(RingError::Protocol {
+                    index: self.pos,
+                    what: "slot count above the maximum",
+                });
+            }
+            for (i, out) in buf.iter_mut().enumerate().take(ns as usize) {
+                let at = self.pos + i as u64;
+                let s = ring.slot(at);
+                let c = if i == 0 {
+                    ctrl
+                } else {
+                    s.ctrl.load(Ordering::Relaxed)
+                };
+                if c & CTRL_COMMIT != commit_bit(at, cap) {
+                    return Err(RingError::Protocol {
+                        index: at,
+                        what: "continuation slot not published with its operation",
+                    });
+                }
+                *out = RawSlot {
+                    a: s.a.load(Ordering::Relaxed),
+                    b: s.b.load(Ordering::Relaxed),
+                    c: s.c.load(Ordering::Relaxed),
+                    pe: s.pe.load(Ordering::Relaxed),
+                    ctrl: c & !CTRL_COMMIT,
+                };
+            }
+            f(self.pos, &buf[..ns as usize]);
+            self.pos += u64::from(ns);
+            n += 1;
+        }
+        let unpublished = self.pos - self.tail_published;
+        if unpublished >= self.tail_batch || (n < max_ops && unpublished > 0) {
+            // Release: the copies above happen before any producer reuses these slots.
+            ring.ctrl().tail.store(self.pos, Ordering::Release);
+            self.tail_published = self.pos;
+        }
+        Ok(n)
+    }
+
+    /// Declares every operation below `index` finished.
+    pub fn set_completed(&self, index: u64) {
+        // Release: step 5 — the operations' effects happen before a waiter's acquire.
+        self.ring.ctrl().completed.store(index, Ordering::Release);
+    }
+}
