@@ -462,11 +462,13 @@ impl Bootstrap {
     fn wait_from(&self, peer: usize, deadline: Instant, op: &str) -> Result<Vec<u8>> {
         let mut st = self.shared.lock();
         loop {
-            if let Some(f) = &st.failure {
-                return Err(f.to_error(self.rank(), op));
-            }
+            // A message that arrived whole before a failure is still delivered: a root that
+            // sent its results and then exited (an error path) completed the collective.
             if let Some(m) = st.inbox[peer].pop_front() {
                 return Ok(m);
+            }
+            if let Some(f) = &st.failure {
+                return Err(f.to_error(self.rank(), op));
             }
             let now = Instant::now();
             if now >= deadline {

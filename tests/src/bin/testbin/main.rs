@@ -9,6 +9,7 @@ use std::{
 
 use clap::{Parser, Subcommand};
 
+mod runtime;
 mod transport;
 use pshmem_bootstrap::{Bootstrap, BootstrapError, UniqueId};
 use pshmem_tests::{epoch_ms, pattern};
@@ -105,6 +106,34 @@ enum Cmd {
     BsUid {
         #[arg(long)]
         file: std::path::PathBuf,
+    },
+    /// Runtime: every host operation verified; prints a digest.
+    RtOps {
+        #[arg(long, value_delimiter = ',', default_value = "1,7,4096,65537,1048579")]
+        sizes: Vec<usize>,
+        #[arg(long, default_value_t = 30)]
+        rounds: usize,
+    },
+    /// Runtime: typed errors for bad arguments and use after finalize.
+    RtErrors,
+    /// Runtime: a collective allocation that differs across PEs (`size` or `order`).
+    RtMismatch {
+        #[arg(long, default_value = "size")]
+        how: String,
+    },
+    /// Runtime: `victim` dies while the others are in `phase` (barrier, quiet, wait).
+    RtKill {
+        #[arg(long, default_value_t = 1)]
+        victim: usize,
+        #[arg(long, default_value = "barrier")]
+        phase: String,
+    },
+    /// Runtime: put then signal without a fence, counting signals seen before their data.
+    RtUnordered {
+        #[arg(long, default_value_t = 200)]
+        rounds: usize,
+        #[arg(long, default_value_t = 65536)]
+        size: usize,
     },
 }
 
@@ -208,6 +237,48 @@ fn collectives(bs: &Bootstrap, sizes: &[usize]) -> Result<(), CollFailure> {
     Ok(())
 }
 
+/// Runs a runtime scenario on the joined bootstrap.
+fn run_runtime(cmd: &Cmd, bs: Bootstrap) -> ExitCode {
+    let s = match runtime::init(bs) {
+        Ok(s) => s,
+        Err(e) => return runtime::report(&e),
+    };
+    let verify = |r: Result<(), String>| match r {
+        Ok(()) => None,
+        Err(m) => {
+            println!("ERR kind=Verify msg={}", m.replace(' ', "_"));
+            eprintln!("error: {m}");
+            Some(ExitCode::from(4))
+        }
+    };
+    let failed = match cmd {
+        Cmd::RtOps { sizes, rounds } => verify(runtime::ops(&s, sizes, *rounds)),
+        Cmd::RtErrors => {
+            if let Some(c) = verify(runtime::errors(&s)) {
+                return c;
+            }
+            println!("OK done rank={}", s.my_pe());
+            return ExitCode::SUCCESS;
+        }
+        Cmd::RtUnordered { rounds, size } => verify(runtime::unordered(&s, *rounds, *size)),
+        Cmd::RtMismatch { how } => runtime::mismatch(&s, how)
+            .err()
+            .map(|e| runtime::report(&e)),
+        Cmd::RtKill { victim, phase } => runtime::kill(&s, *victim, phase)
+            .err()
+            .map(|e| runtime::report(&e)),
+        _ => unreachable!("not a runtime scenario"),
+    };
+    if let Some(code) = failed {
+        return code;
+    }
+    if let Err(e) = s.finalize() {
+        return runtime::report(&e);
+    }
+    println!("OK done rank={}", s.my_pe());
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     pshmem_bootstrap::init_logging();
     let cli = Cli::parse();
@@ -219,6 +290,16 @@ fn main() -> ExitCode {
         Ok(b) => b,
         Err(e) => return report(&e),
     };
+    if matches!(
+        cli.cmd,
+        Cmd::RtOps { .. }
+            | Cmd::RtErrors
+            | Cmd::RtMismatch { .. }
+            | Cmd::RtKill { .. }
+            | Cmd::RtUnordered { .. }
+    ) {
+        return run_runtime(&cli.cmd, bs);
+    }
     let me = bs.rank();
     let tp = match &cli.cmd {
         Cmd::TpRma { which, sizes } => Some(transport::rma(&bs, which, sizes)),
@@ -306,6 +387,11 @@ fn main() -> ExitCode {
         | Cmd::TpOob { .. }
         | Cmd::TpKill { .. }
         | Cmd::TpReorder { .. } => {}
+        Cmd::RtOps { .. }
+        | Cmd::RtErrors
+        | Cmd::RtMismatch { .. }
+        | Cmd::RtKill { .. }
+        | Cmd::RtUnordered { .. } => unreachable!("dispatched above"),
         Cmd::BsInit { hold_ms } => {
             if let Err(f) = collectives(&bs, &[0, 100]) {
                 return f.report();

@@ -1,0 +1,1279 @@
+//! The proxy loop: drain rings, queue work per (channel, target PE), issue it to the transport,
+//! handle completions and peers' requests, advance the rings' completion counters.
+//!
+//! One turn of the loop:
+//! 1. tell the transport about newly dead peers;
+//! 2. drain up to `batch` operations from each ring into per-(channel, PE) FIFO queues
+//!    (operations on this PE itself are applied at once, in order);
+//! 3. issue queued work front first, until the transport pushes back (`Retry`), staging runs
+//!    out, or a fence gate closes;
+//! 4. poll the transport: completions, peers' requests (AMOs, signals) and acks, tagged writes;
+//! 5. send the acks gathered this turn (one message per peer);
+//! 6. move each ring's `completed` counter past its finished prefix;
+//! 7. back off if nothing happened.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Instant,
+};
+
+use pshmem_gpu_queue::{
+    AmoOp, Completions, Consumer, Desc, Local, SignalOp, layout::error as code,
+};
+use pshmem_transport::{
+    Caps, Event, LocalMem, LocalRef, MemKind, MrId, PostError, RemoteMrId, RemoteRef, Transport,
+};
+
+use crate::{
+    Health, ProxyConfig, ProxyError, ProxySetup,
+    mem::{self, HeapMem, MemError},
+    slab::GenSlab,
+    wire::{self, Ack, Message, Request, RequestKind, Status},
+};
+
+/// Marks a transport context as a message send (whose completion the proxy ignores); the rest
+/// of a request's context is its part's key.
+const SEND: u64 = 1 << 63;
+/// The context of ack messages (no part: bit 62 is never set in a slab key).
+const ACK_CTX: u64 = SEND | 1 << 62;
+/// Largest single write or read the proxy posts from the heap (bigger ones are split).
+const MAX_PART: u64 = 16 << 20;
+/// Bits of a write tag (the rest of the remote CQ data names the source PE).
+const TAG_BITS: u32 = 40;
+
+/// How put-with-signal and fence keep their order on this transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalMode {
+    /// Delivery is ordered per peer: nothing to do.
+    Ordered,
+    /// Unordered, with remote CQ data: data writes carry a tag; the target applies the signal
+    /// after every tagged write landed. Fence gates the PE's queue.
+    Tagged,
+    /// Unordered, without remote CQ data: the signal (and anything after a fence) waits for
+    /// the delivery completion of what precedes it.
+    Gated,
+}
+
+impl SignalMode {
+    /// The mode a transport's capabilities call for.
+    pub fn for_caps(caps: &Caps) -> Option<Self> {
+        if caps.ordered {
+            Some(Self::Ordered)
+        } else if caps.remote_cq_data {
+            Some(Self::Tagged)
+        } else if caps.delivery_complete {
+            Some(Self::Gated)
+        } else {
+            None
+        }
+    }
+}
+
+/// Work queued for one (channel, PE).
+#[derive(Debug)]
+enum Work {
+    Put {
+        op: u64,
+        remote: u64,
+        local: Local,
+        len: u64,
+        issued: u64,
+        tag: Option<u64>,
+        last: bool,
+    },
+    Get {
+        op: u64,
+        remote: u64,
+        local: Local,
+        len: u64,
+        issued: u64,
+    },
+    P {
+        op: u64,
+        remote: u64,
+        value: u64,
+        width: u8,
+    },
+    Amo {
+        op: u64,
+        remote: u64,
+        aop: AmoOp,
+        wide: bool,
+        operand: u64,
+        compare: u64,
+    },
+    Signal {
+        op: u64,
+        remote: u64,
+        value: u64,
+        sop: SignalOp,
+        tag: Option<u64>,
+    },
+    /// Passes once everything issued before it to this PE has completed.
+    Gate,
+}
+
+#[derive(Debug, Default)]
+struct PeQueue {
+    work: VecDeque<Work>,
+    /// Parts posted to this PE from this channel and not yet complete.
+    outstanding: u32,
+    /// In the active list.
+    active: bool,
+}
+
+/// One logical operation from a ring.
+#[derive(Debug)]
+struct Op {
+    chan: u16,
+    seq: u64,
+    /// 1 while still being issued, plus the parts in flight.
+    pending: u32,
+    /// Where a fetching AMO's old value goes (0: nowhere).
+    result: u64,
+    /// Data parts issued (a tagged signal waits for this many writes).
+    data_parts: u32,
+}
+
+/// One transport operation (a write, a read, or a request awaiting its ack).
+#[derive(Debug)]
+struct Part {
+    op: u64,
+    pe: u32,
+    chan: u16,
+    chunk: Option<u32>,
+    /// Copy `len` bytes from the chunk to this process address on completion.
+    copy_out: Option<(u64, usize)>,
+}
+
+/// Registered bounce memory for raw-address sources and destinations.
+struct Staging {
+    buf: Vec<u8>,
+    mr: MrId,
+    chunk: usize,
+    free: Vec<u32>,
+    /// A small area for payloads that fit the inject size (copied by the transport at post).
+    scratch: usize,
+    /// Its length: the largest payload posted from it.
+    inject: usize,
+}
+
+impl Staging {
+    fn chunk_ptr(&mut self, c: u32) -> *mut u8 {
+        self.buf[c as usize * self.chunk..].as_mut_ptr()
+    }
+}
+
+/// A target-side record of tagged writes and the signal waiting for them.
+#[derive(Debug, Default)]
+struct TagState {
+    arrived: u32,
+    signal: Option<Request>,
+}
+
+struct Chan {
+    cons: Consumer,
+    done: Completions,
+    queues: Vec<PeQueue>,
+}
+
+/// A transport event, copied out of the poll callback.
+#[derive(Debug)]
+enum Ev {
+    Done(u64, Option<u64>),
+    Failed(u64, String),
+    Tagged(u64),
+}
+
+/// What issuing one queue achieved.
+enum Issue {
+    /// The queue is empty.
+    Drained,
+    /// Blocked (transport back-pressure, staging, or a closed gate).
+    Blocked,
+}
+
+/// The proxy's state, owned by its thread.
+pub struct Engine {
+    t: Box<dyn Transport>,
+    caps: Caps,
+    me: u32,
+    n: usize,
+    heap: HeapMem,
+    heap_mr: MrId,
+    remote: Vec<RemoteMrId>,
+    chans: Vec<Chan>,
+    ops: GenSlab<Op>,
+    parts: GenSlab<Part>,
+    staging: Staging,
+    active: VecDeque<(u16, u32)>,
+    mode: SignalMode,
+    tags: HashMap<(u32, u64), TagState>,
+    next_tag: u64,
+    acks: HashMap<u32, Vec<Ack>>,
+    /// Messages that met back-pressure, in order.
+    outbox: VecDeque<(u32, Vec<u8>, u64)>,
+    health: Arc<Health>,
+    cfg: ProxyConfig,
+    stop: Arc<AtomicBool>,
+    dead_seen: u64,
+    failed: bool,
+    /// Reused buffers (no allocation per turn).
+    events: Vec<Ev>,
+    msgs: Vec<Vec<u8>>,
+    taken: Vec<(u64, Result<Desc, String>)>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("pe", &self.me)
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    pub(crate) fn new(
+        mut s: ProxySetup,
+        cfg: ProxyConfig,
+        health: Arc<Health>,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Self, ProxyError> {
+        let caps = s.transport.caps().clone();
+        let me = s.transport.my_pe();
+        let n = s.transport.n_pes();
+        let mode = SignalMode::for_caps(&caps).ok_or_else(|| ProxyError::Unorderable {
+            pe: me,
+            transport: caps.name.clone(),
+        })?;
+        let chunk = cfg.staging_chunk.max(4096);
+        let chunks = cfg.staging_chunks.max(1);
+        let scratch = chunk * chunks;
+        // Payloads up to the inject size go through the scratch area (the transport copies
+        // them at post); larger inline payloads take a chunk.
+        let inject = caps.inject_size.clamp(8, 64 << 10);
+        let mut buf = vec![0u8; scratch + inject];
+        // SAFETY: `buf` is owned by the engine, never reallocated, and lives as long as the
+        // transport (the engine drops the transport first: field order).
+        let mr = unsafe {
+            s.transport.mr_reg(LocalMem {
+                ptr: buf.as_mut_ptr(),
+                len: buf.len(),
+                kind: MemKind::Host,
+            })
+        }
+        .map_err(|source| ProxyError::Setup {
+            pe: me,
+            what: "registering the staging buffers",
+            source,
+        })?;
+        let chans = s
+            .channels
+            .into_iter()
+            .map(|r| Chan {
+                cons: Consumer::new(r),
+                done: Completions::new(),
+                queues: (0..n).map(|_| PeQueue::default()).collect(),
+            })
+            .collect();
+        Ok(Self {
+            t: s.transport,
+            caps,
+            me: me as u32,
+            n,
+            heap: s.heap,
+            heap_mr: s.heap_mr,
+            remote: s.remote_heaps,
+            chans,
+            ops: GenSlab::new(),
+            parts: GenSlab::new(),
+            staging: Staging {
+                buf,
+                mr,
+                chunk,
+                free: (0..chunks as u32).rev().collect(),
+                scratch,
+                inject,
+            },
+            active: VecDeque::new(),
+            mode,
+            tags: HashMap::new(),
+            next_tag: 1,
+            acks: HashMap::new(),
+            outbox: VecDeque::new(),
+            health,
+            cfg,
+            stop,
+            dead_seen: 0,
+            failed: false,
+            events: Vec::new(),
+            msgs: Vec::new(),
+            taken: Vec::new(),
+        })
+    }
+
+    /// Runs until stopped (draining outstanding work first, within the drain limit) or until
+    /// the job fails.
+    pub(crate) fn run(&mut self) {
+        if let Some(cpu) = self.cfg.cpu {
+            pin(cpu);
+        }
+        let mut idle_since: Option<Instant> = None;
+        let mut stop_at: Option<Instant> = None;
+        let mut spins = 0u32;
+        loop {
+            let work = self.turn();
+            if self.failed || self.health.faulted() {
+                // The job is failing: every ring is raised; keep nothing waiting on us.
+                return;
+            }
+            // Acquire: pairs with `Proxy::stop`'s release.
+            if self.stop.load(Ordering::Acquire) {
+                let t = *stop_at.get_or_insert_with(Instant::now);
+                if self.idle() || t.elapsed() > self.cfg.drain_limit {
+                    if !self.idle() {
+                        self.health.raise(
+                            code::PROXY,
+                            None,
+                            format!(
+                                "PE {}: proxy stopped with {} operations unfinished after {:?}",
+                                self.me,
+                                self.ops.len(),
+                                self.cfg.drain_limit
+                            ),
+                        );
+                    }
+                    return;
+                }
+            }
+            if work > 0 {
+                idle_since = None;
+                spins = 0;
+                continue;
+            }
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            // Sleep only with nothing in flight: a completion or ack may be moments away.
+            let waiting = self.parts.len() > 0 || !self.active.is_empty();
+            if waiting || self.cfg.idle_after.is_zero() || since.elapsed() < self.cfg.idle_after {
+                spins = spins.wrapping_add(1);
+                if spins % 64 == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            } else {
+                std::thread::sleep(self.cfg.max_sleep);
+            }
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.ops.len() == 0
+            && self.parts.len() == 0
+            && self.outbox.is_empty()
+            && self.acks.is_empty()
+            && self.active.is_empty()
+    }
+
+    /// One turn; returns a measure of the work done (0 = idle).
+    fn turn(&mut self) -> usize {
+        for (pe, why) in self.health.dead_since(&mut self.dead_seen) {
+            self.t.fail_peer(pe, &why);
+        }
+        let mut work = 0;
+        for c in 0..self.chans.len() {
+            work += self.drain(c);
+        }
+        work += self.issue_all();
+        work += self.poll();
+        work += self.flush_messages();
+        for c in &mut self.chans {
+            if let Some(v) = c.done.advance() {
+                c.cons.set_completed(v);
+            }
+        }
+        work
+    }
+
+    fn fault(&mut self, code: u32, pe: Option<usize>, detail: String) {
+        self.failed = true;
+        self.health.raise(code, pe, detail);
+    }
+
+    // ---- draining ---------------------------------------------------------------------------
+
+    fn drain(&mut self, c: usize) -> usize {
+        let mut taken = std::mem::take(&mut self.taken);
+        let batch = self.cfg.batch;
+        let res = self.chans[c].cons.poll(batch, |idx, slots| {
+            let end = idx + slots.len() as u64;
+            taken.push((end, Desc::decode(slots).map_err(|e| e.to_string())));
+        });
+        if let Err(e) = res {
+            self.fault(code::PROXY, None, format!("PE {}: ring {c}: {e}", self.me));
+            return 0;
+        }
+        let n = taken.len();
+        for (end, d) in taken.drain(..) {
+            let seq = self.chans[c].done.push(end);
+            match d {
+                Ok(d) => self.accept(c as u16, seq, d),
+                Err(e) => {
+                    self.fault(code::PROXY, None, format!("PE {}: ring {c}: {e}", self.me));
+                    break;
+                }
+            }
+        }
+        self.taken = taken;
+        n
+    }
+
+    fn new_op(&mut self, chan: u16, seq: u64, result: u64) -> u64 {
+        self.ops.insert(Op {
+            chan,
+            seq,
+            pending: 1,
+            result,
+            data_parts: 0,
+        })
+    }
+
+    /// Takes one operation from a ring: applies it (this PE, fences on ordered transports) or
+    /// queues it for its target PE.
+    fn accept(&mut self, chan: u16, seq: u64, d: Desc) {
+        if let Some(pe) = d.pe()
+            && pe as usize >= self.n
+        {
+            self.fault(
+                code::OP_FAILED,
+                None,
+                format!("PE {}: operation for PE {pe} of {}: {d:?}", self.me, self.n),
+            );
+            return;
+        }
+        if d.pe() == Some(self.me) {
+            let res = self.apply_local(&d);
+            match res {
+                Ok(()) => self.chans[chan as usize].done.finish(seq),
+                Err(e) => self.fault(
+                    code::OP_FAILED,
+                    Some(self.me as usize),
+                    format!("PE {}: {d:?} on itself: {e}", self.me),
+                ),
+            }
+            return;
+        }
+        let ordered = self.mode == SignalMode::Ordered;
+        match d {
+            Desc::Fence => {
+                if !ordered {
+                    for pe in 0..self.n as u32 {
+                        let q = &self.chans[chan as usize].queues[pe as usize];
+                        if q.outstanding > 0 || !q.work.is_empty() {
+                            self.enqueue(chan, pe, Work::Gate);
+                        }
+                    }
+                }
+                self.chans[chan as usize].done.finish(seq);
+            }
+            Desc::Put {
+                pe,
+                remote,
+                local,
+                len,
+            } => {
+                let op = self.new_op(chan, seq, 0);
+                self.enqueue(
+                    chan,
+                    pe,
+                    Work::Put {
+                        op,
+                        remote,
+                        local,
+                        len,
+                        issued: 0,
+                        tag: None,
+                        last: true,
+                    },
+                );
+            }
+            Desc::Get {
+                pe,
+                remote,
+                local,
+                len,
+            } => {
+                let op = self.new_op(chan, seq, 0);
+                self.enqueue(
+                    chan,
+                    pe,
+                    Work::Get {
+                        op,
+                        remote,
+                        local,
+                        len,
+                        issued: 0,
+                    },
+                );
+            }
+            Desc::P {
+                pe,
+                remote,
+                value,
+                width,
+            } => {
+                let op = self.new_op(chan, seq, 0);
+                self.enqueue(
+                    chan,
+                    pe,
+                    Work::P {
+                        op,
+                        remote,
+                        value,
+                        width,
+                    },
+                );
+            }
+            Desc::Amo {
+                pe,
+                remote,
+                op: aop,
+                wide,
+                operand,
+                compare,
+                result,
+            } => {
+                let op = self.new_op(chan, seq, result);
+                self.enqueue(
+                    chan,
+                    pe,
+                    Work::Amo {
+                        op,
+                        remote,
+                        aop,
+                        wide,
+                        operand,
+                        compare,
+                    },
+                );
+            }
+            Desc::Signal {
+                pe,
+                remote,
+                value,
+                op: sop,
+            } => {
+                let op = self.new_op(chan, seq, 0);
+                self.enqueue(
+                    chan,
+                    pe,
+                    Work::Signal {
+                        op,
+                        remote,
+                        value,
+                        sop,
+                        tag: None,
+                    },
+                );
+            }
+            Desc::PutSignal {
+                pe,
+                remote,
+                local,
+                len,
+                sig,
+                value,
+                op: sop,
+            } => {
+                let op = self.new_op(chan, seq, 0);
+                let tag = (self.mode == SignalMode::Tagged).then(|| {
+                    let t = self.next_tag;
+                    self.next_tag = (self.next_tag + 1) & ((1 << TAG_BITS) - 1);
+                    t
+                });
+                self.enqueue(
+                    chan,
+                    pe,
+                    Work::Put {
+                        op,
+                        remote,
+                        local,
+                        len,
+                        issued: 0,
+                        tag,
+                        last: false,
+                    },
+                );
+                if self.mode == SignalMode::Gated {
+                    self.enqueue(chan, pe, Work::Gate);
+                }
+                self.enqueue(
+                    chan,
+                    pe,
+                    Work::Signal {
+                        op,
+                        remote: sig,
+                        value,
+                        sop,
+                        tag,
+                    },
+                );
+            }
+        }
+    }
+
+    fn enqueue(&mut self, chan: u16, pe: u32, w: Work) {
+        let q = &mut self.chans[chan as usize].queues[pe as usize];
+        q.work.push_back(w);
+        if !q.active {
+            q.active = true;
+            self.active.push_back((chan, pe));
+        }
+    }
+
+    /// Applies an operation on this PE's own heap (in order, at once).
+    fn apply_local(&mut self, d: &Desc) -> Result<(), MemError> {
+        let h = self.heap;
+        match *d {
+            Desc::Put {
+                remote, local, len, ..
+            } => copy_in(&h, remote, local, len),
+            Desc::Get {
+                remote, local, len, ..
+            } => copy_out(&h, remote, local, len),
+            Desc::P {
+                remote,
+                value,
+                width,
+                ..
+            } => h.store(remote, value, width),
+            Desc::Amo {
+                remote,
+                op,
+                wide,
+                operand,
+                compare,
+                result,
+                ..
+            } => {
+                let old = h.amo(remote, wide, op, operand, compare)?;
+                if result != 0 {
+                    // SAFETY: the producer keeps the result cell valid until the operation
+                    // completes (API contract), which is after this write.
+                    unsafe { mem::write_result(result, old) };
+                }
+                Ok(())
+            }
+            Desc::Signal {
+                remote, value, op, ..
+            } => h.amo(remote, true, op.as_amo(), value, 0).map(|_| ()),
+            Desc::PutSignal {
+                remote,
+                local,
+                len,
+                sig,
+                value,
+                op,
+                ..
+            } => {
+                copy_in(&h, remote, local, len)?;
+                h.amo(sig, true, op.as_amo(), value, 0).map(|_| ())
+            }
+            Desc::Fence => Ok(()),
+        }
+    }
+
+    // ---- issuing ----------------------------------------------------------------------------
+
+    fn issue_all(&mut self) -> usize {
+        let mut work = 0;
+        for _ in 0..self.active.len() {
+            let Some((c, pe)) = self.active.pop_front() else {
+                break;
+            };
+            let before = self.chans[c as usize].queues[pe as usize].work.len();
+            match self.issue(c, pe) {
+                Issue::Drained => {
+                    self.chans[c as usize].queues[pe as usize].active = false;
+                    work += before;
+                }
+                Issue::Blocked => {
+                    let after = self.chans[c as usize].queues[pe as usize].work.len();
+                    work += before - after;
+                    self.active.push_back((c, pe));
+                }
+            }
+            if self.failed {
+                break;
+            }
+        }
+        work
+    }
+
+    fn issue(&mut self, c: u16, pe: u32) -> Issue {
+        loop {
+            let q = &mut self.chans[c as usize].queues[pe as usize];
+            let Some(front) = q.work.front_mut() else {
+                return Issue::Drained;
+            };
+            let finished = match front {
+                Work::Gate => q.outstanding == 0,
+                _ => {
+                    let mut w = std::mem::replace(front, Work::Gate);
+                    let r = self.issue_one(c, pe, &mut w);
+                    let q = &mut self.chans[c as usize].queues[pe as usize];
+                    *q.work.front_mut().expect("front") = w;
+                    match r {
+                        Ok(done) => done,
+                        Err(()) => return Issue::Blocked,
+                    }
+                }
+            };
+            if !finished {
+                return Issue::Blocked;
+            }
+            let w = self.chans[c as usize].queues[pe as usize]
+                .work
+                .pop_front()
+                .expect("front");
+            self.finish_issuing(&w);
+        }
+    }
+
+    /// The op token a finished work item gives back (the last item of an operation).
+    fn finish_issuing(&mut self, w: &Work) {
+        let op = match *w {
+            Work::Put { op, last: true, .. }
+            | Work::Get { op, .. }
+            | Work::P { op, .. }
+            | Work::Amo { op, .. }
+            | Work::Signal { op, .. } => op,
+            Work::Put { last: false, .. } | Work::Gate => return,
+        };
+        self.release(op);
+    }
+
+    /// Drops one pending count of `op`; finishes it at zero.
+    fn release(&mut self, op: u64) {
+        let Some(o) = self.ops.get_mut(op) else {
+            return;
+        };
+        o.pending -= 1;
+        if o.pending == 0 {
+            let o = self.ops.remove(op).expect("op");
+            self.chans[o.chan as usize].done.finish(o.seq);
+        }
+    }
+
+    /// Issues as much of `w` as possible. `Ok(true)`: fully issued; `Ok(false)` or `Err(())`:
+    /// blocked, try again later.
+    fn issue_one(&mut self, c: u16, pe: u32, w: &mut Work) -> Result<bool, ()> {
+        match w {
+            Work::Put {
+                op,
+                remote,
+                local,
+                len,
+                issued,
+                tag,
+                ..
+            } => {
+                while *issued < *len {
+                    let left = *len - *issued;
+                    let (lref, part_len, chunk) = match *local {
+                        Local::Heap(off) => (
+                            LocalRef {
+                                mr: self.heap_mr,
+                                offset: (off + *issued) as usize,
+                            },
+                            left.min(MAX_PART),
+                            None,
+                        ),
+                        Local::Raw(addr) => {
+                            let small = left as usize <= self.staging.inject;
+                            let (off, chunk, part) = if small {
+                                (self.staging.scratch, None, left)
+                            } else {
+                                let Some(ch) = self.staging.free.pop() else {
+                                    return Err(());
+                                };
+                                let part = left.min(self.staging.chunk as u64);
+                                (ch as usize * self.staging.chunk, Some(ch), part)
+                            };
+                            // SAFETY: the producer keeps raw sources valid until the operation
+                            // completes (API contract); the staging range is ours and idle.
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    (addr + *issued) as *const u8,
+                                    self.staging.buf.as_mut_ptr().add(off),
+                                    part as usize,
+                                )
+                            };
+                            (
+                                LocalRef {
+                                    mr: self.staging.mr,
+                                    offset: off,
+                                },
+                                part,
+                                chunk,
+                            )
+                        }
+                    };
+                    let rref = RemoteRef {
+                        mr: self.remote[pe as usize],
+                        offset: *remote + *issued,
+                    };
+                    let part = self.parts.insert(Part {
+                        op: *op,
+                        pe,
+                        chan: c,
+                        chunk,
+                        copy_out: None,
+                    });
+                    let plen = part_len as usize;
+                    // SAFETY: heap sources are registered and outlive the transport; staged
+                    // sources stay untouched until the part completes (the chunk is ours), or
+                    // are copied at post (inject size, scratch).
+                    let r = unsafe {
+                        match *tag {
+                            Some(t) => self.t.write_data(
+                                pe as usize,
+                                lref,
+                                rref,
+                                plen,
+                                (u64::from(self.me) << TAG_BITS) | t,
+                                part,
+                            ),
+                            None => self.t.write(pe as usize, lref, rref, plen, part),
+                        }
+                    };
+                    if !self.posted(r, part, pe, "put")? {
+                        return Err(());
+                    }
+                    if let Some(o) = self.ops.get_mut(*op) {
+                        o.data_parts += 1;
+                    }
+                    *issued += part_len;
+                }
+                Ok(true)
+            }
+            Work::Get {
+                op,
+                remote,
+                local,
+                len,
+                issued,
+            } => {
+                while *issued < *len {
+                    let left = *len - *issued;
+                    let (lref, part_len, chunk, copy_out) = match *local {
+                        Local::Heap(off) => (
+                            LocalRef {
+                                mr: self.heap_mr,
+                                offset: (off + *issued) as usize,
+                            },
+                            left.min(MAX_PART),
+                            None,
+                            None,
+                        ),
+                        Local::Raw(addr) => {
+                            let Some(ch) = self.staging.free.pop() else {
+                                return Err(());
+                            };
+                            let part = left.min(self.staging.chunk as u64);
+                            (
+                                LocalRef {
+                                    mr: self.staging.mr,
+                                    offset: ch as usize * self.staging.chunk,
+                                },
+                                part,
+                                Some(ch),
+                                Some((addr + *issued, part as usize)),
+                            )
+                        }
+                    };
+                    let part = self.parts.insert(Part {
+                        op: *op,
+                        pe,
+                        chan: c,
+                        chunk,
+                        copy_out,
+                    });
+                    let rref = RemoteRef {
+                        mr: self.remote[pe as usize],
+                        offset: *remote + *issued,
+                    };
+                    // SAFETY: the destination (heap, or our staging chunk) is registered and
+                    // not touched until the part completes.
+                    let r = unsafe {
+                        self.t
+                            .read(pe as usize, lref, rref, part_len as usize, part)
+                    };
+                    if !self.posted(r, part, pe, "get")? {
+                        return Err(());
+                    }
+                    *issued += part_len;
+                }
+                Ok(true)
+            }
+            Work::P {
+                op,
+                remote,
+                value,
+                width,
+            } => {
+                let w = *width as usize;
+                let (off, chunk) = if w <= self.staging.inject {
+                    (self.staging.scratch, None)
+                } else {
+                    let Some(ch) = self.staging.free.pop() else {
+                        return Err(());
+                    };
+                    (ch as usize * self.staging.chunk, Some(ch))
+                };
+                self.staging.buf[off..off + w].copy_from_slice(&value.to_le_bytes()[..w]);
+                let part = self.parts.insert(Part {
+                    op: *op,
+                    pe,
+                    chan: c,
+                    chunk,
+                    copy_out: None,
+                });
+                let lref = LocalRef {
+                    mr: self.staging.mr,
+                    offset: off,
+                };
+                let rref = RemoteRef {
+                    mr: self.remote[pe as usize],
+                    offset: *remote,
+                };
+                // SAFETY: the value is in our staging memory: injected at post, or in a chunk
+                // held until completion.
+                let r = unsafe { self.t.write(pe as usize, lref, rref, w, part) };
+                self.posted(r, part, pe, "p")
+            }
+            Work::Amo {
+                op,
+                remote,
+                aop,
+                wide,
+                operand,
+                compare,
+            } => {
+                let req = Request {
+                    id: 0,
+                    offset: *remote,
+                    operand: *operand,
+                    compare: *compare,
+                    tag: 0,
+                    kind: RequestKind::Amo {
+                        op: *aop,
+                        wide: *wide,
+                    },
+                };
+                self.request(c, pe, *op, req)
+            }
+            Work::Signal {
+                op,
+                remote,
+                value,
+                sop,
+                tag,
+            } => {
+                let expect = if tag.is_some() {
+                    self.ops.get_mut(*op).map_or(0, |o| o.data_parts)
+                } else {
+                    0
+                };
+                let req = Request {
+                    id: 0,
+                    offset: *remote,
+                    operand: *value,
+                    compare: 0,
+                    tag: tag.unwrap_or(0),
+                    kind: RequestKind::Signal { op: *sop, expect },
+                };
+                self.request(c, pe, *op, req)
+            }
+            Work::Gate => Ok(true),
+        }
+    }
+
+    /// Sends a request whose ack completes a part of `op`.
+    fn request(&mut self, c: u16, pe: u32, op: u64, mut req: Request) -> Result<bool, ()> {
+        let part = self.parts.insert(Part {
+            op,
+            pe,
+            chan: c,
+            chunk: None,
+            copy_out: None,
+        });
+        req.id = part;
+        let msg = wire::encode_request(self.me, &req);
+        let r = self.t.send(pe as usize, &msg, SEND | part);
+        self.posted(r, part, pe, "request")
+    }
+
+    /// Books a post's outcome. `Ok(true)`: posted; `Ok(false)`: back-pressure (undone);
+    /// `Err(())`: failed (the job is failing).
+    fn posted(
+        &mut self,
+        r: Result<(), PostError>,
+        part: u64,
+        pe: u32,
+        what: &str,
+    ) -> Result<bool, ()> {
+        match r {
+            Ok(()) => {
+                let p = self.parts.get_mut(part).expect("part");
+                let (op, chan) = (p.op, p.chan);
+                self.chans[chan as usize].queues[pe as usize].outstanding += 1;
+                if let Some(o) = self.ops.get_mut(op) {
+                    o.pending += 1;
+                }
+                Ok(true)
+            }
+            Err(PostError::Retry) => {
+                let p = self.parts.remove(part).expect("part");
+                if let Some(ch) = p.chunk {
+                    self.staging.free.push(ch);
+                }
+                Ok(false)
+            }
+            Err(PostError::Failed(e)) => {
+                self.parts.remove(part);
+                self.fault(
+                    code::OP_FAILED,
+                    Some(pe as usize),
+                    format!("PE {}: posting a {what} to PE {pe} failed: {e}", self.me),
+                );
+                Err(())
+            }
+        }
+    }
+
+    // ---- completions and messages -----------------------------------------------------------
+
+    fn poll(&mut self) -> usize {
+        let mut events = std::mem::take(&mut self.events);
+        let mut msgs = std::mem::take(&mut self.msgs);
+        let r = self.t.poll(&mut |e| match e {
+            Event::Recv { data } => msgs.push(data.to_vec()),
+            Event::Done { ctx } => events.push(Ev::Done(ctx, None)),
+            Event::Fetched { ctx, value } => events.push(Ev::Done(ctx, Some(value))),
+            Event::Failed { ctx, error } => events.push(Ev::Failed(ctx, error.to_string())),
+            Event::RemoteWrite { data } => events.push(Ev::Tagged(data)),
+        });
+        if let Err(e) = r {
+            self.fault(
+                code::OP_FAILED,
+                None,
+                format!("PE {}: polling the transport failed: {e}", self.me),
+            );
+            return 0;
+        }
+        let n = events.len() + msgs.len();
+        for ev in events.drain(..) {
+            match ev {
+                Ev::Done(ctx, _) if ctx & SEND != 0 => {}
+                Ev::Done(ctx, value) => self.part_done(ctx, value),
+                Ev::Tagged(data) => self.tagged_write(data),
+                Ev::Failed(ctx, err) => {
+                    let pe = if ctx == ACK_CTX {
+                        None
+                    } else {
+                        self.parts.get_mut(ctx & !SEND).map(|p| p.pe as usize)
+                    };
+                    self.fault(
+                        code::OP_FAILED,
+                        pe,
+                        format!("PE {}: an operation to PE {pe:?} failed: {err}", self.me),
+                    );
+                }
+            }
+        }
+        for m in msgs.drain(..) {
+            self.message(&m);
+        }
+        self.events = events;
+        self.msgs = msgs;
+        n
+    }
+
+    /// A part completed (a write or read, or a request's ack with the old value).
+    fn part_done(&mut self, key: u64, fetched: Option<u64>) {
+        let Some(p) = self.parts.remove(key) else {
+            return;
+        };
+        if let (Some((dst, len)), Some(ch)) = (p.copy_out, p.chunk) {
+            let src = self.staging.chunk_ptr(ch);
+            // SAFETY: the producer keeps raw destinations valid until the operation completes,
+            // which is after this copy; the chunk holds `len` bytes just read.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst as *mut u8, len) };
+        }
+        if let Some(ch) = p.chunk {
+            self.staging.free.push(ch);
+        }
+        if let (Some(v), Some(o)) = (fetched, self.ops.get_mut(p.op))
+            && o.result != 0
+        {
+            // SAFETY: the result cell stays valid until the operation completes (API contract).
+            unsafe { mem::write_result(o.result, v) };
+        }
+        self.chans[p.chan as usize].queues[p.pe as usize].outstanding -= 1;
+        self.release(p.op);
+    }
+
+    fn message(&mut self, m: &[u8]) {
+        match wire::decode(m) {
+            Ok(Message::Request { src, req }) => self.serve(src, req),
+            Ok(Message::Acks { src, acks }) => {
+                for a in acks {
+                    if a.status != Status::Ok {
+                        self.fault(
+                            code::OP_FAILED,
+                            Some(src as usize),
+                            format!(
+                                "PE {src} refused a request from PE {}: {:?}",
+                                self.me, a.status
+                            ),
+                        );
+                        return;
+                    }
+                    self.part_done(a.id, Some(a.value));
+                }
+            }
+            Err(e) => {
+                tracing::warn!("PE {}: dropped a message: {e}", self.me);
+            }
+        }
+    }
+
+    /// Applies a peer's request to this PE's heap (or parks a signal for its tagged writes).
+    fn serve(&mut self, src: u32, req: Request) {
+        match req.kind {
+            RequestKind::Amo { op, wide } => {
+                let r = self
+                    .heap
+                    .amo(req.offset, wide, op, req.operand, req.compare);
+                self.ack(src, req.id, r);
+            }
+            RequestKind::Signal { op, expect } => {
+                if expect == 0 {
+                    let r = self.heap.amo(req.offset, true, op.as_amo(), req.operand, 0);
+                    self.ack(src, req.id, r.map(|_| 0));
+                    return;
+                }
+                let key = (src, req.tag);
+                let st = self.tags.entry(key).or_default();
+                if st.arrived >= expect {
+                    self.tags.remove(&key);
+                    let r = self.heap.amo(req.offset, true, op.as_amo(), req.operand, 0);
+                    self.ack(src, req.id, r.map(|_| 0));
+                } else {
+                    st.signal = Some(req);
+                }
+            }
+        }
+    }
+
+    /// A tagged write landed: apply its signal if it was the last one awaited.
+    fn tagged_write(&mut self, data: u64) {
+        let key = ((data >> TAG_BITS) as u32, data & ((1 << TAG_BITS) - 1));
+        let st = self.tags.entry(key).or_default();
+        st.arrived += 1;
+        let ready = match &st.signal {
+            Some(Request {
+                kind: RequestKind::Signal { expect, .. },
+                ..
+            }) => st.arrived >= *expect,
+            _ => false,
+        };
+        if ready {
+            let req = self
+                .tags
+                .remove(&key)
+                .and_then(|s| s.signal)
+                .expect("signal");
+            if let RequestKind::Signal { op, .. } = req.kind {
+                let r = self.heap.amo(req.offset, true, op.as_amo(), req.operand, 0);
+                self.ack(key.0, req.id, r.map(|_| 0));
+            }
+        }
+    }
+
+    fn ack(&mut self, to: u32, id: u64, r: Result<u64, MemError>) {
+        let (value, status) = match r {
+            Ok(v) => (v, Status::Ok),
+            Err(MemError::OutOfBounds { .. }) => (0, Status::OutOfBounds),
+            Err(MemError::Misaligned { .. }) => (0, Status::Misaligned),
+        };
+        self.acks
+            .entry(to)
+            .or_default()
+            .push(Ack { id, value, status });
+    }
+
+    /// Sends the acks gathered this turn and retries messages that met back-pressure.
+    fn flush_messages(&mut self) -> usize {
+        let per = wire::acks_per_message(self.caps.max_send_size);
+        for (to, acks) in std::mem::take(&mut self.acks) {
+            for chunk in acks.chunks(per) {
+                self.outbox
+                    .push_back((to, wire::encode_acks(self.me, chunk), ACK_CTX));
+            }
+        }
+        let mut sent = 0;
+        while let Some((to, msg, ctx)) = self.outbox.pop_front() {
+            match self.t.send(to as usize, &msg, ctx) {
+                Ok(()) => sent += 1,
+                Err(PostError::Retry) => {
+                    self.outbox.push_front((to, msg, ctx));
+                    break;
+                }
+                Err(PostError::Failed(e)) => {
+                    self.fault(
+                        code::OP_FAILED,
+                        Some(to as usize),
+                        format!("PE {}: sending acks to PE {to} failed: {e}", self.me),
+                    );
+                    break;
+                }
+            }
+        }
+        sent
+    }
+}
+
+/// Copies into the heap at `dst` from a local source.
+fn copy_in(h: &HeapMem, dst: u64, src: Local, len: u64) -> Result<(), MemError> {
+    match src {
+        Local::Heap(off) => h.copy_from(dst, h, off, len),
+        // SAFETY: the producer keeps raw sources valid until the operation completes.
+        Local::Raw(addr) => unsafe { h.write_from_raw(dst, addr as *const u8, len as usize) },
+    }
+}
+
+/// Copies from the heap at `src` to a local destination.
+fn copy_out(h: &HeapMem, src: u64, dst: Local, len: u64) -> Result<(), MemError> {
+    match dst {
+        Local::Heap(off) => h.copy_from(off, h, src, len),
+        // SAFETY: the producer keeps raw destinations valid until the operation completes.
+        Local::Raw(addr) => unsafe { h.read_to_raw(src, addr as *mut u8, len as usize) },
+    }
+}
+
+fn pin(cpu: usize) {
+    let mut set = nix::sched::CpuSet::new();
+    let res = set
+        .set(cpu)
+        .and_then(|()| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set));
+    if let Err(e) = res {
+        tracing::warn!("could not pin the proxy thread to core {cpu}: {e}");
+    }
+}

@@ -1,0 +1,300 @@
+//! # pshmem-proxy
+//!
+//! Owns the proxy threads: each drains a set of command rings (channels), translates symmetric
+//! heap offsets into the transport's registrations, posts, polls completions and advances each
+//! ring's `completed` counter in order. It also serves the requests peers send to this PE's
+//! heap (AMOs and signal updates) and keeps the semantics that are easy to get wrong:
+//!
+//! - **quiet**: an operation counts as finished only when its effect is visible at the target
+//!   (delivery-complete writes; AMOs and signals once the target's proxy acknowledged them);
+//! - **fence** stalls only the target PE's queue, and only on unordered transports;
+//! - **put-with-signal** never exposes the signal before the data: on ordered transports the
+//!   signal request follows the data on the same path; on unordered ones with remote CQ data
+//!   the data writes carry a tag and the target applies the signal once every tagged write has
+//!   landed; otherwise the signal waits for the data's delivery completion;
+//! - **AMOs** from any PE are applied by the target's proxy with CPU atomics on the heap
+//!   mapping, so they are atomic with respect to each other and to same-host peers' direct
+//!   atomics (the rule, for host mode; see docs/ARCHITECTURE.md);
+//! - **progress** for manual-progress providers (the transport is polled on every turn, idle or
+//!   not); an idle proxy backs off (spin, yield, then short sleeps) instead of burning a core;
+//! - **failures** raise every ring's error word with the PE concerned, so no wait hangs.
+
+pub mod engine;
+pub mod mem;
+mod slab;
+pub mod wire;
+
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use pshmem_gpu_queue::{Ring, layout::error as code};
+use pshmem_transport::{MrId, RemoteMrId, Transport, TransportError};
+
+pub use engine::SignalMode;
+pub use mem::{HeapMem, MemError};
+
+/// Why a proxy could not start or stopped badly.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProxyError {
+    /// Setting up the proxy's transport resources failed.
+    #[error("PE {pe}: proxy set-up failed ({what}): {source}")]
+    Setup {
+        /// This PE.
+        pe: usize,
+        /// What was being set up.
+        what: &'static str,
+        /// The transport's error.
+        #[source]
+        source: TransportError,
+    },
+    /// The transport cannot order put-with-signal at all.
+    #[error(
+        "PE {pe}: transport {transport} offers neither ordered delivery, remote CQ data nor \
+         delivery-complete completions: put-with-signal cannot be made safe; choose another provider"
+    )]
+    Unorderable {
+        /// This PE.
+        pe: usize,
+        /// The transport's name.
+        transport: String,
+    },
+    /// The thread could not be started.
+    #[error("PE {pe}: could not start the proxy thread: {source}")]
+    Spawn {
+        /// This PE.
+        pe: usize,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The proxy thread panicked.
+    #[error("PE {pe}: the proxy thread panicked: {detail}")]
+    Panicked {
+        /// This PE.
+        pe: usize,
+        /// The panic message.
+        detail: String,
+    },
+}
+
+/// The first failure of a PE's data path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    /// Ring error code (see [`pshmem_gpu_queue::layout::error`]).
+    pub code: u32,
+    /// The PE concerned.
+    pub pe: Option<usize>,
+    /// What happened.
+    pub detail: String,
+}
+
+/// Shared failure state of one PE: the rings to raise, the first fault, and dead peers.
+#[derive(Debug, Default)]
+pub struct Health {
+    rings: Mutex<Vec<Arc<Ring>>>,
+    first: Mutex<Option<Fault>>,
+    dead: Mutex<Vec<(usize, String)>>,
+    /// Bumped whenever `dead` grows (proxies compare it with what they have seen).
+    dead_gen: AtomicU64,
+    /// Set once a fault is recorded (a cheap check for the proxy loop).
+    faulted: AtomicBool,
+}
+
+impl Health {
+    /// Empty state.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Adds rings to raise on failure.
+    pub fn watch(&self, rings: impl IntoIterator<Item = Arc<Ring>>) {
+        let mut r = self.rings.lock().unwrap_or_else(|p| p.into_inner());
+        r.extend(rings);
+        if let Some(f) = self.fault() {
+            for ring in r.iter() {
+                ring.raise(f.code, f.pe.map(|p| p as u32));
+            }
+        }
+    }
+
+    /// Records a fault (the first one sticks) and raises every ring's error word.
+    pub fn raise(&self, code: u32, pe: Option<usize>, detail: String) {
+        {
+            let mut first = self.first.lock().unwrap_or_else(|p| p.into_inner());
+            if first.is_none() {
+                tracing::error!("data path fault (PE {pe:?}): {detail}");
+                *first = Some(Fault { code, pe, detail });
+            }
+        }
+        // Release: pairs with `faulted`'s acquire; the fault above is recorded first.
+        self.faulted.store(true, Ordering::Release);
+        // The fault is recorded before the rings are raised, so a waiter that sees a raised
+        // ring finds the details (the ring's error word is stored with release).
+        for r in self.rings.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            r.raise(code, pe.map(|p| p as u32));
+        }
+    }
+
+    /// A peer died (the bootstrap noticed): fail everything that waits on it.
+    pub fn peer_dead(&self, pe: usize, detail: String) {
+        self.dead
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((pe, detail.clone()));
+        self.dead_gen.fetch_add(1, Ordering::Release);
+        self.raise(code::PEER_DEAD, Some(pe), detail);
+    }
+
+    /// Whether a fault was recorded.
+    pub fn faulted(&self) -> bool {
+        self.faulted.load(Ordering::Acquire)
+    }
+
+    /// The first fault, if any.
+    pub fn fault(&self) -> Option<Fault> {
+        self.first.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn dead_since(&self, seen: &mut u64) -> Vec<(usize, String)> {
+        let g = self.dead_gen.load(Ordering::Acquire);
+        if g == *seen {
+            return Vec::new();
+        }
+        *seen = g;
+        self.dead.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// How a proxy thread behaves.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// Most operations drained from one ring per turn.
+    pub batch: usize,
+    /// Idle time after which the proxy backs off to sleeping (zero: spin forever).
+    pub idle_after: Duration,
+    /// Longest sleep while idle.
+    pub max_sleep: Duration,
+    /// Core to pin the thread to.
+    pub cpu: Option<usize>,
+    /// Bytes per staging chunk (raw-address sources and destinations).
+    pub staging_chunk: usize,
+    /// Staging chunks.
+    pub staging_chunks: usize,
+    /// Longest a stopping proxy waits for its outstanding work.
+    pub drain_limit: Duration,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            batch: 64,
+            idle_after: Duration::from_micros(200),
+            max_sleep: Duration::from_micros(50),
+            cpu: None,
+            staging_chunk: 1 << 20,
+            staging_chunks: 8,
+            drain_limit: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What a proxy thread drives.
+pub struct ProxySetup {
+    /// Its transport (connected, heap registered).
+    pub transport: Box<dyn Transport>,
+    /// This PE's heap.
+    pub heap: HeapMem,
+    /// The heap's registration with `transport`.
+    pub heap_mr: MrId,
+    /// Every PE's heap registration, imported into `transport`, in PE order.
+    pub remote_heaps: Vec<RemoteMrId>,
+    /// The rings this thread drains.
+    pub channels: Vec<Arc<Ring>>,
+}
+
+impl std::fmt::Debug for ProxySetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxySetup")
+            .field("transport", &self.transport.caps().name)
+            .field("channels", &self.channels.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A running proxy thread.
+#[derive(Debug)]
+pub struct Proxy {
+    pe: usize,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// Starts a proxy thread named `name`.
+    pub fn spawn(
+        name: String,
+        setup: ProxySetup,
+        cfg: ProxyConfig,
+        health: Arc<Health>,
+    ) -> Result<Self, ProxyError> {
+        let pe = setup.transport.my_pe();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut engine = engine::Engine::new(setup, cfg, health.clone(), stop.clone())?;
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.run()));
+                if let Err(p) = res {
+                    let detail = panic_text(&p);
+                    health.raise(
+                        code::PROXY,
+                        None,
+                        format!("the proxy thread panicked: {detail}"),
+                    );
+                }
+            })
+            .map_err(|source| ProxyError::Spawn { pe, source })?;
+        Ok(Self {
+            pe,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Asks the thread to finish its outstanding work and stop, and waits for it.
+    pub fn stop(mut self) -> Result<(), ProxyError> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> Result<(), ProxyError> {
+        // Release: pairs with the engine's acquire load; nothing else is published.
+        self.stop.store(true, Ordering::Release);
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Err(p)) => Err(ProxyError::Panicked {
+                pe: self.pe,
+                detail: panic_text(&p),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.stop_inner();
+    }
+}
+
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}

@@ -1,0 +1,320 @@
+//! Messages between proxies (sent with the transport's `send`): requests that the target's
+//! proxy applies to its heap (AMOs, signal updates), and the acknowledgements it returns.
+//!
+//! Little-endian, fixed layout, versioned: `magic u16 | version u8 | kind u8 | src_pe u32`, then
+//! the body. A request's `id` is the initiator's context for the operation; the ack carries it
+//! back with the old value (fetching AMOs) and a status.
+
+/// Header magic ("PX").
+pub const MAGIC: u16 = 0x5850;
+/// Wire version.
+pub const VERSION: u8 = 1;
+const HEADER: usize = 8;
+const KIND_REQUEST: u8 = 1;
+const KIND_ACKS: u8 = 2;
+const REQUEST_BODY: usize = 48;
+const ACK_ENTRY: usize = 17;
+
+/// What a request asks the target to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    /// An AMO; the ack carries the old value.
+    Amo {
+        /// The AMO (gpu-queue encoding).
+        op: pshmem_gpu_queue::AmoOp,
+        /// 64-bit.
+        wide: bool,
+    },
+    /// A signal update (64-bit), applied once `expect` tagged writes with `tag` have landed.
+    Signal {
+        /// Set or add.
+        op: pshmem_gpu_queue::SignalOp,
+        /// Tagged writes to wait for (0: apply at once).
+        expect: u32,
+    },
+}
+
+/// One request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// The initiator's context (returned in the ack).
+    pub id: u64,
+    /// Heap offset at the target.
+    pub offset: u64,
+    /// Operand (AMO) or value (signal).
+    pub operand: u64,
+    /// Comparand (compare-swap).
+    pub compare: u64,
+    /// Tag of the writes a signal waits for.
+    pub tag: u64,
+    /// What to do.
+    pub kind: RequestKind,
+}
+
+/// Outcome of a request at the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Status {
+    /// Applied.
+    Ok = 0,
+    /// The offset is outside the target's heap.
+    OutOfBounds = 1,
+    /// The offset is not aligned to the width.
+    Misaligned = 2,
+}
+
+/// One acknowledgement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ack {
+    /// The request's id.
+    pub id: u64,
+    /// Old value (fetching AMOs; 0 otherwise).
+    pub value: u64,
+    /// Outcome.
+    pub status: Status,
+}
+
+/// A decoded message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// A request from `src`.
+    Request {
+        /// The initiating PE.
+        src: u32,
+        /// The request.
+        req: Request,
+    },
+    /// Acknowledgements from `src`.
+    Acks {
+        /// The acknowledging PE.
+        src: u32,
+        /// The acks.
+        acks: Vec<Ack>,
+    },
+}
+
+/// Bytes that are not a proxy message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed proxy message ({len} bytes): {why}")]
+pub struct WireError {
+    /// Message length.
+    pub len: usize,
+    /// What was wrong.
+    pub why: &'static str,
+}
+
+fn header(kind: u8, src: u32) -> Vec<u8> {
+    let mut b = Vec::with_capacity(64);
+    b.extend_from_slice(&MAGIC.to_le_bytes());
+    b.push(VERSION);
+    b.push(kind);
+    b.extend_from_slice(&src.to_le_bytes());
+    b
+}
+
+/// Encodes a request from `src`.
+pub fn encode_request(src: u32, r: &Request) -> Vec<u8> {
+    let mut b = header(KIND_REQUEST, src);
+    for w in [r.id, r.offset, r.operand, r.compare, r.tag] {
+        b.extend_from_slice(&w.to_le_bytes());
+    }
+    let (code, flags, expect) = match r.kind {
+        RequestKind::Amo { op, wide } => (amo_code(op), u8::from(wide), 0u32),
+        RequestKind::Signal { op, expect } => (signal_code(op), 2, expect),
+    };
+    b.push(code);
+    b.push(flags);
+    b.extend_from_slice(&[0, 0]);
+    b.extend_from_slice(&expect.to_le_bytes());
+    debug_assert_eq!(b.len(), HEADER + REQUEST_BODY);
+    b
+}
+
+/// Most acks that fit one message of `max` bytes.
+pub fn acks_per_message(max: usize) -> usize {
+    (max.saturating_sub(HEADER + 2) / ACK_ENTRY).max(1)
+}
+
+/// Encodes acks from `src` (at most [`acks_per_message`] of them).
+pub fn encode_acks(src: u32, acks: &[Ack]) -> Vec<u8> {
+    let mut b = header(KIND_ACKS, src);
+    b.extend_from_slice(&(acks.len() as u16).to_le_bytes());
+    for a in acks {
+        b.extend_from_slice(&a.id.to_le_bytes());
+        b.extend_from_slice(&a.value.to_le_bytes());
+        b.push(a.status as u8);
+    }
+    b
+}
+
+fn amo_code(op: pshmem_gpu_queue::AmoOp) -> u8 {
+    use pshmem_gpu_queue::AmoOp::*;
+    match op {
+        FetchAdd => 1,
+        Add => 2,
+        Swap => 3,
+        CompareSwap => 4,
+        Fetch => 5,
+        Set => 6,
+    }
+}
+
+fn amo_of(c: u8) -> Option<pshmem_gpu_queue::AmoOp> {
+    use pshmem_gpu_queue::AmoOp::*;
+    Some(match c {
+        1 => FetchAdd,
+        2 => Add,
+        3 => Swap,
+        4 => CompareSwap,
+        5 => Fetch,
+        6 => Set,
+        _ => return None,
+    })
+}
+
+fn signal_code(op: pshmem_gpu_queue::SignalOp) -> u8 {
+    match op {
+        pshmem_gpu_queue::SignalOp::Set => 0,
+        pshmem_gpu_queue::SignalOp::Add => 5,
+    }
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Decodes a message.
+pub fn decode(b: &[u8]) -> Result<Message, WireError> {
+    let bad = |why| WireError { len: b.len(), why };
+    if b.len() < HEADER {
+        return Err(bad("shorter than the header"));
+    }
+    if u16::from_le_bytes([b[0], b[1]]) != MAGIC {
+        return Err(bad("bad magic"));
+    }
+    if b[2] != VERSION {
+        return Err(bad("unknown version"));
+    }
+    let src = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes"));
+    let body = &b[HEADER..];
+    match b[3] {
+        KIND_REQUEST => {
+            if body.len() != REQUEST_BODY {
+                return Err(bad("request of the wrong length"));
+            }
+            let (code, flags) = (body[40], body[41]);
+            let expect = u32::from_le_bytes(body[44..48].try_into().expect("4 bytes"));
+            let kind = if flags & 2 != 0 {
+                let op = match code {
+                    0 => pshmem_gpu_queue::SignalOp::Set,
+                    5 => pshmem_gpu_queue::SignalOp::Add,
+                    _ => return Err(bad("unknown signal op")),
+                };
+                RequestKind::Signal { op, expect }
+            } else {
+                RequestKind::Amo {
+                    op: amo_of(code).ok_or_else(|| bad("unknown AMO"))?,
+                    wide: flags & 1 != 0,
+                }
+            };
+            Ok(Message::Request {
+                src,
+                req: Request {
+                    id: u64_at(body, 0),
+                    offset: u64_at(body, 8),
+                    operand: u64_at(body, 16),
+                    compare: u64_at(body, 24),
+                    tag: u64_at(body, 32),
+                    kind,
+                },
+            })
+        }
+        KIND_ACKS => {
+            if body.len() < 2 {
+                return Err(bad("acks without a count"));
+            }
+            let n = u16::from_le_bytes([body[0], body[1]]) as usize;
+            let entries = &body[2..];
+            if entries.len() != n * ACK_ENTRY {
+                return Err(bad("ack count differs from the length"));
+            }
+            let acks = entries
+                .chunks_exact(ACK_ENTRY)
+                .map(|e| {
+                    let status = match e[16] {
+                        0 => Status::Ok,
+                        1 => Status::OutOfBounds,
+                        2 => Status::Misaligned,
+                        _ => return Err(bad("unknown ack status")),
+                    };
+                    Ok(Ack {
+                        id: u64_at(e, 0),
+                        value: u64_at(e, 8),
+                        status,
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+            Ok(Message::Acks { src, acks })
+        }
+        _ => Err(bad("unknown kind")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pshmem_gpu_queue::{AmoOp, SignalOp};
+
+    #[test]
+    fn round_trips_and_rejections() {
+        let reqs = [
+            Request {
+                id: 1 << 40,
+                offset: 4096,
+                operand: 7,
+                compare: 9,
+                tag: 0,
+                kind: RequestKind::Amo {
+                    op: AmoOp::CompareSwap,
+                    wide: false,
+                },
+            },
+            Request {
+                id: 3,
+                offset: 8,
+                operand: u64::MAX,
+                compare: 0,
+                tag: 77,
+                kind: RequestKind::Signal {
+                    op: SignalOp::Add,
+                    expect: 12,
+                },
+            },
+        ];
+        for r in reqs {
+            assert_eq!(
+                decode(&encode_request(5, &r)),
+                Ok(Message::Request { src: 5, req: r })
+            );
+        }
+        let acks: Vec<Ack> = (0..acks_per_message(4096) as u64)
+            .map(|i| Ack {
+                id: i,
+                value: !i,
+                status: if i % 2 == 0 {
+                    Status::Ok
+                } else {
+                    Status::Misaligned
+                },
+            })
+            .collect();
+        let m = encode_acks(2, &acks);
+        assert!(m.len() <= 4096);
+        assert_eq!(decode(&m), Ok(Message::Acks { src: 2, acks }));
+        assert!(decode(&m[..m.len() - 1]).is_err());
+        assert!(decode(&[0u8; 4]).is_err());
+        let mut x = encode_request(1, &reqs[0]);
+        x[0] ^= 1;
+        assert!(decode(&x).is_err());
+    }
+}

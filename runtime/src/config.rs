@@ -1,0 +1,111 @@
+//! The runtime's configuration, read from the one environment table
+//! (`pshmem_bootstrap::env`), or built by the application.
+
+use std::time::Duration;
+
+use pshmem_bootstrap::{BootstrapError, env};
+use pshmem_proxy::ProxyConfig;
+
+/// How the runtime sets up a PE.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Bytes of symmetric heap per PE (`PSHMEM_SYMMETRIC_SIZE`).
+    pub heap_size: usize,
+    /// Route every operation through the ring and proxy (`PSHMEM_DISABLE_P2P`).
+    pub disable_p2p: bool,
+    /// Proxy threads (`PSHMEM_PROXY_THREADS`); each opens its own transport.
+    pub proxy_threads: usize,
+    /// Command rings (`PSHMEM_CHANNELS`), spread over the proxy threads.
+    pub channels: usize,
+    /// Slots per ring (`PSHMEM_RING_SLOTS`, a power of two).
+    pub ring_slots: usize,
+    /// Longest a quiet, barrier or wait blocks (`PSHMEM_OP_TIMEOUT`).
+    pub op_timeout: Duration,
+    /// Cores for the proxy threads (`PSHMEM_PROXY_CPU`; empty: no pinning).
+    pub proxy_cpus: Vec<usize>,
+    /// Proxy behaviour (batch, back-off, staging).
+    pub proxy: ProxyConfig,
+}
+
+impl Config {
+    /// From the environment.
+    pub fn from_env() -> Result<Self, BootstrapError> {
+        let heap_size = {
+            let v = env::SYMMETRIC_SIZE.value();
+            env::parse_size(&v)
+                .ok_or_else(|| bad(&env::SYMMETRIC_SIZE, &v, "a byte count such as 1G"))?
+        };
+        let ring_slots = env::RING_SLOTS.usize()?;
+        if !ring_slots.is_power_of_two() || ring_slots < 2 {
+            return Err(bad(
+                &env::RING_SLOTS,
+                &ring_slots.to_string(),
+                "a power of two >= 2",
+            ));
+        }
+        let proxy_cpus = match env::PROXY_CPU.raw().as_deref() {
+            None | Some("none") => Vec::new(),
+            Some(list) => parse_cpu_list(list)
+                .ok_or_else(|| bad(&env::PROXY_CPU, list, "'none' or a list such as 3,5-7"))?,
+        };
+        let proxy = ProxyConfig {
+            batch: env::PROXY_BATCH.usize()?.max(1),
+            idle_after: env::PROXY_IDLE_US.micros()?,
+            max_sleep: env::PROXY_SLEEP_US.micros()?,
+            cpu: None,
+            staging_chunk: env::STAGING_CHUNK.usize()?.max(4096),
+            staging_chunks: env::STAGING_BUFFERS.usize()?.max(1),
+            drain_limit: Duration::from_secs(5),
+        };
+        Ok(Self {
+            heap_size,
+            disable_p2p: env::DISABLE_P2P.bool()?,
+            proxy_threads: env::PROXY_THREADS.usize()?.max(1),
+            channels: env::CHANNELS.usize()?.max(1),
+            ring_slots,
+            op_timeout: env::OP_TIMEOUT.secs()?,
+            proxy_cpus,
+            proxy,
+        })
+    }
+}
+
+fn bad(var: &env::EnvVar, value: &str, reason: &str) -> BootstrapError {
+    BootstrapError::Config {
+        var: var.name.into(),
+        value: value.into(),
+        reason: reason.into(),
+    }
+}
+
+/// Parses `3,5-7` into `[3, 5, 6, 7]`.
+pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                if a > b {
+                    return None;
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().ok()?),
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("3,5-7"), Some(vec![3, 5, 6, 7]));
+        assert_eq!(parse_cpu_list("1"), Some(vec![1]));
+        assert_eq!(parse_cpu_list("7-5"), None);
+        assert_eq!(parse_cpu_list("x"), None);
+        assert_eq!(parse_cpu_list(""), None);
+    }
+}

@@ -1,0 +1,219 @@
+//! The runtime's errors: one variant per kind of failure, each naming this PE (`me`), the
+//! operation, and the peer where one is concerned.
+
+use std::time::Duration;
+
+use pshmem_bootstrap::BootstrapError;
+use pshmem_proxy::ProxyError;
+use pshmem_transport::TransportError;
+
+/// Shorthand.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The bootstrap failed (join, collective, or a peer's death noticed there).
+    #[error(transparent)]
+    Bootstrap(Box<BootstrapError>),
+    /// Opening or connecting the transport failed.
+    #[error("PE {me}: {what}: {source}")]
+    Transport {
+        /// This PE.
+        me: usize,
+        /// What was being done.
+        what: &'static str,
+        /// The transport's error.
+        #[source]
+        source: Box<TransportError>,
+    },
+    /// A proxy thread could not start or stopped badly.
+    #[error(transparent)]
+    Proxy(Box<ProxyError>),
+    /// Setting up the symmetric heap failed.
+    #[error("PE {me}: symmetric heap: {what}: {detail}")]
+    Heap {
+        /// This PE.
+        me: usize,
+        /// What was being done.
+        what: &'static str,
+        /// Details.
+        detail: String,
+    },
+    /// A bad configuration value.
+    #[error("PE {me}: configuration: {detail}")]
+    Config {
+        /// This PE.
+        me: usize,
+        /// Details.
+        detail: String,
+    },
+    /// A PE number outside the job.
+    #[error("PE {me}: {op} to PE {pe}, but the job has {n_pes} PEs (0..{n_pes})")]
+    InvalidPe {
+        /// This PE.
+        me: usize,
+        /// The operation.
+        op: &'static str,
+        /// The PE given.
+        pe: usize,
+        /// PEs in the job.
+        n_pes: usize,
+    },
+    /// An access outside the user part of the symmetric heap.
+    #[error(
+        "PE {me}: {op}: bytes {offset}..{end} are outside the symmetric heap's user range \
+         {start}..{heap} (was the address allocated with malloc?)"
+    )]
+    OutOfHeap {
+        /// This PE.
+        me: usize,
+        /// The operation.
+        op: &'static str,
+        /// Start offset.
+        offset: u64,
+        /// End offset (saturated).
+        end: u64,
+        /// First user byte.
+        start: u64,
+        /// Heap size.
+        heap: u64,
+    },
+    /// A size that overflows.
+    #[error("PE {me}: {op}: size {count} x {size} overflows")]
+    SizeOverflow {
+        /// This PE.
+        me: usize,
+        /// The operation.
+        op: &'static str,
+        /// Count.
+        count: usize,
+        /// Element size.
+        size: usize,
+    },
+    /// An atomic or wait on an address not aligned to its width.
+    #[error("PE {me}: {op}: offset {offset} is not aligned to {align} bytes")]
+    Misaligned {
+        /// This PE.
+        me: usize,
+        /// The operation.
+        op: &'static str,
+        /// The offset.
+        offset: u64,
+        /// Required alignment.
+        align: u64,
+    },
+    /// An alignment that is not a power of two.
+    #[error("PE {me}: {op}: alignment {align} is not a power of two")]
+    BadAlignment {
+        /// This PE.
+        me: usize,
+        /// The operation.
+        op: &'static str,
+        /// The alignment given.
+        align: usize,
+    },
+    /// The runtime was finalized.
+    #[error("PE {me}: {op} after finalize")]
+    Finalized {
+        /// This PE.
+        me: usize,
+        /// The operation.
+        op: &'static str,
+    },
+    /// The symmetric heap has no room.
+    #[error(
+        "PE {me}: {op} of {requested} bytes: the symmetric heap is exhausted (largest free \
+         block {largest_free} bytes; raise PSHMEM_SYMMETRIC_SIZE)"
+    )]
+    HeapExhausted {
+        /// This PE.
+        me: usize,
+        /// The operation.
+        op: &'static str,
+        /// Bytes asked for.
+        requested: u64,
+        /// Largest free block.
+        largest_free: u64,
+    },
+    /// A collective call that differs across PEs (size, order, kind).
+    #[error("PE {me}: {op}: PEs called it differently: {detail}")]
+    CollectiveMismatch {
+        /// This PE.
+        me: usize,
+        /// The operation.
+        op: &'static str,
+        /// What differs, per PE.
+        detail: String,
+    },
+    /// Freeing an address that is not an allocation.
+    #[error("PE {me}: free of offset {offset}, which is not the start of an allocation")]
+    BadFree {
+        /// This PE.
+        me: usize,
+        /// The offset.
+        offset: u64,
+    },
+    /// A peer died while this PE waited on it.
+    #[error("PE {me}: {op}: PE {pe:?} died: {detail}")]
+    PeerDied {
+        /// This PE.
+        me: usize,
+        /// The operation.
+        op: &'static str,
+        /// The dead PE.
+        pe: Option<usize>,
+        /// Details.
+        detail: String,
+    },
+    /// An operation failed in the data path.
+    #[error("PE {me}: {op}: the data path failed (PE {pe:?}): {detail}")]
+    OpFailed {
+        /// This PE.
+        me: usize,
+        /// The operation.
+        op: &'static str,
+        /// The PE concerned.
+        pe: Option<usize>,
+        /// Details.
+        detail: String,
+    },
+    /// A wait ran past `PSHMEM_OP_TIMEOUT`.
+    #[error(
+        "PE {me}: {op} waited {waited:?} without completing (PSHMEM_OP_TIMEOUT): a peer may be \
+         stuck or the condition never met"
+    )]
+    Timeout {
+        /// This PE.
+        me: usize,
+        /// The operation.
+        op: &'static str,
+        /// How long.
+        waited: Duration,
+    },
+}
+
+impl From<BootstrapError> for Error {
+    fn from(e: BootstrapError) -> Self {
+        Error::Bootstrap(Box::new(e))
+    }
+}
+
+impl From<ProxyError> for Error {
+    fn from(e: ProxyError) -> Self {
+        Error::Proxy(Box::new(e))
+    }
+}
+
+impl Error {
+    /// The dead or failing PE this error names, if any.
+    pub fn pe(&self) -> Option<usize> {
+        match self {
+            Error::PeerDied { pe, .. } | Error::OpFailed { pe, .. } => *pe,
+            Error::InvalidPe { pe, .. } => Some(*pe),
+            Error::Bootstrap(b) => b.dead_rank(),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,1186 @@
+//! # pshmem
+//!
+//! The proxyshmem runtime: what an application links. It owns
+//!
+//! - **init/finalize**: the bootstrap, the transports (one per proxy thread), the symmetric
+//!   heap and its registration, the command rings and the proxy threads;
+//! - the **symmetric heap** (a memfd per PE in host mode) and its collective allocator, which
+//!   detects calls that differ across PEs ([`Pshmem::malloc`], [`Pshmem::free`], ...);
+//! - the **host API**: `put`/`get`/`p`/`g` (blocking and nbi), `put_signal`, `signal_op`,
+//!   `signal_wait_until`/`wait_until`, atomics, `quiet`, `fence`, `barrier_all`. Every remote
+//!   operation goes through the same command ring and proxy a GPU producer uses, so host mode
+//!   exercises the device path;
+//! - the **direct path**: same-host peers map each other's heaps (memfd over SCM_RIGHTS) and
+//!   load and store directly, the host analogue of CUDA IPC; `PSHMEM_DISABLE_P2P=1` forces
+//!   everything (this PE included) through the proxy.
+//!
+//! Addresses are [`SymPtr`]s: byte offsets into the symmetric heap, equal on every PE.
+//! Non-blocking operations on raw buffers are `unsafe` (the buffer must outlive the operation,
+//! up to the next [`Pshmem::quiet`]); their `_sym` forms on symmetric buffers are safe.
+
+pub mod alloc;
+pub mod config;
+mod elem;
+pub mod error;
+mod heap;
+
+use std::{
+    cell::Cell,
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use pshmem_bootstrap::Bootstrap;
+pub use pshmem_gpu_queue::SignalOp;
+use pshmem_gpu_queue::{
+    AmoOp, Desc, Local, Producer, Ring, RingError, WaitLimit, layout::error as code,
+};
+use pshmem_proxy::{Health, HeapMem, MemError, Proxy, ProxySetup};
+use pshmem_transport::{LocalMem, MemKind};
+
+use crate::{alloc::Allocator, heap::Mapping};
+pub use crate::{
+    config::Config,
+    elem::{AmoElem, Cmp, Elem},
+    error::{Error, Result},
+};
+
+/// A symmetric address: a byte offset into the symmetric heap, the same on every PE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SymPtr(u64);
+
+impl SymPtr {
+    /// The address at heap offset `offset` (for tests and tools; normally from `malloc`).
+    pub fn from_offset(offset: u64) -> Self {
+        Self(offset)
+    }
+
+    /// The heap offset.
+    pub fn offset(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::ops::Add<usize> for SymPtr {
+    type Output = SymPtr;
+
+    /// The address `bytes` further on.
+    fn add(self, bytes: usize) -> SymPtr {
+        SymPtr(self.0 + bytes as u64)
+    }
+}
+
+/// Where an operation to a PE goes.
+enum Route {
+    /// Loads and stores on a mapping of the PE's heap.
+    Direct(HeapMem),
+    /// Through the command ring and the proxy.
+    Ring,
+}
+
+thread_local! {
+    /// The channel this thread issues on (assigned round-robin at first use).
+    static CHANNEL: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+static NEXT_CHANNEL: AtomicUsize = AtomicUsize::new(0);
+
+/// One PE of a proxyshmem job.
+pub struct Pshmem {
+    // Drop order matters: proxies (which use the heap and own the transports that registered
+    // it) go first, then the direct mappings, then the heap itself.
+    proxies: Mutex<Vec<Proxy>>,
+    peers: Vec<Option<HeapMem>>,
+    _peer_maps: Vec<Option<Mapping>>,
+    mem: HeapMem,
+    _local: Mapping,
+    producers: Vec<Producer>,
+    health: Arc<Health>,
+    bs: Mutex<Option<Bootstrap>>,
+    alloc: Mutex<Allocator>,
+    barrier_epoch: Mutex<u64>,
+    finalized: AtomicBool,
+    me: usize,
+    n: usize,
+    cfg: Config,
+    transport: String,
+}
+
+impl std::fmt::Debug for Pshmem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pshmem")
+            .field("pe", &self.me)
+            .field("n_pes", &self.n)
+            .field("transport", &self.transport)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Bytes of the barrier words at the start of the reserved area (one per dissemination round).
+const BARRIER_WORDS: u64 = 64;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Pshmem {
+    /// Starts this PE: bootstrap and configuration from the environment.
+    pub fn init() -> Result<Self> {
+        let bs = Bootstrap::from_env()?;
+        let cfg = Config::from_env()?;
+        Self::init_with(bs, cfg)
+    }
+
+    /// Starts this PE on an existing bootstrap (unique-id launches) with `cfg`. Collective.
+    pub fn init_with(bs: Bootstrap, cfg: Config) -> Result<Self> {
+        let (me, n) = (bs.rank(), bs.world_size());
+        let mine = [
+            (cfg.heap_size as u64).to_le_bytes(),
+            (cfg.proxy_threads as u64).to_le_bytes(),
+        ]
+        .concat();
+        let all = bs.allgather(&mine)?;
+        if let Some(detail) = differences(&all, |b| {
+            format!(
+                "heap {} bytes, {} proxy threads",
+                u64::from_le_bytes(b[..8].try_into().expect("8")),
+                u64::from_le_bytes(b[8..16].try_into().expect("8"))
+            )
+        }) {
+            return Err(Error::CollectiveMismatch {
+                me,
+                op: "init (PSHMEM_SYMMETRIC_SIZE and PSHMEM_PROXY_THREADS must agree)",
+                detail,
+            });
+        }
+        let local = Mapping::create(me, cfg.heap_size)?;
+        let mem = local.view();
+        let terr = |what| {
+            move |source| Error::Transport {
+                me,
+                what,
+                source: Box::new(source),
+            }
+        };
+        let mut setups = Vec::new();
+        let mut transport = String::new();
+        for _ in 0..cfg.proxy_threads {
+            let mut t =
+                pshmem_transport::open_from_env(&bs).map_err(terr("opening the transport"))?;
+            // SAFETY: the heap mapping outlives the transport: the proxies that own the
+            // transports are dropped (and joined) before the mapping (field order).
+            let mr = unsafe {
+                t.mr_reg(LocalMem {
+                    ptr: mem.base(),
+                    len: mem.len(),
+                    kind: MemKind::Host,
+                })
+            }
+            .map_err(terr("registering the symmetric heap"))?;
+            let remotes = pshmem_transport::exchange_mr(t.as_mut(), &bs, mr)
+                .map_err(terr("exchanging heap registrations"))?;
+            transport = t.caps().name.clone();
+            setups.push((t, mr, remotes));
+        }
+        let peer_maps = if cfg.disable_p2p {
+            (0..n).map(|_| None).collect()
+        } else {
+            heap::share_with_local_peers(&bs, &local, Duration::from_secs(30))?
+        };
+        let peers = (0..n)
+            .map(|r| match (&peer_maps[r], cfg.disable_p2p) {
+                (_, true) => None,
+                (_, false) if r == me => Some(mem),
+                (Some(m), false) => Some(m.view()),
+                (None, false) => None,
+            })
+            .collect();
+        let rings: Vec<Arc<Ring>> = (0..cfg.channels)
+            .map(|_| Ring::new_host(cfg.ring_slots))
+            .collect();
+        let health = Health::new();
+        health.watch(rings.iter().cloned());
+        {
+            let h = health.clone();
+            bs.on_failure(move |e| match e.dead_rank() {
+                Some(d) => h.peer_dead(d, e.to_string()),
+                None => h.raise(code::PROXY, None, e.to_string()),
+            });
+        }
+        let threads = cfg.proxy_threads;
+        let mut proxies = Vec::new();
+        for (t, (transport, heap_mr, remote_heaps)) in setups.into_iter().enumerate() {
+            let channels = rings
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % threads == t)
+                .map(|(_, r)| r.clone())
+                .collect();
+            let mut pc = cfg.proxy.clone();
+            pc.cpu = (!cfg.proxy_cpus.is_empty()).then(|| cfg.proxy_cpus[t % cfg.proxy_cpus.len()]);
+            proxies.push(Proxy::spawn(
+                format!("pshmem-proxy-{me}.{t}"),
+                ProxySetup {
+                    transport,
+                    heap: mem,
+                    heap_mr,
+                    remote_heaps,
+                    channels,
+                },
+                pc,
+                health.clone(),
+            )?);
+        }
+        bs.barrier()?;
+        Ok(Self {
+            proxies: Mutex::new(proxies),
+            peers,
+            _peer_maps: peer_maps,
+            mem,
+            _local: local,
+            producers: rings.into_iter().map(Producer::new).collect(),
+            health,
+            bs: Mutex::new(Some(bs)),
+            alloc: Mutex::new(Allocator::new(cfg.heap_size as u64)),
+            barrier_epoch: Mutex::new(0),
+            finalized: AtomicBool::new(false),
+            me,
+            n,
+            cfg,
+            transport,
+        })
+    }
+
+    /// Leaves the job: completes this PE's operations, waits for every PE (so that no proxy
+    /// stops while a peer still needs it), stops the proxies and the bootstrap. Collective.
+    pub fn finalize(&self) -> Result<()> {
+        if self.finalized.swap(true, Ordering::AcqRel) {
+            return Err(Error::Finalized {
+                me: self.me,
+                op: "finalize",
+            });
+        }
+        let mut res = self
+            .barrier_inner("finalize")
+            .and_then(|()| self.quiet_inner("finalize"));
+        let bs = lock(&self.bs).take();
+        if let Some(bs) = &bs
+            && res.is_ok()
+        {
+            // Out of band: once every PE is here, no proxy is needed by anyone any more.
+            res = bs.barrier().map_err(Error::from);
+        }
+        for p in lock(&self.proxies).drain(..) {
+            if let Err(e) = p.stop() {
+                res = res.and(Err(e.into()));
+            }
+        }
+        if let Some(bs) = bs {
+            if res.is_ok() {
+                res = bs.finalize().map_err(Error::from);
+            } else {
+                drop(bs);
+            }
+        }
+        res
+    }
+
+    /// This PE's number.
+    pub fn my_pe(&self) -> usize {
+        self.me
+    }
+
+    /// Number of PEs.
+    pub fn n_pes(&self) -> usize {
+        self.n
+    }
+
+    /// The transport's name (provider and rails).
+    pub fn transport_name(&self) -> &str {
+        &self.transport
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Whether operations to `pe` use the direct path.
+    pub fn is_direct(&self, pe: usize) -> bool {
+        self.peers.get(pe).is_some_and(Option::is_some)
+    }
+
+    // ---- checks and routing -----------------------------------------------------------------
+
+    /// Refuses work after finalize, and after a failure of the job (sticky): a dead peer's
+    /// memory may stay mapped on the direct path, but nothing may go on as if it were alive.
+    fn live(&self, op: &'static str) -> Result<()> {
+        if self.finalized.load(Ordering::Acquire) {
+            return Err(Error::Finalized { me: self.me, op });
+        }
+        if self.health.faulted() {
+            return Err(self.fault_err(op, code::PROXY, None));
+        }
+        Ok(())
+    }
+
+    fn check_pe(&self, op: &'static str, pe: usize) -> Result<()> {
+        if pe >= self.n {
+            return Err(Error::InvalidPe {
+                me: self.me,
+                op,
+                pe,
+                n_pes: self.n,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_range(&self, op: &'static str, at: SymPtr, len: usize) -> Result<()> {
+        let end = at.0.checked_add(len as u64);
+        match end {
+            Some(end) if at.0 >= alloc::RESERVED && end <= self.mem.len() as u64 => Ok(()),
+            _ => Err(Error::OutOfHeap {
+                me: self.me,
+                op,
+                offset: at.0,
+                end: end.unwrap_or(u64::MAX),
+                start: alloc::RESERVED,
+                heap: self.mem.len() as u64,
+            }),
+        }
+    }
+
+    fn check_aligned(&self, op: &'static str, at: SymPtr, align: u64) -> Result<()> {
+        if at.0 % align != 0 {
+            return Err(Error::Misaligned {
+                me: self.me,
+                op,
+                offset: at.0,
+                align,
+            });
+        }
+        Ok(())
+    }
+
+    /// Common checks of a remote operation on `len` bytes at `at` of `pe`.
+    fn check(&self, op: &'static str, pe: usize, at: SymPtr, len: usize) -> Result<Route> {
+        self.live(op)?;
+        self.check_pe(op, pe)?;
+        self.check_range(op, at, len)?;
+        Ok(self.route(pe))
+    }
+
+    fn route(&self, pe: usize) -> Route {
+        match self.peers[pe] {
+            Some(h) => Route::Direct(h),
+            None => Route::Ring,
+        }
+    }
+
+    fn mem_err(&self, op: &'static str, pe: usize, e: MemError) -> Error {
+        Error::OpFailed {
+            me: self.me,
+            op,
+            pe: Some(pe),
+            detail: e.to_string(),
+        }
+    }
+
+    /// The heap offset of a local buffer if it lies in this PE's heap.
+    fn local_ref(&self, ptr: *const u8, len: usize) -> Local {
+        match self.mem.offset_of(ptr, len) {
+            Some(off) => Local::Heap(off),
+            None => Local::Raw(ptr as u64),
+        }
+    }
+
+    fn producer(&self) -> &Producer {
+        let n = self.producers.len();
+        let i = CHANNEL.with(|c| {
+            if c.get() == usize::MAX {
+                c.set(NEXT_CHANNEL.fetch_add(1, Ordering::Relaxed));
+            }
+            c.get()
+        });
+        &self.producers[i % n]
+    }
+
+    fn limit(&self) -> WaitLimit {
+        WaitLimit::new(Some(self.cfg.op_timeout))
+    }
+
+    /// Publishes an operation on this thread's channel; returns where it ends.
+    fn push(&self, op: &'static str, d: Desc) -> Result<(&Producer, u64)> {
+        let p = self.producer();
+        let (slots, n) = d.encode();
+        let end = p
+            .push(&slots[..n], &self.limit())
+            .map_err(|e| self.ring_err(op, e))?;
+        Ok((p, end))
+    }
+
+    /// Publishes an operation and waits for it (and everything before it on the channel).
+    fn push_wait(&self, op: &'static str, d: Desc) -> Result<()> {
+        let (p, end) = self.push(op, d)?;
+        p.ring()
+            .wait_completed(end, &self.limit())
+            .map_err(|e| self.ring_err(op, e))
+    }
+
+    fn ring_err(&self, op: &'static str, e: RingError) -> Error {
+        match e {
+            RingError::Timeout { waited, .. } => Error::Timeout {
+                me: self.me,
+                op,
+                waited,
+            },
+            RingError::Raised { code: c, pe } => self.fault_err(op, c, pe.map(|p| p as usize)),
+            other => Error::OpFailed {
+                me: self.me,
+                op,
+                pe: None,
+                detail: other.to_string(),
+            },
+        }
+    }
+
+    /// The error for a raised fault, with the details the proxy or the bootstrap recorded.
+    fn fault_err(&self, op: &'static str, c: u32, pe: Option<usize>) -> Error {
+        let f = self.health.fault();
+        let detail = f
+            .as_ref()
+            .map_or_else(|| "no details".into(), |f| f.detail.clone());
+        let pe = f.as_ref().and_then(|f| f.pe).or(pe);
+        let c = f.as_ref().map_or(c, |f| f.code);
+        if c == code::PEER_DEAD {
+            Error::PeerDied {
+                me: self.me,
+                op,
+                pe,
+                detail,
+            }
+        } else {
+            Error::OpFailed {
+                me: self.me,
+                op,
+                pe,
+                detail,
+            }
+        }
+    }
+
+    // ---- symmetric heap ---------------------------------------------------------------------
+
+    fn bs(&self, op: &'static str) -> Result<MutexGuard<'_, Option<Bootstrap>>> {
+        let g = lock(&self.bs);
+        if g.is_none() {
+            return Err(Error::Finalized { me: self.me, op });
+        }
+        Ok(g)
+    }
+
+    /// Checks that every PE made the same collective call (`rec`); `describe` renders one.
+    fn agree(
+        &self,
+        op: &'static str,
+        rec: &[u8],
+        describe: impl Fn(&[u8]) -> String,
+    ) -> Result<()> {
+        let all = {
+            let g = self.bs(op)?;
+            g.as_ref().expect("bootstrap").allgather(rec)?
+        };
+        match differences(&all, describe) {
+            Some(detail) => Err(Error::CollectiveMismatch {
+                me: self.me,
+                op,
+                detail,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn allocate(&self, op: &'static str, size: u64, align: u64, zero: bool) -> Result<SymPtr> {
+        self.live(op)?;
+        let mut a = lock(&self.alloc);
+        let at = a.alloc(size, align);
+        if zero && let Some(at) = at {
+            // Zero before the collective check: once any PE returns, peers may write here.
+            let len = a.size_of(at).unwrap_or(0);
+            let zeros = vec![0u8; len as usize];
+            // SAFETY: `zeros` is a live buffer of `len` bytes.
+            unsafe { self.mem.write_from_raw(at, zeros.as_ptr(), zeros.len()) }
+                .map_err(|e| self.mem_err(op, self.me, e))?;
+        }
+        let rec = [1u64, size, align, at.unwrap_or(u64::MAX)]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect::<Vec<u8>>();
+        let agreed = self.agree(op, &rec, describe_alloc);
+        if let Err(e) = agreed {
+            if let Some(at) = at {
+                a.free(at);
+            }
+            return Err(e);
+        }
+        match at {
+            Some(at) => Ok(SymPtr(at)),
+            None => Err(Error::HeapExhausted {
+                me: self.me,
+                op,
+                requested: size,
+                largest_free: a.largest_free(),
+            }),
+        }
+    }
+
+    /// Allocates `size` bytes of symmetric memory (64-byte aligned). Collective: every PE
+    /// must call it with the same size, in the same order.
+    pub fn malloc(&self, size: usize) -> Result<SymPtr> {
+        self.allocate("malloc", size as u64, alloc::MIN_ALIGN, false)
+    }
+
+    /// Allocates `size` bytes aligned to `alignment` (a power of two). Collective.
+    pub fn align(&self, alignment: usize, size: usize) -> Result<SymPtr> {
+        if !alignment.is_power_of_two() {
+            return Err(Error::BadAlignment {
+                me: self.me,
+                op: "align",
+                align: alignment,
+            });
+        }
+        self.allocate("align", size as u64, alignment as u64, false)
+    }
+
+    /// Allocates `count * size` zeroed bytes. Collective.
+    pub fn calloc(&self, count: usize, size: usize) -> Result<SymPtr> {
+        let total = count.checked_mul(size).ok_or(Error::SizeOverflow {
+            me: self.me,
+            op: "calloc",
+            count,
+            size,
+        })?;
+        self.allocate("calloc", total as u64, alloc::MIN_ALIGN, true)
+    }
+
+    /// Frees an allocation. Collective: completes this PE's operations first, and every PE must
+    /// free the same address in the same order.
+    pub fn free(&self, p: SymPtr) -> Result<()> {
+        self.live("free")?;
+        self.quiet_inner("free")?;
+        let mut a = lock(&self.alloc);
+        let known = a.size_of(p.0).is_some();
+        let rec = [2u64, p.0, u64::from(known)]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect::<Vec<u8>>();
+        self.agree("free", &rec, describe_free)?;
+        if !known {
+            return Err(Error::BadFree {
+                me: self.me,
+                offset: p.0,
+            });
+        }
+        a.free(p.0);
+        Ok(())
+    }
+
+    /// This PE's address of a symmetric object.
+    pub fn ptr(&self, p: SymPtr) -> *mut u8 {
+        self.mem.base().wrapping_add(p.0 as usize)
+    }
+
+    /// The address of `pe`'s copy of a symmetric object, if this PE maps it directly
+    /// (same host, direct path enabled); as `nvshmem_ptr`.
+    pub fn peer_ptr(&self, p: SymPtr, pe: usize) -> Option<*mut u8> {
+        self.peers
+            .get(pe)
+            .copied()
+            .flatten()
+            .map(|h| h.base().wrapping_add(p.0 as usize))
+    }
+
+    /// Reads this PE's copy of a symmetric value (an atomic load for aligned 32/64-bit values).
+    pub fn local_read<T: AmoElem>(&self, p: SymPtr) -> Result<T> {
+        self.check_range("local_read", p, T::SIZE as usize)?;
+        self.check_aligned("local_read", p, u64::from(T::SIZE))?;
+        let v = self
+            .mem
+            .load(p.0, T::WIDE)
+            .map_err(|e| self.mem_err("local_read", self.me, e))?;
+        Ok(T::from_bits(v))
+    }
+
+    /// Copies bytes out of this PE's copy of symmetric memory.
+    pub fn local_copy_out(&self, p: SymPtr, dst: &mut [u8]) -> Result<()> {
+        self.check_range("local_copy_out", p, dst.len())?;
+        // SAFETY: `dst` is a live exclusive buffer of its length.
+        unsafe { self.mem.read_to_raw(p.0, dst.as_mut_ptr(), dst.len()) }
+            .map_err(|e| self.mem_err("local_copy_out", self.me, e))
+    }
+
+    /// Copies bytes into this PE's copy of symmetric memory.
+    pub fn local_copy_in(&self, p: SymPtr, src: &[u8]) -> Result<()> {
+        self.check_range("local_copy_in", p, src.len())?;
+        // SAFETY: `src` is a live buffer of its length.
+        unsafe { self.mem.write_from_raw(p.0, src.as_ptr(), src.len()) }
+            .map_err(|e| self.mem_err("local_copy_in", self.me, e))
+    }
+
+    // ---- RMA --------------------------------------------------------------------------------
+
+    /// Copies `src` to `dest` on `pe`; returns when `src` may be reused (the data is then
+    /// delivered as well).
+    pub fn put(&self, dest: SymPtr, src: &[u8], pe: usize) -> Result<()> {
+        match self.check("put", pe, dest, src.len())? {
+            // SAFETY: `src` is a live buffer of its length.
+            Route::Direct(h) => unsafe { h.write_from_raw(dest.0, src.as_ptr(), src.len()) }
+                .map_err(|e| self.mem_err("put", pe, e)),
+            Route::Ring => self.push_wait(
+                "put",
+                Desc::Put {
+                    pe: pe as u32,
+                    remote: dest.0,
+                    local: self.local_ref(src.as_ptr(), src.len()),
+                    len: src.len() as u64,
+                },
+            ),
+        }
+    }
+
+    /// Starts copying `len` bytes at `src` to `dest` on `pe`; complete after [`Pshmem::quiet`].
+    ///
+    /// # Safety
+    /// `src..src + len` must stay valid and unchanged until the next `quiet` (or a blocking
+    /// operation) on this thread returns.
+    pub unsafe fn put_nbi(
+        &self,
+        dest: SymPtr,
+        src: *const u8,
+        len: usize,
+        pe: usize,
+    ) -> Result<()> {
+        match self.check("put_nbi", pe, dest, len)? {
+            // SAFETY: the caller vouches for the source.
+            Route::Direct(h) => unsafe { h.write_from_raw(dest.0, src, len) }
+                .map_err(|e| self.mem_err("put_nbi", pe, e)),
+            Route::Ring => self
+                .push(
+                    "put_nbi",
+                    Desc::Put {
+                        pe: pe as u32,
+                        remote: dest.0,
+                        local: self.local_ref(src, len),
+                        len: len as u64,
+                    },
+                )
+                .map(|_| ()),
+        }
+    }
+
+    /// Starts copying `len` bytes of this PE's `src` (symmetric) to `dest` on `pe`.
+    pub fn put_nbi_sym(&self, dest: SymPtr, src: SymPtr, len: usize, pe: usize) -> Result<()> {
+        self.check_range("put_nbi", src, len)?;
+        // SAFETY: `src` lies in this PE's heap (checked), which stays mapped while `self` lives.
+        unsafe { self.put_nbi(dest, self.ptr(src), len, pe) }
+    }
+
+    /// Copies `dest.len()` bytes from `src` on `pe` into `dest`.
+    pub fn get(&self, dest: &mut [u8], src: SymPtr, pe: usize) -> Result<()> {
+        match self.check("get", pe, src, dest.len())? {
+            // SAFETY: `dest` is a live exclusive buffer of its length.
+            Route::Direct(h) => unsafe { h.read_to_raw(src.0, dest.as_mut_ptr(), dest.len()) }
+                .map_err(|e| self.mem_err("get", pe, e)),
+            Route::Ring => self.push_wait(
+                "get",
+                Desc::Get {
+                    pe: pe as u32,
+                    remote: src.0,
+                    local: self.local_ref(dest.as_ptr(), dest.len()),
+                    len: dest.len() as u64,
+                },
+            ),
+        }
+    }
+
+    /// Starts copying `len` bytes from `src` on `pe` to `dest`; complete after `quiet`.
+    ///
+    /// # Safety
+    /// `dest..dest + len` must stay valid, and unread and unwritten by anyone else, until the
+    /// next `quiet` (or a blocking operation) on this thread returns.
+    pub unsafe fn get_nbi(&self, dest: *mut u8, src: SymPtr, len: usize, pe: usize) -> Result<()> {
+        match self.check("get_nbi", pe, src, len)? {
+            // SAFETY: the caller vouches for the destination.
+            Route::Direct(h) => unsafe { h.read_to_raw(src.0, dest, len) }
+                .map_err(|e| self.mem_err("get_nbi", pe, e)),
+            Route::Ring => self
+                .push(
+                    "get_nbi",
+                    Desc::Get {
+                        pe: pe as u32,
+                        remote: src.0,
+                        local: self.local_ref(dest, len),
+                        len: len as u64,
+                    },
+                )
+                .map(|_| ()),
+        }
+    }
+
+    /// Starts copying `len` bytes from `src` on `pe` into this PE's `dest` (symmetric).
+    pub fn get_nbi_sym(&self, dest: SymPtr, src: SymPtr, len: usize, pe: usize) -> Result<()> {
+        self.check_range("get_nbi", dest, len)?;
+        // SAFETY: `dest` lies in this PE's heap (checked), mapped while `self` lives.
+        unsafe { self.get_nbi(self.ptr(dest), src, len, pe) }
+    }
+
+    /// Stores `value` at `dest` on `pe` (complete after `quiet`).
+    pub fn p<T: Elem>(&self, dest: SymPtr, value: T, pe: usize) -> Result<()> {
+        match self.check("p", pe, dest, T::SIZE as usize)? {
+            Route::Direct(h) => h
+                .store(dest.0, value.to_bits(), T::SIZE)
+                .map_err(|e| self.mem_err("p", pe, e)),
+            Route::Ring => self
+                .push(
+                    "p",
+                    Desc::P {
+                        pe: pe as u32,
+                        remote: dest.0,
+                        value: value.to_bits(),
+                        width: T::SIZE,
+                    },
+                )
+                .map(|_| ()),
+        }
+    }
+
+    /// Reads the value at `src` on `pe`.
+    pub fn g<T: Elem>(&self, src: SymPtr, pe: usize) -> Result<T> {
+        let mut bits = [0u8; 8];
+        self.get(&mut bits[..T::SIZE as usize], src, pe)?;
+        Ok(T::from_bits(u64::from_le_bytes(bits)))
+    }
+
+    // ---- signals ----------------------------------------------------------------------------
+
+    /// Copies `src` to `dest` on `pe`, then updates the 64-bit signal `sig` there; the signal
+    /// is never visible before the data. Returns when `src` may be reused.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_signal(
+        &self,
+        dest: SymPtr,
+        src: &[u8],
+        sig: SymPtr,
+        value: u64,
+        op: SignalOp,
+        pe: usize,
+    ) -> Result<()> {
+        let route = self.check("put_signal", pe, dest, src.len())?;
+        self.check_signal("put_signal", sig)?;
+        match route {
+            Route::Direct(h) => {
+                // SAFETY: `src` is a live buffer of its length.
+                unsafe { h.write_from_raw(dest.0, src.as_ptr(), src.len()) }
+                    .and_then(|()| h.amo(sig.0, true, op.as_amo(), value, 0))
+                    .map(|_| ())
+                    .map_err(|e| self.mem_err("put_signal", pe, e))
+            }
+            Route::Ring => self.push_wait(
+                "put_signal",
+                Desc::PutSignal {
+                    pe: pe as u32,
+                    remote: dest.0,
+                    local: self.local_ref(src.as_ptr(), src.len()),
+                    len: src.len() as u64,
+                    sig: sig.0,
+                    value,
+                    op,
+                },
+            ),
+        }
+    }
+
+    /// Non-blocking [`Pshmem::put_signal`].
+    ///
+    /// # Safety
+    /// As [`Pshmem::put_nbi`] for `src`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn put_signal_nbi(
+        &self,
+        dest: SymPtr,
+        src: *const u8,
+        len: usize,
+        sig: SymPtr,
+        value: u64,
+        op: SignalOp,
+        pe: usize,
+    ) -> Result<()> {
+        let route = self.check("put_signal_nbi", pe, dest, len)?;
+        self.check_signal("put_signal_nbi", sig)?;
+        match route {
+            // SAFETY: the caller vouches for the source.
+            Route::Direct(h) => unsafe { h.write_from_raw(dest.0, src, len) }
+                .and_then(|()| h.amo(sig.0, true, op.as_amo(), value, 0))
+                .map(|_| ())
+                .map_err(|e| self.mem_err("put_signal_nbi", pe, e)),
+            Route::Ring => self
+                .push(
+                    "put_signal_nbi",
+                    Desc::PutSignal {
+                        pe: pe as u32,
+                        remote: dest.0,
+                        local: self.local_ref(src, len),
+                        len: len as u64,
+                        sig: sig.0,
+                        value,
+                        op,
+                    },
+                )
+                .map(|_| ()),
+        }
+    }
+
+    /// Non-blocking put-with-signal from this PE's symmetric `src`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_signal_nbi_sym(
+        &self,
+        dest: SymPtr,
+        src: SymPtr,
+        len: usize,
+        sig: SymPtr,
+        value: u64,
+        op: SignalOp,
+        pe: usize,
+    ) -> Result<()> {
+        self.check_range("put_signal_nbi", src, len)?;
+        // SAFETY: `src` lies in this PE's heap (checked).
+        unsafe { self.put_signal_nbi(dest, self.ptr(src), len, sig, value, op, pe) }
+    }
+
+    fn check_signal(&self, op: &'static str, sig: SymPtr) -> Result<()> {
+        self.check_range(op, sig, 8)?;
+        self.check_aligned(op, sig, 8)
+    }
+
+    /// Updates the signal `sig` on `pe` (complete after `quiet`).
+    pub fn signal_op(&self, sig: SymPtr, value: u64, op: SignalOp, pe: usize) -> Result<()> {
+        let route = self.check("signal_op", pe, sig, 8)?;
+        self.check_aligned("signal_op", sig, 8)?;
+        self.signal_inner("signal_op", route, sig, value, op, pe)
+    }
+
+    fn signal_inner(
+        &self,
+        name: &'static str,
+        route: Route,
+        sig: SymPtr,
+        value: u64,
+        op: SignalOp,
+        pe: usize,
+    ) -> Result<()> {
+        match route {
+            Route::Direct(h) => h
+                .amo(sig.0, true, op.as_amo(), value, 0)
+                .map(|_| ())
+                .map_err(|e| self.mem_err(name, pe, e)),
+            Route::Ring => self
+                .push(
+                    name,
+                    Desc::Signal {
+                        pe: pe as u32,
+                        remote: sig.0,
+                        value,
+                        op,
+                    },
+                )
+                .map(|_| ()),
+        }
+    }
+
+    /// Waits until this PE's signal `sig` satisfies `cmp value`; returns its value.
+    pub fn signal_wait_until(&self, sig: SymPtr, cmp: Cmp, value: u64) -> Result<u64> {
+        self.live("signal_wait_until")?;
+        self.check_signal("signal_wait_until", sig)?;
+        self.wait_local("signal_wait_until", sig, cmp, value)
+    }
+
+    /// Waits until this PE's `ivar` satisfies `cmp value`; returns its value.
+    pub fn wait_until<T: AmoElem>(&self, ivar: SymPtr, cmp: Cmp, value: T) -> Result<T> {
+        self.live("wait_until")?;
+        self.check_range("wait_until", ivar, T::SIZE as usize)?;
+        self.check_aligned("wait_until", ivar, u64::from(T::SIZE))?;
+        self.wait_local("wait_until", ivar, cmp, value)
+    }
+
+    /// Spins on a local word (acquire loads) until the condition holds, a fault is raised, or
+    /// `PSHMEM_OP_TIMEOUT` passes.
+    fn wait_local<T: AmoElem>(
+        &self,
+        op: &'static str,
+        at: SymPtr,
+        cmp: Cmp,
+        value: T,
+    ) -> Result<T> {
+        let start = Instant::now();
+        let mut step = 0u32;
+        loop {
+            let v = T::from_bits(
+                self.mem
+                    .load(at.0, T::WIDE)
+                    .map_err(|e| self.mem_err(op, self.me, e))?,
+            );
+            if cmp.holds(v, value) {
+                return Ok(v);
+            }
+            step = step.wrapping_add(1);
+            if step % 256 == 0 {
+                if self.health.faulted() {
+                    return Err(self.fault_err(op, code::PROXY, None));
+                }
+                if start.elapsed() > self.cfg.op_timeout {
+                    return Err(Error::Timeout {
+                        me: self.me,
+                        op,
+                        waited: start.elapsed(),
+                    });
+                }
+            }
+            if step < 256 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    // ---- atomics ----------------------------------------------------------------------------
+
+    #[allow(clippy::too_many_arguments)]
+    fn amo<T: AmoElem>(
+        &self,
+        name: &'static str,
+        dest: SymPtr,
+        op: AmoOp,
+        operand: T,
+        compare: T,
+        pe: usize,
+    ) -> Result<T> {
+        let route = self.check(name, pe, dest, T::SIZE as usize)?;
+        self.check_aligned(name, dest, u64::from(T::SIZE))?;
+        match route {
+            Route::Direct(h) => h
+                .amo(dest.0, T::WIDE, op, operand.to_bits(), compare.to_bits())
+                .map(T::from_bits)
+                .map_err(|e| self.mem_err(name, pe, e)),
+            Route::Ring => {
+                let mut cell = 0u64;
+                let d = Desc::Amo {
+                    pe: pe as u32,
+                    remote: dest.0,
+                    op,
+                    wide: T::WIDE,
+                    operand: operand.to_bits(),
+                    compare: compare.to_bits(),
+                    result: if op.fetches() {
+                        std::ptr::addr_of_mut!(cell) as u64
+                    } else {
+                        0
+                    },
+                };
+                if op.fetches() {
+                    // The proxy writes `cell` before the operation completes, and we wait for
+                    // that completion before `cell` goes out of scope.
+                    self.push_wait(name, d)?;
+                    // SAFETY: the completion's acquire ordered the proxy's write before this read.
+                    let v = unsafe { std::ptr::read_volatile(std::ptr::addr_of!(cell)) };
+                    Ok(T::from_bits(v))
+                } else {
+                    self.push(name, d).map(|_| T::from_bits(0))
+                }
+            }
+        }
+    }
+
+    /// Adds `value` to `dest` on `pe`; returns the old value.
+    pub fn atomic_fetch_add<T: AmoElem>(&self, dest: SymPtr, value: T, pe: usize) -> Result<T> {
+        self.amo("atomic_fetch_add", dest, AmoOp::FetchAdd, value, value, pe)
+    }
+
+    /// Adds `value` to `dest` on `pe` (complete after `quiet`).
+    pub fn atomic_add<T: AmoElem>(&self, dest: SymPtr, value: T, pe: usize) -> Result<()> {
+        self.amo("atomic_add", dest, AmoOp::Add, value, value, pe)
+            .map(|_| ())
+    }
+
+    /// Stores `value` at `dest` on `pe`; returns the old value.
+    pub fn atomic_swap<T: AmoElem>(&self, dest: SymPtr, value: T, pe: usize) -> Result<T> {
+        self.amo("atomic_swap", dest, AmoOp::Swap, value, value, pe)
+    }
+
+    /// Stores `value` at `dest` on `pe` if it equals `cond`; returns the old value.
+    pub fn atomic_compare_swap<T: AmoElem>(
+        &self,
+        dest: SymPtr,
+        cond: T,
+        value: T,
+        pe: usize,
+    ) -> Result<T> {
+        self.amo(
+            "atomic_compare_swap",
+            dest,
+            AmoOp::CompareSwap,
+            value,
+            cond,
+            pe,
+        )
+    }
+
+    /// Reads `dest` on `pe` atomically.
+    pub fn atomic_fetch<T: AmoElem>(&self, dest: SymPtr, pe: usize) -> Result<T> {
+        self.amo(
+            "atomic_fetch",
+            dest,
+            AmoOp::Fetch,
+            T::from_bits(0),
+            T::from_bits(0),
+            pe,
+        )
+    }
+
+    /// Stores `value` at `dest` on `pe` atomically (complete after `quiet`).
+    pub fn atomic_set<T: AmoElem>(&self, dest: SymPtr, value: T, pe: usize) -> Result<()> {
+        self.amo("atomic_set", dest, AmoOp::Set, value, value, pe)
+            .map(|_| ())
+    }
+
+    // ---- ordering and synchronisation -------------------------------------------------------
+
+    /// Completes every operation this PE issued (on every channel): after it, their effects are
+    /// visible at their targets.
+    pub fn quiet(&self) -> Result<()> {
+        self.live("quiet")?;
+        self.quiet_inner("quiet")
+    }
+
+    fn quiet_inner(&self, op: &'static str) -> Result<()> {
+        let limit = self.limit();
+        for p in &self.producers {
+            p.quiet(&limit).map_err(|e| self.ring_err(op, e))?;
+        }
+        // Direct stores are complete once issued; the fence orders them before what follows.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.health.faulted() {
+            return Err(self.fault_err(op, code::PROXY, None));
+        }
+        Ok(())
+    }
+
+    /// Orders this thread's operations: those to a PE issued after the fence land after those
+    /// to that PE before it.
+    pub fn fence(&self) -> Result<()> {
+        self.live("fence")?;
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.peers.iter().any(Option::is_none) {
+            self.push("fence", Desc::Fence)?;
+        }
+        Ok(())
+    }
+
+    /// Waits until every PE arrives, with every PE's earlier operations complete. Collective.
+    pub fn barrier_all(&self) -> Result<()> {
+        self.live("barrier_all")?;
+        self.barrier_inner("barrier_all")
+    }
+
+    /// A dissemination barrier over signals on the reserved barrier words: in round k, signal
+    /// PE (me + 2^k) mod n and wait for the signal from PE (me - 2^k) mod n. Each word counts
+    /// arrivals, so waiting for count >= epoch is immune to a fast peer's next barrier.
+    fn barrier_inner(&self, op: &'static str) -> Result<()> {
+        let mut epoch = lock(&self.barrier_epoch);
+        self.quiet_inner(op)?;
+        *epoch += 1;
+        let mut k = 0;
+        while (1usize << k) < self.n {
+            let word = SymPtr(8 * k as u64);
+            debug_assert!(word.0 < BARRIER_WORDS * 8);
+            let partner = (self.me + (1 << k)) % self.n;
+            self.signal_inner(op, self.route(partner), word, 1, SignalOp::Add, partner)?;
+            self.wait_local(op, word, Cmp::Ge, *epoch)?;
+            k += 1;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Pshmem {
+    fn drop(&mut self) {
+        if !self.finalized.load(Ordering::Acquire) {
+            // An error path: no collective goodbye. Stop the proxies (bounded drain) before the
+            // heap goes; dropping the bootstrap tells the peers this PE is gone.
+            for p in lock(&self.proxies).drain(..) {
+                let _ = p.stop();
+            }
+        }
+    }
+}
+
+/// `None` if every PE's record is the same; otherwise which PEs differ from PE 0, and how.
+fn differences(all: &[Vec<u8>], describe: impl Fn(&[u8]) -> String) -> Option<String> {
+    let first = all.first()?;
+    let odd: Vec<String> = all
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| *r != first)
+        .map(|(pe, r)| format!("PE {pe}: {}", describe(r)))
+        .collect();
+    (!odd.is_empty()).then(|| format!("PE 0: {}; {}", describe(first), odd.join("; ")))
+}
+
+fn words(b: &[u8]) -> Vec<u64> {
+    b.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
+        .collect()
+}
+
+fn describe_alloc(b: &[u8]) -> String {
+    let w = words(b);
+    match w.as_slice() {
+        [1, size, align, at] => {
+            let at = if *at == u64::MAX {
+                "no room".to_string()
+            } else {
+                format!("offset {at}")
+            };
+            format!("allocation of {size} bytes aligned {align} -> {at}")
+        }
+        [2, off, _] => format!("free of offset {off}"),
+        _ => "another collective".into(),
+    }
+}
+
+fn describe_free(b: &[u8]) -> String {
+    let w = words(b);
+    match w.as_slice() {
+        [2, off, known] => format!(
+            "free of offset {off}{}",
+            if *known == 1 { "" } else { " (not allocated)" }
+        ),
+        _ => describe_alloc(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn differences_name_the_odd_pe() {
+        let a = vec![vec![1u8, 2], vec![1, 2], vec![1, 3]];
+        let d = differences(&a, |b| format!("{b:?}")).unwrap();
+        assert!(d.contains("PE 2: [1, 3]"), "{d}");
+        assert!(differences(&a[..2], |b| format!("{b:?}")).is_none());
+    }
+}

@@ -1,0 +1,205 @@
+//! Multi-process runtime tests (2 and 4 PEs): every host operation byte-exact over
+//! `tcp;ofi_rxm`, over shm, over the simulated unordered fabric and on the direct path, with
+//! identical results (digests) on every path; ordering that the reordering fabric would break
+//! without the runtime's care (shown by a negative control); typed errors; collective
+//! mismatches; and peers that die while others wait on them.
+
+use std::{collections::HashMap, time::Duration};
+
+use pshmem_tests::{JobSpec, RankResult, assert_all_ok};
+
+const BIN: &str = env!("CARGO_BIN_EXE_pshmem-testbin");
+
+fn job(n: usize, args: &[&str], env: &[(&str, &str)]) -> JobSpec {
+    let mut j = JobSpec::new(BIN, n, args)
+        .timeout(Duration::from_secs(120))
+        .env("PSHMEM_SYMMETRIC_SIZE", "64M");
+    for (k, v) in env {
+        j = j.env(k, v);
+    }
+    j
+}
+
+/// Forced through the proxy over a transport.
+fn proxied(provider: &'static str) -> Vec<(&'static str, &'static str)> {
+    let mut v = vec![("PSHMEM_DISABLE_P2P", "1"), ("PSHMEM_PROVIDER", provider)];
+    if provider == "sim" {
+        // Random delivery delays make the simulated fabric reorder for real (see the negative
+        // control below).
+        v.push(("PSHMEM_SIM_DELAY_US", "200"));
+    }
+    v
+}
+
+/// Runs `rt-ops` and returns each rank's digest, checking that every part passed.
+fn ops(n: usize, env: &[(&str, &str)]) -> Vec<String> {
+    let res = job(n, &["rt-ops"], env).launch().wait();
+    assert_all_ok(&res);
+    res.iter()
+        .map(|r| {
+            for part in ["OK p-g", "OK put-signal", "OK fence", "OK atomics"] {
+                assert_eq!(
+                    r.fields(part).len(),
+                    1,
+                    "rank {} skipped {part}:\n{r}",
+                    r.rank
+                );
+            }
+            assert_eq!(r.fields("OK rma").len(), 5, "rank {}:\n{r}", r.rank);
+            r.fields("DIGEST")[0]["value"].clone()
+        })
+        .collect()
+}
+
+fn direct_and_proxied_agree(n: usize) {
+    let direct = ops(n, &[("PSHMEM_PROVIDER", "tcp")]);
+    for provider in ["tcp", "sim"] {
+        assert_eq!(
+            ops(n, &proxied(provider)),
+            direct,
+            "{provider} through the proxy differs from the direct path"
+        );
+    }
+}
+
+#[test]
+fn every_operation_2_pes_direct_tcp_sim_identical() {
+    direct_and_proxied_agree(2);
+}
+
+#[test]
+fn every_operation_4_pes_direct_tcp_sim_identical() {
+    direct_and_proxied_agree(4);
+}
+
+#[test]
+fn every_operation_over_shm_2_and_4_pes() {
+    let a = ops(2, &proxied("shm"));
+    let b = ops(4, &proxied("shm"));
+    assert_eq!(a.len(), 2);
+    assert_eq!(b.len(), 4);
+}
+
+#[test]
+fn several_proxy_threads_and_channels() {
+    let mut env = proxied("tcp");
+    env.push(("PSHMEM_PROXY_THREADS", "2"));
+    env.push(("PSHMEM_CHANNELS", "3"));
+    env.push(("PSHMEM_RING_SLOTS", "16"));
+    let many = ops(4, &env);
+    assert_eq!(many, ops(4, &[("PSHMEM_PROVIDER", "tcp")]));
+}
+
+#[test]
+fn two_emulated_hosts_mix_direct_and_proxy() {
+    let mut spec = job(4, &["rt-ops"], &[("PSHMEM_PROVIDER", "tcp")]);
+    for r in 0..4 {
+        spec = spec.rank_env(r, "PSHMEM_HOST_ID", format!("host{}", r / 2));
+    }
+    let res = spec.launch().wait();
+    assert_all_ok(&res);
+    let mixed: Vec<String> = res
+        .iter()
+        .map(|r| r.fields("DIGEST")[0]["value"].clone())
+        .collect();
+    assert_eq!(mixed, ops(4, &[("PSHMEM_PROVIDER", "tcp")]));
+}
+
+/// The negative control: on the reordering fabric, a put followed by a signal without any
+/// ordering, and two `p`s without a fence, are seen out of order. So the put-with-signal and
+/// fence checks that pass above on the same fabric are checks that can fail.
+#[test]
+fn the_simulated_fabric_reorders_what_the_runtime_keeps_in_order() {
+    let res = job(2, &["rt-unordered", "--rounds", "300"], &proxied("sim"))
+        .launch()
+        .wait();
+    assert_all_ok(&res);
+    let sum = |k: &str| -> u64 {
+        res.iter()
+            .map(|r| r.fields("OK unordered")[0][k].parse::<u64>().unwrap())
+            .sum()
+    };
+    assert!(sum("early") > 0, "no signal ever overtook its data");
+    assert!(sum("inversions") > 0, "no flag ever overtook its data");
+}
+
+#[test]
+fn bad_arguments_and_use_after_finalize_are_typed_errors() {
+    for env in [proxied("tcp"), vec![("PSHMEM_PROVIDER", "tcp")]] {
+        let res = job(2, &["rt-errors"], &env).launch().wait();
+        assert_all_ok(&res);
+        for r in &res {
+            assert_eq!(r.fields("OK error").len(), 12, "{r}");
+        }
+    }
+}
+
+fn err(r: &RankResult) -> HashMap<String, String> {
+    r.fields("ERR")
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("rank {} printed no ERR line:\n{r}", r.rank))
+}
+
+#[test]
+fn allocations_that_differ_across_pes_fail_on_every_pe() {
+    for how in ["size", "order"] {
+        let res = job(3, &["rt-mismatch", "--how", how], &[]).launch().wait();
+        for r in &res {
+            assert!(!r.ok(), "{r}");
+            assert_eq!(err(r)["kind"], "CollectiveMismatch", "{r}");
+            assert!(err(r)["msg"].contains("PE_0:"), "{r}");
+        }
+    }
+}
+
+fn killed_peer(phase: &str, env: &[(&str, &str)]) {
+    let res = job(3, &["rt-kill", "--victim", "1", "--phase", phase], env)
+        .launch()
+        .wait();
+    let dying: u128 = res[1].fields("DYING")[0]["epoch_ms"].parse().unwrap();
+    for r in res.iter().filter(|r| r.rank != 1) {
+        assert!(
+            !r.ok(),
+            "rank {} succeeded although PE 1 died:\n{r}",
+            r.rank
+        );
+        let f = err(r);
+        assert!(
+            f["kind"] == "PeerDied" || f["kind"] == "OpFailed",
+            "{phase}: {r}"
+        );
+        assert_eq!(
+            f["pe"], "1",
+            "{phase}: the error must name the dead PE:\n{r}"
+        );
+        let at: u128 = f["epoch_ms"].parse().unwrap();
+        assert!(
+            at.saturating_sub(dying) <= 5000,
+            "{phase}: rank {} noticed after {} ms",
+            r.rank,
+            at - dying
+        );
+    }
+}
+
+#[test]
+fn a_dead_peer_fails_barrier_quiet_and_wait_within_5s_over_tcp() {
+    for phase in ["barrier", "quiet", "wait"] {
+        killed_peer(phase, &proxied("tcp"));
+    }
+}
+
+#[test]
+fn a_dead_peer_fails_barrier_quiet_and_wait_within_5s_on_the_direct_path() {
+    for phase in ["barrier", "quiet", "wait"] {
+        killed_peer(phase, &[("PSHMEM_PROVIDER", "tcp")]);
+    }
+}
+
+#[test]
+fn a_dead_peer_fails_barrier_quiet_and_wait_within_5s_on_the_simulated_fabric() {
+    for phase in ["barrier", "quiet", "wait"] {
+        killed_peer(phase, &proxied("sim"));
+    }
+}
