@@ -1,11 +1,15 @@
 //! # pshmem-benches
 //!
 //! Owns the benchmarks: `fabric-bench` (the raw transport through our safe layer beside the
-//! same operations written against libfabric's C API), and the shared helpers for statistics
-//! and result files. Every comparison is measured side by side in one run; results are kept as
-//! JSON under `benches/results/` with a Markdown report.
+//! same operations written against libfabric's C API), `pshmem-perf` (NVSHMEM-perftest-style
+//! tests of the runtime), `datapath-bench` (the runtime beside the raw transport, and the ring
+//! and proxy alone against a transport that completes at once), and the shared helpers for
+//! statistics and result files. Every comparison is measured side by side in one run; results
+//! are kept as JSON under `benches/results/` with a Markdown report.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
+
+pub mod raw;
 
 /// Median of a sample (sorted copy).
 pub fn median(xs: &[f64]) -> f64 {

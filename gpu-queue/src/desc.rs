@@ -201,6 +201,17 @@ pub struct DecodeError {
     pub why: &'static str,
 }
 
+/// The second slot of a two-slot operation.
+fn continuation(pe: u32, a: u64, b: u64) -> RawSlot {
+    RawSlot {
+        a,
+        b,
+        c: 0,
+        pe,
+        ctrl: ctrl_make(op::NOP, 0, 0, 1),
+    }
+}
+
 fn local_bits(l: Local) -> (u8, u64) {
     match l {
         Local::Heap(o) => (0, o),
@@ -231,24 +242,20 @@ impl Desc {
     }
 
     /// Encodes into slots; returns them and how many are used.
+    #[inline]
     pub fn encode(&self) -> ([RawSlot; 2], usize) {
-        let one = |pe, a, b, c, ctrl| ([RawSlot { a, b, c, pe, ctrl }, RawSlot::default()], 1);
-        let two = |pe, a, b, c, ctrl, a2, b2| {
-            (
-                [
-                    RawSlot { a, b, c, pe, ctrl },
-                    RawSlot {
-                        a: a2,
-                        b: b2,
-                        c: 0,
-                        pe,
-                        ctrl: ctrl_make(op::NOP, 0, 0, 1),
-                    },
-                ],
-                2,
-            )
+        let mut s = [RawSlot::default(); 2];
+        let mut set = |pe, a, b, c, op, flags, sub, n| {
+            s[0] = RawSlot {
+                a,
+                b,
+                c,
+                pe,
+                ctrl: ctrl_make(op, flags, sub, n),
+            };
+            n as usize
         };
-        match *self {
+        let n = match *self {
             Desc::Put {
                 pe,
                 remote,
@@ -256,7 +263,7 @@ impl Desc {
                 len,
             } => {
                 let (f, b) = local_bits(local);
-                one(pe, remote, b, len, ctrl_make(op::PUT, f, 0, 1))
+                set(pe, remote, b, len, op::PUT, f, 0, 1)
             }
             Desc::Get {
                 pe,
@@ -265,20 +272,14 @@ impl Desc {
                 len,
             } => {
                 let (f, b) = local_bits(local);
-                one(pe, remote, b, len, ctrl_make(op::GET, f, 0, 1))
+                set(pe, remote, b, len, op::GET, f, 0, 1)
             }
             Desc::P {
                 pe,
                 remote,
                 value,
                 width,
-            } => one(
-                pe,
-                remote,
-                value,
-                u64::from(width),
-                ctrl_make(op::P, 0, 0, 1),
-            ),
+            } => set(pe, remote, value, u64::from(width), op::P, 0, 0, 1),
             Desc::Amo {
                 pe,
                 remote,
@@ -289,28 +290,16 @@ impl Desc {
                 result,
             } => {
                 let sub = aop.code() | if wide { amo::WIDE } else { 0 };
-                two(
-                    pe,
-                    remote,
-                    operand,
-                    compare,
-                    ctrl_make(op::AMO, 0, sub, 2),
-                    result,
-                    0,
-                )
+                let n = set(pe, remote, operand, compare, op::AMO, 0, sub, 2);
+                s[1] = continuation(pe, result, 0);
+                n
             }
             Desc::Signal {
                 pe,
                 remote,
                 value,
                 op: sop,
-            } => one(
-                pe,
-                remote,
-                value,
-                0,
-                ctrl_make(op::SIGNAL, 0, sop.code(), 1),
-            ),
+            } => set(pe, remote, value, 0, op::SIGNAL, 0, sop.code(), 1),
             Desc::PutSignal {
                 pe,
                 remote,
@@ -321,18 +310,13 @@ impl Desc {
                 op: sop,
             } => {
                 let (f, b) = local_bits(local);
-                two(
-                    pe,
-                    remote,
-                    b,
-                    len,
-                    ctrl_make(op::PUT_SIGNAL, f, sop.code(), 2),
-                    sig,
-                    value,
-                )
+                let n = set(pe, remote, b, len, op::PUT_SIGNAL, f, sop.code(), 2);
+                s[1] = continuation(pe, sig, value);
+                n
             }
-            Desc::Fence => one(0, 0, 0, 0, ctrl_make(op::FENCE, 0, 0, 1)),
-        }
+            Desc::Fence => set(0, 0, 0, 0, op::FENCE, 0, 0, 1),
+        };
+        (s, n)
     }
 
     /// Decodes the slots of one operation (as [`crate::Consumer::poll`] hands them out).

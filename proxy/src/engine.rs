@@ -323,6 +323,9 @@ impl Engine {
         if let Some(cpu) = self.cfg.cpu {
             pin(cpu);
         }
+        // Short sleeps of an idle proxy should last what they say (the default timer slack of
+        // 50 µs would double a 50 µs sleep).
+        let _ = nix::sys::prctl::set_timerslack(1000);
         let mut idle_since: Option<Instant> = None;
         let mut stop_at: Option<Instant> = None;
         let mut spins = 0u32;
@@ -367,7 +370,9 @@ impl Engine {
                     std::hint::spin_loop();
                 }
             } else {
-                std::thread::sleep(self.cfg.max_sleep);
+                // Block until traffic arrives or the sleep ends (a manual-progress target wakes
+                // at once when a peer sends; new ring work waits at most `max_sleep`).
+                self.t.wait(self.cfg.max_sleep);
             }
         }
     }
@@ -627,7 +632,20 @@ impl Engine {
         }
     }
 
-    fn enqueue(&mut self, chan: u16, pe: u32, w: Work) {
+    /// Queues work for (channel, PE); when nothing is queued there yet, issues it at once
+    /// (the same order as queuing it and issuing the queue, without the round trip).
+    fn enqueue(&mut self, chan: u16, pe: u32, mut w: Work) {
+        let q = &mut self.chans[chan as usize].queues[pe as usize];
+        if q.work.is_empty() {
+            let done = match w {
+                Work::Gate => q.outstanding == 0,
+                _ => self.issue_one(chan, pe, &mut w) == Ok(true),
+            };
+            if done {
+                self.finish_issuing(&w);
+                return;
+            }
+        }
         let q = &mut self.chans[chan as usize].queues[pe as usize];
         q.work.push_back(w);
         if !q.active {

@@ -286,6 +286,14 @@ pub trait Transport: Send {
     /// Declares `pe` dead (the bootstrap noticed): outstanding and later operations to it fail
     /// with [`TransportError::PeerLost`].
     fn fail_peer(&mut self, pe: Pe, reason: &str);
+
+    /// Blocks for at most `timeout` or until the transport may have something to report
+    /// (incoming traffic), whichever comes first; an idle proxy calls it instead of sleeping,
+    /// so that a manual-progress target wakes as soon as a peer sends. May return early.
+    /// The default sleeps.
+    fn wait(&mut self, timeout: std::time::Duration) {
+        std::thread::sleep(timeout);
+    }
 }
 
 /// Exchanges addresses through the bootstrap and connects every PE.

@@ -3,18 +3,11 @@
 //! libfabric's C API (c/fabric_raw.c), interleaved size by size in one run. The ceiling the
 //! runtime will be compared to.
 
-use std::{
-    ffi::{CStr, CString, c_char, c_int, c_void},
-    time::Instant,
-};
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
 
 use clap::Parser;
-use pshmem_benches::{machine, median, pow2_sizes, size_label};
+use pshmem_benches::{machine, median, pow2_sizes, raw::RawPair, size_label};
 use pshmem_bootstrap::Bootstrap;
-use pshmem_transport::{
-    Event, LocalMem, LocalRef, MemKind, PostError, RemoteRef, Transport, establish, exchange_mr,
-    ofi::{OfiConfig, OfiTransport},
-};
 
 #[repr(C)]
 struct Craw {
@@ -96,95 +89,8 @@ struct Args {
     json: Option<std::path::PathBuf>,
 }
 
-struct Rust {
-    t: Box<dyn Transport>,
-    buf: &'static mut [u64],
-    local: LocalRef,
-    remote: RemoteRef,
-    peer: usize,
-}
-
-impl Rust {
-    fn poll(&mut self) -> usize {
-        let mut n = 0;
-        self.t
-            .poll(&mut |e| {
-                if let Event::Failed { error, .. } = e {
-                    panic!("write failed: {error}");
-                }
-                n += 1;
-            })
-            .expect("poll");
-        n
-    }
-
-    fn bw(&mut self, size: usize, count: usize, window: usize) -> f64 {
-        let (mut posted, mut done) = (0, 0);
-        let t0 = Instant::now();
-        while done < count {
-            while posted < count && posted - done < window {
-                // SAFETY: the registered buffer outlives the transport and is never modified.
-                match unsafe {
-                    self.t
-                        .write(self.peer, self.local, self.remote, size, posted as u64)
-                } {
-                    Ok(()) => posted += 1,
-                    Err(PostError::Retry) => break,
-                    Err(PostError::Failed(e)) => panic!("write: {e}"),
-                }
-            }
-            done += self.poll();
-        }
-        t0.elapsed().as_secs_f64()
-    }
-
-    fn lat(&mut self, rank: usize, iters: usize) -> f64 {
-        let flag = self.buf.as_ptr();
-        let from = LocalRef {
-            mr: self.local.mr,
-            offset: 64,
-        };
-        let to = RemoteRef {
-            mr: self.remote.mr,
-            offset: 0,
-        };
-        let mut t0 = Instant::now();
-        for i in 1..=(iters + 10) as u64 {
-            if i == 11 {
-                t0 = Instant::now();
-            }
-            // SAFETY: flag points into the registered buffer the peer writes; volatile reads see
-            // the NIC's stores.
-            let seen = |_: ()| unsafe { std::ptr::read_volatile(flag) };
-            if rank == 1 {
-                while seen(()) != i {
-                    self.poll();
-                }
-            }
-            self.buf[8] = i;
-            loop {
-                // SAFETY: 8 bytes ≤ inject size: copied at post, buffer free at once.
-                let posted = unsafe { self.t.write(self.peer, from, to, 8, i) };
-                match posted {
-                    Ok(()) => break,
-                    Err(PostError::Retry) => {
-                        self.poll();
-                    }
-                    Err(PostError::Failed(e)) => panic!("write: {e}"),
-                }
-            }
-            if rank == 0 {
-                while seen(()) != i {
-                    self.poll();
-                }
-            }
-        }
-        t0.elapsed().as_secs_f64() / (2.0 * iters as f64)
-    }
-}
-
 /// A barrier during which this rank keeps both endpoints progressing.
-fn barrier(bs: &Bootstrap, r: &mut Rust, c: *mut Craw) {
+fn barrier(bs: &Bootstrap, r: &mut RawPair, c: *mut Craw) {
     std::thread::scope(|s| {
         let h = s.spawn(|| bs.barrier());
         while !h.is_finished() {
@@ -218,40 +124,9 @@ fn main() {
     };
 
     // Our safe layer.
-    let mut cfg = OfiConfig::from_env(Some(&prov)).expect("config");
-    cfg.node = node.clone();
-    let mut t: Box<dyn Transport> =
-        Box::new(OfiTransport::open(&bs, &cfg).expect("open transport"));
-    establish(t.as_mut(), &bs).expect("establish");
     let len = a.max.max(4096);
-    // Page-aligned and touched, like the C side's posix_memalign + memset.
-    let layout = std::alloc::Layout::from_size_align(len, 4096).expect("layout");
-    // SAFETY: non-zero size. Never freed: the registration refers to it until process exit.
-    let base = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<u64>();
-    assert!(!base.is_null(), "out of memory");
-    // SAFETY: base is a fresh allocation of len bytes, 8-aligned, zeroed (valid u64s).
-    let buf: &'static mut [u64] = unsafe { std::slice::from_raw_parts_mut(base, len / 8) };
-    buf.fill(0);
-    let mem = LocalMem {
-        ptr: buf.as_mut_ptr().cast(),
-        len,
-        kind: MemKind::Host,
-    };
-    // SAFETY: buf is never freed.
-    let mr = unsafe { t.mr_reg(mem) }.expect("mr_reg");
-    let remotes = exchange_mr(t.as_mut(), &bs, mr).expect("exchange");
-    let peer = 1 - rank;
-    let caps = t.caps().clone();
-    let mut r = Rust {
-        t,
-        buf,
-        local: LocalRef { mr, offset: 0 },
-        remote: RemoteRef {
-            mr: remotes[peer],
-            offset: 0,
-        },
-        peer,
-    };
+    let mut r = RawPair::open(&bs, &prov, node.as_deref(), len).expect("raw transport");
+    let caps = r.caps().clone();
 
     // The C baseline.
     let cprov = CString::new(prov.clone()).expect("name");
@@ -356,6 +231,6 @@ fn main() {
     }
     // SAFETY: closed once; nothing uses c afterwards.
     unsafe { craw_close(c) };
-    drop(r.t);
+    drop(r);
     bs.finalize().expect("finalize");
 }

@@ -337,6 +337,8 @@ impl Drop for Domain {
 #[derive(Debug)]
 pub struct Cq {
     pub(crate) fid: *mut sys::fid_cq,
+    /// The wait file descriptor (FI_WAIT_FD), when the provider gave one.
+    wait_fd: Option<std::os::raw::c_int>,
     _domain: Arc<Domain>,
 }
 // SAFETY: as for Fabric.
@@ -367,22 +369,63 @@ pub enum CqRead {
 }
 
 impl Cq {
-    /// Opens a CQ of `size` entries.
+    /// Opens a CQ of `size` entries, with a wait file descriptor where the provider offers one
+    /// (so that an idle proxy can block until traffic arrives), else without a wait object.
     pub fn open(domain: &Arc<Domain>, size: usize) -> Result<Arc<Self>> {
-        let mut attr = sys::fi_cq_attr {
-            size,
-            format: sys::fi_cq_format_FI_CQ_FORMAT_DATA,
-            wait_obj: sys::fi_wait_obj_FI_WAIT_NONE,
-            ..Default::default()
+        let try_open = |wait_obj| {
+            let mut attr = sys::fi_cq_attr {
+                size,
+                format: sys::fi_cq_format_FI_CQ_FORMAT_DATA,
+                wait_obj,
+                ..Default::default()
+            };
+            let mut fid = ptr::null_mut();
+            // SAFETY: domain is open; attr is valid; fid is an out pointer.
+            let rc = unsafe { sys::fi_cq_open(domain.fid, &mut attr, &mut fid, ptr::null_mut()) };
+            check(rc as isize, "fi_cq_open").map(|_| fid)
         };
-        let mut fid = ptr::null_mut();
-        // SAFETY: domain is open; attr is valid; fid is an out pointer.
-        let rc = unsafe { sys::fi_cq_open(domain.fid, &mut attr, &mut fid, ptr::null_mut()) };
-        check(rc as isize, "fi_cq_open")?;
+        if let Ok(fid) = try_open(sys::fi_wait_obj_FI_WAIT_FD) {
+            let mut fd: std::os::raw::c_int = -1;
+            // SAFETY: the CQ is open; FI_GETWAIT writes an int file descriptor for FI_WAIT_FD.
+            let rc = unsafe {
+                sys::fi_control(
+                    &mut (*fid).fid,
+                    sys::FI_GETWAIT as i32,
+                    (&mut fd as *mut std::os::raw::c_int).cast(),
+                )
+            };
+            if rc == 0 && fd >= 0 {
+                return Ok(Arc::new(Self {
+                    fid,
+                    wait_fd: Some(fd),
+                    _domain: domain.clone(),
+                }));
+            }
+            // SAFETY: opened just above and not shared.
+            unsafe { close(&mut (*fid).fid, "cq") };
+        }
+        let fid = try_open(sys::fi_wait_obj_FI_WAIT_NONE)?;
         Ok(Arc::new(Self {
             fid,
+            wait_fd: None,
             _domain: domain.clone(),
         }))
+    }
+
+    /// The CQ's wait file descriptor, if it has one.
+    pub fn wait_fd(&self) -> Option<std::os::raw::c_int> {
+        self.wait_fd
+    }
+
+    /// Whether it is safe to block on the wait fd now (`fi_trywait`): false if completions or
+    /// progress are already pending.
+    pub fn trywait(&self) -> bool {
+        // SAFETY: the CQ and the fabric it was opened under are open; one fid in the array.
+        let rc = unsafe {
+            let mut f: *mut sys::fid = &mut (*self.fid).fid;
+            sys::fi_trywait(self._domain._fabric.fid, &mut f, 1)
+        };
+        rc == 0
     }
 
     /// Reads completions into `out` (also progresses manual-progress providers).

@@ -1230,6 +1230,46 @@ impl Transport for OfiTransport {
         Ok(count)
     }
 
+    /// Blocks on the rails' CQ wait descriptors (poll(2)) when every rail has one and
+    /// `fi_trywait` says nothing is pending; otherwise sleeps. Incoming traffic makes the
+    /// descriptor readable, so a target wakes at once; the next poll then progresses it.
+    fn wait(&mut self, timeout: std::time::Duration) {
+        if !self.deferred.is_empty() {
+            return;
+        }
+        let fds: Option<Vec<libc::pollfd>> = self
+            .rails
+            .iter()
+            .map(|r| {
+                r.cq.wait_fd().map(|fd| libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+            })
+            .collect();
+        let Some(mut fds) = fds else {
+            std::thread::sleep(timeout);
+            return;
+        };
+        if !self.rails.iter().all(|r| r.cq.trywait()) {
+            return;
+        }
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `fds` is a valid array of pollfd for its length; no signal mask change.
+        unsafe {
+            libc::ppoll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                &ts,
+                std::ptr::null(),
+            )
+        };
+    }
+
     fn fail_peer(&mut self, pe: Pe, reason: &str) {
         if pe >= self.n || self.dead[pe].is_some() {
             return;

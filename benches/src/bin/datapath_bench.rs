@@ -1,0 +1,292 @@
+//! The host data path against its baselines, each comparison side by side in one run:
+//!
+//! - `pshmrun -n 2 -- datapath-bench vs-raw`: the runtime forced through the proxy over
+//!   `tcp;ofi_rxm` (`put_nbi` + `quiet`, and an 8-byte `p` ping-pong) beside the raw transport
+//!   through our safe layer (windowed writes, and an 8-byte write ping-pong) on a second
+//!   endpoint in the same processes, alternating size by size;
+//! - `datapath-bench rate` (one process): the ring and one proxy thread alone, against the
+//!   instant transport (every operation completes at once, no data moves): descriptors per
+//!   second through the proxy with 1, 2 and 4 CPU producer threads publishing 8-byte `p`
+//!   descriptors for a peer PE, each producer ending with a quiet.
+
+use std::time::Instant;
+
+use clap::{Parser, Subcommand};
+use pshmem::{Cmp, Config, Pshmem, SymPtr};
+use pshmem_benches::{machine, median, pow2_sizes, raw::RawPair, size_label};
+use pshmem_bootstrap::Bootstrap;
+use pshmem_gpu_queue::{Desc, Producer, Ring, WaitLimit};
+use pshmem_proxy::{Health, HeapMem, Proxy, ProxySetup};
+use pshmem_transport::{LocalMem, MemKind, Transport, instant::InstantTransport};
+
+#[derive(Parser)]
+struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+    /// Write results here as JSON (PE 0).
+    #[arg(long, global = true)]
+    json: Option<std::path::PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The runtime over tcp beside the raw transport.
+    VsRaw {
+        #[arg(long, default_value_t = 64 << 10)]
+        min: usize,
+        #[arg(long, default_value_t = 64 << 20)]
+        max: usize,
+        /// Alternating repetitions per size.
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        /// Raw writes in flight.
+        #[arg(long, default_value_t = 64)]
+        window: usize,
+        /// Ping-pong iterations per repetition.
+        #[arg(long, default_value_t = 5000)]
+        lat_iters: usize,
+    },
+    /// Descriptors per second through one proxy thread (one process, instant transport).
+    Rate {
+        /// Descriptors per measurement.
+        #[arg(long, default_value_t = 2_000_000)]
+        count: usize,
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+        producers: Vec<usize>,
+    },
+}
+
+fn main() {
+    pshmem_bootstrap::init_logging();
+    let a = Args::parse();
+    let doc = match a.cmd {
+        Cmd::VsRaw {
+            min,
+            max,
+            reps,
+            window,
+            lat_iters,
+        } => {
+            let bs = Bootstrap::from_env().expect("bootstrap");
+            assert_eq!(bs.world_size(), 2, "vs-raw runs on 2 PEs (pshmrun -n 2)");
+            vs_raw(bs, min, max, reps, window, lat_iters)
+        }
+        Cmd::Rate {
+            count,
+            reps,
+            ref producers,
+        } => Some(rate(count, reps, producers)),
+    };
+    if let (Some(doc), Some(path)) = (doc, &a.json) {
+        std::fs::write(path, serde_json::to_string_pretty(&doc).expect("json")).expect("write");
+    }
+}
+
+/// Tells PE 1 (polling its raw endpoint) that phase `epoch` is over, through the runtime.
+fn release_peer(s: &Pshmem, flag: SymPtr, epoch: u64) {
+    s.p(flag, epoch, 1).expect("p");
+    s.quiet().expect("quiet");
+}
+
+/// PE 1 progresses its raw endpoint until PE 0 says the phase is over.
+fn serve_raw(s: &Pshmem, raw: &mut RawPair, flag: SymPtr, epoch: u64) {
+    while s.local_read::<u64>(flag).expect("read") < epoch {
+        raw.poll();
+    }
+}
+
+fn vs_raw(
+    bs: Bootstrap,
+    min: usize,
+    max: usize,
+    reps: usize,
+    window: usize,
+    lat_iters: usize,
+) -> Option<serde_json::Value> {
+    let me = bs.rank();
+    let mut raw = RawPair::open(&bs, "tcp;ofi_rxm", Some("127.0.0.1"), max).expect("raw");
+    let raw_name = raw.caps().name.clone();
+    let mut cfg = Config::from_env().expect("config");
+    cfg.disable_p2p = true;
+    let s = Pshmem::init_with(bs, cfg).expect("init");
+    let src = s.malloc(max).expect("malloc");
+    let dst = s.malloc(max).expect("malloc");
+    let w = s.calloc(2, 8).expect("calloc");
+    let (flag, ping) = (w, w + 8);
+    let mut epoch = 0u64;
+    if me == 0 {
+        println!(
+            "# put bandwidth: runtime through the proxy ({}) vs raw writes ({}), window {window}, median of {reps}",
+            s.transport_name(),
+            raw_name
+        );
+        println!("| size | runtime GB/s | raw GB/s | ratio |\n| --- | --- | --- | --- |");
+    }
+    let mut rows = Vec::new();
+    for size in pow2_sizes(min, max) {
+        let count = (256usize << 20).div_ceil(size).clamp(8, 20_000);
+        let (mut rt, mut rw) = (Vec::new(), Vec::new());
+        for _ in 0..reps {
+            epoch += 1;
+            s.barrier_all().expect("barrier");
+            if me == 0 {
+                let secs = raw.bw(size, count, window);
+                rw.push((size * count) as f64 / secs / 1e9);
+                release_peer(&s, flag, epoch);
+            } else {
+                serve_raw(&s, &mut raw, flag, epoch);
+            }
+            s.barrier_all().expect("barrier");
+            if me == 0 {
+                let t = Instant::now();
+                for _ in 0..count {
+                    s.put_nbi_sym(dst, src, size, 1).expect("put");
+                }
+                s.quiet().expect("quiet");
+                rt.push((size * count) as f64 / t.elapsed().as_secs_f64() / 1e9);
+            }
+        }
+        if me == 0 {
+            let (a, b) = (median(&rt), median(&rw));
+            println!("| {} | {a:.3} | {b:.3} | {:.3} |", size_label(size), a / b);
+            rows.push(
+                serde_json::json!({"size": size, "runtime_gbps": a, "raw_gbps": b,
+                "ratio": a / b, "runtime_runs": rt, "raw_runs": rw}),
+            );
+        }
+    }
+    // Latency: 8-byte ping-pongs, raw write vs runtime p + wait_until, alternating.
+    let (mut rl, mut pl, mut ql) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..reps {
+        s.barrier_all().expect("barrier");
+        rl.push(raw.lat(me, lat_iters) * 1e6);
+        // Read the start value before the barrier: after it, the peer may already have
+        // written the first value of this round.
+        let base: u64 = s.local_read(ping).expect("read");
+        s.barrier_all().expect("barrier");
+        let t = Instant::now();
+        for i in 1..=lat_iters as u64 {
+            let v = base + i;
+            if me == 0 {
+                s.p(ping, v, 1).expect("p");
+                s.wait_until(ping, Cmp::Ge, v).expect("wait");
+            } else {
+                s.wait_until(ping, Cmp::Ge, v).expect("wait");
+                s.p(ping, v, 0).expect("p");
+            }
+        }
+        pl.push(t.elapsed().as_secs_f64() * 1e6 / (2.0 * lat_iters as f64));
+        s.quiet().expect("quiet");
+        s.barrier_all().expect("barrier");
+        if me == 0 {
+            let t = Instant::now();
+            for _ in 0..lat_iters {
+                s.put_nbi_sym(dst, src, 8, 1).expect("put");
+                s.quiet().expect("quiet");
+            }
+            ql.push(t.elapsed().as_secs_f64() * 1e6 / lat_iters as f64);
+        }
+    }
+    s.barrier_all().expect("barrier");
+    let out = (me == 0).then(|| {
+        let (r, p, q) = (median(&rl), median(&pl), median(&ql));
+        println!(
+            "\n8-byte ping-pong, half round trip: runtime p + wait_until {p:.2} µs, raw write {r:.2} µs, \
+             added {:+.2} µs\n8-byte put + quiet (a full round trip through the proxy): {q:.2} µs",
+            p - r
+        );
+        serde_json::json!({
+            "benchmark": "datapath-bench vs-raw", "machine": machine(),
+            "runtime_transport": s.transport_name(), "raw_transport": raw_name,
+            "window": window, "reps": reps, "bandwidth": rows,
+            "latency": {"runtime_pingpong_us": p, "raw_pingpong_us": r, "added_us": p - r,
+                "put_quiet_us": q, "runtime_runs": pl, "raw_runs": rl, "put_quiet_runs": ql,
+                "iters": lat_iters},
+        })
+    });
+    drop(raw);
+    s.finalize().expect("finalize");
+    out
+}
+
+fn rate(count: usize, reps: usize, producers: &[usize]) -> serde_json::Value {
+    let cfg = Config::from_env().expect("config");
+    let mut t: Box<dyn Transport> = Box::new(InstantTransport::new(0, 2));
+    let mut heap = vec![0u64; 4096];
+    // SAFETY: `heap` outlives the proxy, which is stopped below before it is dropped.
+    let mem = unsafe { HeapMem::new(heap.as_mut_ptr().cast(), heap.len() * 8) };
+    // SAFETY: as above; the instant transport never touches the memory.
+    let heap_mr = unsafe {
+        t.mr_reg(LocalMem {
+            ptr: mem.base(),
+            len: mem.len(),
+            kind: MemKind::Host,
+        })
+    }
+    .expect("register");
+    let blob = t.mr_export(heap_mr);
+    let remote_heaps = (0..2)
+        .map(|pe| t.mr_import(pe, &blob).expect("import"))
+        .collect();
+    let ring = Ring::new_host(cfg.ring_slots);
+    let health = Health::new();
+    health.watch([ring.clone()]);
+    let mut pc = cfg.proxy.clone();
+    pc.cpu = cfg.proxy_cpus.first().copied();
+    let proxy = Proxy::spawn(
+        "pshmem-proxy-bench".into(),
+        ProxySetup {
+            transport: t,
+            heap: mem,
+            heap_mr,
+            remote_heaps,
+            channels: vec![ring.clone()],
+        },
+        pc,
+        health,
+    )
+    .expect("proxy");
+    let prod = Producer::new(ring);
+    println!(
+        "# ring + 1 proxy thread against the instant transport, {} slots, batch {}: 8-byte p descriptors",
+        cfg.ring_slots, cfg.proxy.batch
+    );
+    println!("| producer threads | M descriptors/s |\n| --- | --- |");
+    let mut rows = Vec::new();
+    for &np in producers {
+        let mut runs = Vec::new();
+        for _ in 0..reps {
+            let per = count / np;
+            let t0 = Instant::now();
+            std::thread::scope(|sc| {
+                for _ in 0..np {
+                    sc.spawn(|| {
+                        let limit = WaitLimit::new(Some(std::time::Duration::from_secs(60)));
+                        for i in 0..per {
+                            let d = Desc::P {
+                                pe: 1,
+                                remote: 8 * (i as u64 % 512),
+                                value: i as u64,
+                                width: 8,
+                            };
+                            let (slots, n) = d.encode();
+                            prod.push(&slots[..n], &limit).expect("push");
+                        }
+                        prod.quiet(&limit).expect("quiet");
+                    });
+                }
+            });
+            runs.push((per * np) as f64 / t0.elapsed().as_secs_f64() / 1e6);
+        }
+        let m = median(&runs);
+        println!("| {np} | {m:.2} |");
+        rows.push(serde_json::json!({"producers": np, "mdesc_per_s": m, "runs": runs}));
+    }
+    proxy.stop().expect("stop");
+    drop(heap);
+    serde_json::json!({"benchmark": "datapath-bench rate", "machine": machine(),
+        "transport": "instant", "proxy_threads": 1, "ring_slots": cfg.ring_slots,
+        "batch": cfg.proxy.batch, "count": count, "rows": rows})
+}

@@ -1,0 +1,342 @@
+//! `pshmrun -n 2 -- pshmem-perf [TEST...] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]
+//! [--window W] [--json PATH]`: NVSHMEM-perftest-style measurements of the runtime between PE 0
+//! and PE 1 (other PEs only join the barriers). Tests: put_bw, get_bw, put_latency, p_latency,
+//! put_signal_pingpong, atomic_latency, msg_rate, barrier_latency, or `all`.
+//!
+//! Each figure is the median over `-n` measured iterations (after `-w` warm-up iterations) of
+//! a per-iteration time. Whether PE 1 is reached directly or through the proxy is printed with
+//! the transport.
+
+use std::time::Instant;
+
+use clap::Parser;
+use pshmem::{Cmp, Pshmem, SignalOp, SymPtr};
+use pshmem_benches::{machine, median, size_label};
+
+const TESTS: &[&str] = &[
+    "put_bw",
+    "get_bw",
+    "put_latency",
+    "p_latency",
+    "put_signal_pingpong",
+    "atomic_latency",
+    "msg_rate",
+    "barrier_latency",
+];
+
+#[derive(Parser)]
+#[command(about = "NVSHMEM-perftest-style tests of proxyshmem (run under pshmrun)")]
+struct Args {
+    /// Tests to run (default: all).
+    tests: Vec<String>,
+    /// Smallest message size in bytes.
+    #[arg(short = 'b', long, default_value_t = 8)]
+    min: usize,
+    /// Largest message size in bytes.
+    #[arg(short = 'e', long, default_value_t = 1 << 20)]
+    max: usize,
+    /// Size step factor.
+    #[arg(short = 'f', long, default_value_t = 2)]
+    factor: usize,
+    /// Measured iterations per size.
+    #[arg(short = 'n', long, default_value_t = 50)]
+    iters: usize,
+    /// Warm-up iterations per size.
+    #[arg(short = 'w', long, default_value_t = 5)]
+    warmup: usize,
+    /// Operations per bandwidth iteration (then one quiet).
+    #[arg(long, default_value_t = 32)]
+    window: usize,
+    /// Write the results here as JSON (PE 0).
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+/// One measured figure.
+struct Row {
+    test: &'static str,
+    size: usize,
+    unit: &'static str,
+    median: f64,
+    samples: Vec<f64>,
+}
+
+struct Ctx<'a> {
+    s: &'a Pshmem,
+    a: &'a Args,
+    me: usize,
+    src: SymPtr,
+    dst: SymPtr,
+    flags: SymPtr,
+    rows: Vec<Row>,
+}
+
+fn sizes(a: &Args) -> Vec<usize> {
+    std::iter::successors(Some(a.min.max(1)), |s| s.checked_mul(a.factor.max(2)))
+        .take_while(|s| *s <= a.max)
+        .collect()
+}
+
+impl Ctx<'_> {
+    fn row(&mut self, test: &'static str, size: usize, unit: &'static str, samples: Vec<f64>) {
+        if self.me == 0 {
+            let m = median(&samples);
+            let label = if size == 0 {
+                "-".to_string()
+            } else {
+                size_label(size)
+            };
+            println!("| {test} | {label} | {m:.3} {unit} |");
+            self.rows.push(Row {
+                test,
+                size,
+                unit,
+                median: m,
+                samples,
+            });
+        }
+    }
+
+    /// Runs `body` `warmup + iters` times on PE 0 (others wait), timing each run.
+    fn time_on_pe0(&self, mut body: impl FnMut(&Pshmem) -> pshmem::Result<()>) -> Vec<f64> {
+        let mut out = Vec::new();
+        if self.me == 0 {
+            for i in 0..self.a.warmup + self.a.iters {
+                let t = Instant::now();
+                body(self.s).expect("operation");
+                if i >= self.a.warmup {
+                    out.push(t.elapsed().as_secs_f64());
+                }
+            }
+        }
+        self.s.barrier_all().expect("barrier");
+        out
+    }
+
+    fn bw(&mut self, test: &'static str) {
+        let w = self.a.window;
+        for size in sizes(self.a) {
+            let (src, dst) = (self.src, self.dst);
+            let t = self.time_on_pe0(|s| {
+                for _ in 0..w {
+                    if test == "put_bw" {
+                        s.put_nbi_sym(dst, src, size, 1)?;
+                    } else {
+                        s.get_nbi_sym(dst, src, size, 1)?;
+                    }
+                }
+                s.quiet()
+            });
+            let gbps = t.iter().map(|x| (w * size) as f64 / x / 1e9).collect();
+            self.row(test, size, "GB/s", gbps);
+        }
+    }
+
+    fn put_latency(&mut self) {
+        for size in sizes(self.a) {
+            let (src, dst) = (self.src, self.dst);
+            let t = self.time_on_pe0(|s| {
+                s.put_nbi_sym(dst, src, size, 1)?;
+                s.quiet()
+            });
+            self.row(
+                "put_latency",
+                size,
+                "us",
+                t.iter().map(|x| x * 1e6).collect(),
+            );
+        }
+    }
+
+    /// Ping-pong between PE 0 and PE 1; `send(i)` must make PE `peer`'s flag word reach `i`.
+    /// Returns half round trips in microseconds (PE 0).
+    fn pingpong(
+        &self,
+        flag: SymPtr,
+        mut send: impl FnMut(&Pshmem, u64, usize) -> pshmem::Result<()>,
+    ) -> Vec<f64> {
+        let s = self.s;
+        let mut out = Vec::new();
+        // Read the start value before the barrier: after it, the peer may already have
+        // written the first value of this ping-pong.
+        let base = s.local_read::<u64>(flag).expect("read");
+        s.barrier_all().expect("barrier");
+        for i in 1..=(self.a.warmup + self.a.iters) as u64 {
+            let v = base + i;
+            if self.me == 0 {
+                let t = Instant::now();
+                send(s, v, 1).expect("send");
+                s.signal_wait_until(flag, Cmp::Ge, v).expect("wait");
+                if i as usize > self.a.warmup {
+                    out.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+                }
+            } else if self.me == 1 {
+                s.signal_wait_until(flag, Cmp::Ge, v).expect("wait");
+                send(s, v, 0).expect("send");
+            }
+        }
+        s.quiet().expect("quiet");
+        s.barrier_all().expect("barrier");
+        out
+    }
+
+    fn p_latency(&mut self) {
+        let flag = self.flags;
+        let t = self.pingpong(flag, |s, v, pe| s.p(flag, v, pe));
+        self.row("p_latency", 8, "us", t);
+    }
+
+    fn put_signal_pingpong(&mut self) {
+        let sig = self.flags + 8;
+        for size in sizes(self.a) {
+            let (src, dst) = (self.src, self.dst);
+            let t = self.pingpong(sig, |s, v, pe| {
+                s.put_signal_nbi_sym(dst, src, size, sig, v, SignalOp::Set, pe)
+            });
+            self.row("put_signal_pingpong", size, "us", t);
+        }
+    }
+
+    fn atomic_latency(&mut self) {
+        let w = self.flags + 16;
+        let t = self.time_on_pe0(|s| s.atomic_fetch_add::<u64>(w, 1, 1).map(|_| ()));
+        self.row("atomic_latency (fetch_add)", 8, "us", us(&t));
+        // Only PE 0 changes the word, so each compare-swap knows the value it will find.
+        let mut cur: u64 = if self.me == 0 {
+            self.s.atomic_fetch(w, 1).expect("fetch")
+        } else {
+            0
+        };
+        let t = self.time_on_pe0(|s| {
+            let old = s.atomic_compare_swap::<u64>(w, cur, cur + 1, 1)?;
+            assert_eq!(old, cur, "compare_swap found another value");
+            cur += 1;
+            Ok(())
+        });
+        self.row("atomic_latency (compare_swap)", 8, "us", us(&t));
+        let t = self.time_on_pe0(|s| s.atomic_swap::<u64>(w, 3, 1).map(|_| ()));
+        self.row("atomic_latency (swap)", 8, "us", us(&t));
+    }
+
+    fn msg_rate(&mut self) {
+        let n = 1000;
+        let dst = self.dst;
+        let t = self.time_on_pe0(|s| {
+            for i in 0..n {
+                s.p(dst + 8 * (i % 512), i as u64, 1)?;
+            }
+            s.quiet()
+        });
+        let rate = t.iter().map(|x| n as f64 / x / 1e6).collect();
+        self.row("msg_rate (8 B p)", 8, "Mops/s", rate);
+    }
+
+    fn barrier_latency(&mut self) {
+        let mut t = Vec::new();
+        for i in 0..self.a.warmup + self.a.iters {
+            let t0 = Instant::now();
+            self.s.barrier_all().expect("barrier");
+            if i >= self.a.warmup {
+                t.push(t0.elapsed().as_secs_f64());
+            }
+        }
+        self.row("barrier_latency", 0, "us", us(&t));
+    }
+}
+
+fn us(t: &[f64]) -> Vec<f64> {
+    t.iter().map(|x| x * 1e6).collect()
+}
+
+fn main() {
+    pshmem_bootstrap::init_logging();
+    let a = Args::parse();
+    let wanted: Vec<String> = if a.tests.is_empty() || a.tests.iter().any(|t| t == "all") {
+        TESTS.iter().map(|t| t.to_string()).collect()
+    } else {
+        a.tests.clone()
+    };
+    for t in &wanted {
+        assert!(
+            TESTS.contains(&t.as_str()),
+            "unknown test {t}; tests: {}",
+            TESTS.join(", ")
+        );
+    }
+    let s = match Pshmem::init() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("pshmem-perf: {e}");
+            std::process::exit(2);
+        }
+    };
+    assert!(
+        s.n_pes() >= 2,
+        "pshmem-perf needs at least 2 PEs (pshmrun -n 2)"
+    );
+    let bytes = a.max.max(64);
+    let src = s.malloc(bytes).expect("malloc");
+    let dst = s.malloc(bytes).expect("malloc");
+    let flags = s.calloc(8, 8).expect("calloc");
+    let me = s.my_pe();
+    if me == 0 {
+        println!(
+            "# pshmem-perf: {} PEs, PE 0 -> PE 1 {} ({}), median of {} iterations",
+            s.n_pes(),
+            if s.is_direct(1) {
+                "direct (same-host mapping)"
+            } else {
+                "through the proxy"
+            },
+            s.transport_name(),
+            a.iters
+        );
+        println!("| test | size | median |\n| --- | --- | --- |");
+    }
+    let mut c = Ctx {
+        s: &s,
+        a: &a,
+        me,
+        src,
+        dst,
+        flags,
+        rows: Vec::new(),
+    };
+    for t in &wanted {
+        match t.as_str() {
+            "put_bw" => c.bw("put_bw"),
+            "get_bw" => c.bw("get_bw"),
+            "put_latency" => c.put_latency(),
+            "p_latency" => c.p_latency(),
+            "put_signal_pingpong" => c.put_signal_pingpong(),
+            "atomic_latency" => c.atomic_latency(),
+            "msg_rate" => c.msg_rate(),
+            "barrier_latency" => c.barrier_latency(),
+            _ => unreachable!(),
+        }
+    }
+    if me == 0
+        && let Some(path) = &a.json
+    {
+        let rows: Vec<_> = c
+            .rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({"test": r.test, "size": r.size, "unit": r.unit,
+                "median": r.median, "samples": r.samples})
+            })
+            .collect();
+        let doc = serde_json::json!({
+            "benchmark": "pshmem-perf", "machine": machine(), "n_pes": s.n_pes(),
+            "path": if s.is_direct(1) { "direct" } else { "proxy" },
+            "transport": s.transport_name(), "iters": a.iters, "warmup": a.warmup,
+            "window": a.window, "results": rows,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc).expect("json")).expect("write");
+    }
+    drop(c);
+    if let Err(e) = s.finalize() {
+        eprintln!("pshmem-perf: {e}");
+        std::process::exit(3);
+    }
+}

@@ -1,0 +1,160 @@
+//! The raw transport between two ranks, through our safe libfabric layer and nothing else: the
+//! baseline that fabric-bench compares with the C API and that datapath-bench compares the full
+//! runtime with.
+
+#![allow(unsafe_code)]
+
+use std::time::Instant;
+
+use pshmem_bootstrap::Bootstrap;
+use pshmem_transport::{
+    Caps, Event, LocalMem, LocalRef, MemKind, PostError, RemoteRef, Transport, TransportError,
+    establish, exchange_mr,
+    ofi::{OfiConfig, OfiTransport},
+};
+
+/// One endpoint of a two-rank raw transport with a registered buffer, and its peer's buffer.
+pub struct RawPair {
+    t: Box<dyn Transport>,
+    buf: &'static mut [u64],
+    local: LocalRef,
+    remote: RemoteRef,
+    peer: usize,
+}
+
+impl std::fmt::Debug for RawPair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawPair")
+            .field("transport", &self.t.caps().name)
+            .field("peer", &self.peer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RawPair {
+    /// Opens `provider` (libfabric name) on `node`, registers `len` bytes and exchanges them
+    /// with the other rank of a 2-rank job. Collective over the bootstrap.
+    pub fn open(
+        bs: &Bootstrap,
+        provider: &str,
+        node: Option<&str>,
+        len: usize,
+    ) -> Result<Self, TransportError> {
+        let mut cfg = OfiConfig::from_env(Some(provider))?;
+        cfg.node = node.map(str::to_string);
+        let mut t: Box<dyn Transport> = Box::new(OfiTransport::open(bs, &cfg)?);
+        establish(t.as_mut(), bs)?;
+        let len = len.max(4096);
+        // Page-aligned and touched, like the C side's posix_memalign + memset.
+        let layout = std::alloc::Layout::from_size_align(len, 4096).expect("layout");
+        // SAFETY: non-zero size. Never freed: the registration refers to it until process exit.
+        let base = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<u64>();
+        assert!(!base.is_null(), "out of memory");
+        // SAFETY: base is a fresh allocation of len bytes, 8-aligned, zeroed (valid u64s).
+        let buf: &'static mut [u64] = unsafe { std::slice::from_raw_parts_mut(base, len / 8) };
+        let mem = LocalMem {
+            ptr: buf.as_mut_ptr().cast(),
+            len,
+            kind: MemKind::Host,
+        };
+        // SAFETY: buf is never freed.
+        let mr = unsafe { t.mr_reg(mem) }?;
+        let remotes = exchange_mr(t.as_mut(), bs, mr)?;
+        let peer = 1 - bs.rank();
+        Ok(Self {
+            t,
+            buf,
+            local: LocalRef { mr, offset: 0 },
+            remote: RemoteRef {
+                mr: remotes[peer],
+                offset: 0,
+            },
+            peer,
+        })
+    }
+
+    /// The transport's capabilities.
+    pub fn caps(&self) -> &Caps {
+        self.t.caps()
+    }
+
+    /// Progresses the endpoint; returns how many events it reported.
+    pub fn poll(&mut self) -> usize {
+        let mut n = 0;
+        self.t
+            .poll(&mut |e| {
+                if let Event::Failed { error, .. } = e {
+                    panic!("raw transport operation failed: {error}");
+                }
+                n += 1;
+            })
+            .expect("poll");
+        n
+    }
+
+    /// Seconds to write `count` messages of `size` bytes with at most `window` in flight.
+    pub fn bw(&mut self, size: usize, count: usize, window: usize) -> f64 {
+        let (mut posted, mut done) = (0, 0);
+        let t0 = Instant::now();
+        while done < count {
+            while posted < count && posted - done < window {
+                // SAFETY: the registered buffer outlives the transport and is never modified.
+                match unsafe {
+                    self.t
+                        .write(self.peer, self.local, self.remote, size, posted as u64)
+                } {
+                    Ok(()) => posted += 1,
+                    Err(PostError::Retry) => break,
+                    Err(PostError::Failed(e)) => panic!("write: {e}"),
+                }
+            }
+            done += self.poll();
+        }
+        t0.elapsed().as_secs_f64()
+    }
+
+    /// Half round trip, in seconds, of an 8-byte write ping-pong (`rank` 0 starts).
+    pub fn lat(&mut self, rank: usize, iters: usize) -> f64 {
+        let flag = self.buf.as_ptr();
+        let from = LocalRef {
+            mr: self.local.mr,
+            offset: 64,
+        };
+        let to = RemoteRef {
+            mr: self.remote.mr,
+            offset: 0,
+        };
+        let mut t0 = Instant::now();
+        for i in 1..=(iters + 10) as u64 {
+            if i == 11 {
+                t0 = Instant::now();
+            }
+            // SAFETY: flag points into the registered buffer the peer writes; volatile reads see
+            // the NIC's stores.
+            let seen = |_: ()| unsafe { std::ptr::read_volatile(flag) };
+            if rank == 1 {
+                while seen(()) != i {
+                    self.poll();
+                }
+            }
+            self.buf[8] = i;
+            loop {
+                // SAFETY: 8 bytes ≤ inject size: copied at post, buffer free at once.
+                let posted = unsafe { self.t.write(self.peer, from, to, 8, i) };
+                match posted {
+                    Ok(()) => break,
+                    Err(PostError::Retry) => {
+                        self.poll();
+                    }
+                    Err(PostError::Failed(e)) => panic!("write: {e}"),
+                }
+            }
+            if rank == 0 {
+                while seen(()) != i {
+                    self.poll();
+                }
+            }
+        }
+        t0.elapsed().as_secs_f64() / (2.0 * iters as f64)
+    }
+}
