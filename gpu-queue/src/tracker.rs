@@ -42,6 +42,12 @@ impl Completions {
         entry.1 = true;
     }
 
+    /// The full sequence number of a pending operation from its low 32 bits (valid while
+    /// fewer than 2^32 operations are pending, which the ring and transport limits ensure).
+    pub fn seq_from_low(&self, low: u32) -> u64 {
+        self.base + u64::from(low.wrapping_sub(self.base as u32))
+    }
+
     /// Moves past every finished operation at the front; returns the new counter if it moved.
     pub fn advance(&mut self) -> Option<u64> {
         let before = self.completed;
@@ -84,6 +90,7 @@ mod tests {
         assert_eq!(c.outstanding(), 0);
         let e = c.push(6);
         assert_eq!(e, 3);
+        assert_eq!(c.seq_from_low(3), 3);
         c.finish(e);
         assert_eq!(c.advance(), Some(6));
     }

@@ -36,10 +36,14 @@ use crate::{
 };
 
 /// Marks a transport context as a message send (whose completion the proxy ignores); the rest
-/// of a request's context is its part's key.
+/// of a request's context is its part's context.
 const SEND: u64 = 1 << 63;
-/// The context of ack messages (no part: bit 62 is never set in a slab key).
-const ACK_CTX: u64 = SEND | 1 << 62;
+/// Marks the context of a single-part operation: channel in bits 52..61 (9 bits), PE in bits
+/// 32..52 (20 bits), the low 32 bits of its completion sequence number below. Slab keys never
+/// set bits 61..63.
+const FAST: u64 = 1 << 62;
+/// The context of ack messages (no part).
+const ACK_CTX: u64 = SEND | 1 << 61;
 /// Largest single write or read the proxy posts from the heap (bigger ones are split).
 const MAX_PART: u64 = 16 << 20;
 /// Bits of a write tag (the rest of the remote CQ data names the source PE).
@@ -73,11 +77,26 @@ impl SignalMode {
     }
 }
 
+/// The operation a work item or part belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpRef {
+    /// Tracked in the op slab (several parts, a result cell, a signal after data).
+    Slab(u64),
+    /// A single-part operation without a result: its part's context carries (channel, PE,
+    /// sequence number) and the part's completion finishes the operation, with no slab entry
+    /// on either side (the common case: `p`, small puts and gets, signals, non-fetching AMOs).
+    Fast(u64),
+}
+
+fn fast_ctx(chan: u16, pe: u32, seq: u64) -> u64 {
+    FAST | (u64::from(chan) & 0x1ff) << 52 | (u64::from(pe) & 0xf_ffff) << 32 | (seq & 0xffff_ffff)
+}
+
 /// Work queued for one (channel, PE).
 #[derive(Debug)]
 enum Work {
     Put {
-        op: u64,
+        op: OpRef,
         remote: u64,
         local: Local,
         len: u64,
@@ -86,20 +105,20 @@ enum Work {
         last: bool,
     },
     Get {
-        op: u64,
+        op: OpRef,
         remote: u64,
         local: Local,
         len: u64,
         issued: u64,
     },
     P {
-        op: u64,
+        op: OpRef,
         remote: u64,
         value: u64,
         width: u8,
     },
     Amo {
-        op: u64,
+        op: OpRef,
         remote: u64,
         aop: AmoOp,
         wide: bool,
@@ -107,7 +126,7 @@ enum Work {
         compare: u64,
     },
     Signal {
-        op: u64,
+        op: OpRef,
         remote: u64,
         value: u64,
         sop: SignalOp,
@@ -251,6 +270,16 @@ impl Engine {
             pe: me,
             transport: caps.name.clone(),
         })?;
+        if s.channels.len() > 512 || n > 1 << 20 {
+            return Err(ProxyError::Limits {
+                pe: me,
+                what: format!(
+                    "{} channels and {n} PEs: a proxy thread serves at most 512 channels and \
+                     2^20 PEs",
+                    s.channels.len()
+                ),
+            });
+        }
         let chunk = cfg.staging_chunk.max(4096);
         let chunks = cfg.staging_chunks.max(1);
         let scratch = chunk * chunks;
@@ -438,14 +467,24 @@ impl Engine {
         n
     }
 
-    fn new_op(&mut self, chan: u16, seq: u64, result: u64) -> u64 {
-        self.ops.insert(Op {
+    fn new_op(&mut self, chan: u16, seq: u64, result: u64) -> OpRef {
+        OpRef::Slab(self.ops.insert(Op {
             chan,
             seq,
             pending: 1,
             result,
             data_parts: 0,
-        })
+        }))
+    }
+
+    /// The reference of an operation that will be exactly one part without a result when
+    /// `single`, else a slab entry.
+    fn op_ref(&mut self, chan: u16, seq: u64, single: bool) -> OpRef {
+        if single {
+            OpRef::Fast(seq)
+        } else {
+            self.new_op(chan, seq, 0)
+        }
     }
 
     /// Takes one operation from a ring: applies it (this PE, fences on ordered transports) or
@@ -492,7 +531,12 @@ impl Engine {
                 local,
                 len,
             } => {
-                let op = self.new_op(chan, seq, 0);
+                let single = len <= MAX_PART
+                    && match local {
+                        Local::Heap(_) => true,
+                        Local::Raw(_) => len as usize <= self.staging.inject,
+                    };
+                let op = self.op_ref(chan, seq, single);
                 self.enqueue(
                     chan,
                     pe,
@@ -513,7 +557,8 @@ impl Engine {
                 local,
                 len,
             } => {
-                let op = self.new_op(chan, seq, 0);
+                let single = len <= MAX_PART && matches!(local, Local::Heap(_));
+                let op = self.op_ref(chan, seq, single);
                 self.enqueue(
                     chan,
                     pe,
@@ -532,7 +577,7 @@ impl Engine {
                 value,
                 width,
             } => {
-                let op = self.new_op(chan, seq, 0);
+                let op = self.op_ref(chan, seq, width as usize <= self.staging.inject);
                 self.enqueue(
                     chan,
                     pe,
@@ -553,7 +598,11 @@ impl Engine {
                 compare,
                 result,
             } => {
-                let op = self.new_op(chan, seq, result);
+                let op = if result == 0 {
+                    OpRef::Fast(seq)
+                } else {
+                    self.new_op(chan, seq, result)
+                };
                 self.enqueue(
                     chan,
                     pe,
@@ -573,7 +622,7 @@ impl Engine {
                 value,
                 op: sop,
             } => {
-                let op = self.new_op(chan, seq, 0);
+                let op = OpRef::Fast(seq);
                 self.enqueue(
                     chan,
                     pe,
@@ -773,7 +822,10 @@ impl Engine {
             | Work::Signal { op, .. } => op,
             Work::Put { last: false, .. } | Work::Gate => return,
         };
-        self.release(op);
+        // A fast operation finishes with its one part, not when issued.
+        if let OpRef::Slab(k) = op {
+            self.release(k);
+        }
     }
 
     /// Drops one pending count of `op`; finishes it at zero.
@@ -846,13 +898,7 @@ impl Engine {
                         mr: self.remote[pe as usize],
                         offset: *remote + *issued,
                     };
-                    let part = self.parts.insert(Part {
-                        op: *op,
-                        pe,
-                        chan: c,
-                        chunk,
-                        copy_out: None,
-                    });
+                    let part = self.new_part(*op, pe, c, chunk, None);
                     let plen = part_len as usize;
                     // SAFETY: heap sources are registered and outlive the transport; staged
                     // sources stay untouched until the part completes (the chunk is ours), or
@@ -873,7 +919,9 @@ impl Engine {
                     if !self.posted(r, part, pe, "put")? {
                         return Err(());
                     }
-                    if let Some(o) = self.ops.get_mut(*op) {
+                    if let OpRef::Slab(k) = *op
+                        && let Some(o) = self.ops.get_mut(k)
+                    {
                         o.data_parts += 1;
                     }
                     *issued += part_len;
@@ -915,13 +963,7 @@ impl Engine {
                             )
                         }
                     };
-                    let part = self.parts.insert(Part {
-                        op: *op,
-                        pe,
-                        chan: c,
-                        chunk,
-                        copy_out,
-                    });
+                    let part = self.new_part(*op, pe, c, chunk, copy_out);
                     let rref = RemoteRef {
                         mr: self.remote[pe as usize],
                         offset: *remote + *issued,
@@ -955,13 +997,7 @@ impl Engine {
                     (ch as usize * self.staging.chunk, Some(ch))
                 };
                 self.staging.buf[off..off + w].copy_from_slice(&value.to_le_bytes()[..w]);
-                let part = self.parts.insert(Part {
-                    op: *op,
-                    pe,
-                    chan: c,
-                    chunk,
-                    copy_out: None,
-                });
+                let part = self.new_part(*op, pe, c, chunk, None);
                 let lref = LocalRef {
                     mr: self.staging.mr,
                     offset: off,
@@ -1003,10 +1039,9 @@ impl Engine {
                 sop,
                 tag,
             } => {
-                let expect = if tag.is_some() {
-                    self.ops.get_mut(*op).map_or(0, |o| o.data_parts)
-                } else {
-                    0
+                let expect = match (*tag, *op) {
+                    (Some(_), OpRef::Slab(k)) => self.ops.get_mut(k).map_or(0, |o| o.data_parts),
+                    _ => 0,
                 };
                 let req = Request {
                     id: 0,
@@ -1023,18 +1058,36 @@ impl Engine {
     }
 
     /// Sends a request whose ack completes a part of `op`.
-    fn request(&mut self, c: u16, pe: u32, op: u64, mut req: Request) -> Result<bool, ()> {
-        let part = self.parts.insert(Part {
-            op,
-            pe,
-            chan: c,
-            chunk: None,
-            copy_out: None,
-        });
+    fn request(&mut self, c: u16, pe: u32, op: OpRef, mut req: Request) -> Result<bool, ()> {
+        let part = self.new_part(op, pe, c, None, None);
         req.id = part;
         let msg = wire::encode_request(self.me, &req);
         let r = self.t.send(pe as usize, &msg, SEND | part);
         self.posted(r, part, pe, "request")
+    }
+
+    /// The context of a new part of `op` to `pe` on channel `c`.
+    fn new_part(
+        &mut self,
+        op: OpRef,
+        pe: u32,
+        c: u16,
+        chunk: Option<u32>,
+        copy_out: Option<(u64, usize)>,
+    ) -> u64 {
+        match op {
+            OpRef::Fast(seq) => {
+                debug_assert!(chunk.is_none() && copy_out.is_none());
+                fast_ctx(c, pe, seq)
+            }
+            OpRef::Slab(op) => self.parts.insert(Part {
+                op,
+                pe,
+                chan: c,
+                chunk,
+                copy_out,
+            }),
+        }
     }
 
     /// Books a post's outcome. `Ok(true)`: posted; `Ok(false)`: back-pressure (undone);
@@ -1048,23 +1101,32 @@ impl Engine {
     ) -> Result<bool, ()> {
         match r {
             Ok(()) => {
-                let p = self.parts.get_mut(part).expect("part");
-                let (op, chan) = (p.op, p.chan);
+                let chan = if part & FAST != 0 {
+                    ((part >> 52) & 0x1ff) as u16
+                } else {
+                    let p = self.parts.get_mut(part).expect("part");
+                    let (op, chan) = (p.op, p.chan);
+                    if let Some(o) = self.ops.get_mut(op) {
+                        o.pending += 1;
+                    }
+                    chan
+                };
                 self.chans[chan as usize].queues[pe as usize].outstanding += 1;
-                if let Some(o) = self.ops.get_mut(op) {
-                    o.pending += 1;
-                }
                 Ok(true)
             }
             Err(PostError::Retry) => {
-                let p = self.parts.remove(part).expect("part");
-                if let Some(ch) = p.chunk {
-                    self.staging.free.push(ch);
+                if part & FAST == 0 {
+                    let p = self.parts.remove(part).expect("part");
+                    if let Some(ch) = p.chunk {
+                        self.staging.free.push(ch);
+                    }
                 }
                 Ok(false)
             }
             Err(PostError::Failed(e)) => {
-                self.parts.remove(part);
+                if part & FAST == 0 {
+                    self.parts.remove(part);
+                }
                 self.fault(
                     code::OP_FAILED,
                     Some(pe as usize),
@@ -1104,6 +1166,8 @@ impl Engine {
                 Ev::Failed(ctx, err) => {
                     let pe = if ctx == ACK_CTX {
                         None
+                    } else if ctx & FAST != 0 {
+                        Some(((ctx >> 32) & 0xf_ffff) as usize)
                     } else {
                         self.parts.get_mut(ctx & !SEND).map(|p| p.pe as usize)
                     };
@@ -1125,6 +1189,17 @@ impl Engine {
 
     /// A part completed (a write or read, or a request's ack with the old value).
     fn part_done(&mut self, key: u64, fetched: Option<u64>) {
+        if key & FAST != 0 {
+            let (c, pe) = (
+                ((key >> 52) & 0x1ff) as usize,
+                ((key >> 32) & 0xf_ffff) as usize,
+            );
+            let ch = &mut self.chans[c];
+            ch.queues[pe].outstanding -= 1;
+            let seq = ch.done.seq_from_low(key as u32);
+            ch.done.finish(seq);
+            return;
+        }
         let Some(p) = self.parts.remove(key) else {
             return;
         };

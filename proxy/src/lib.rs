@@ -65,6 +65,14 @@ pub enum ProxyError {
         /// The transport's name.
         transport: String,
     },
+    /// More channels or PEs than the proxy's completion contexts can name.
+    #[error("PE {pe}: {what}")]
+    Limits {
+        /// This PE.
+        pe: usize,
+        /// Which limit.
+        what: String,
+    },
     /// The thread could not be started.
     #[error("PE {pe}: could not start the proxy thread: {source}")]
     Spawn {

@@ -1,9 +1,9 @@
 //! A slab whose keys carry a generation, so that a late completion for a freed entry can never
 //! be mistaken for the entry that reused its slot. Keys fit in 63 bits (the transport context's
-//! top two bits mark the proxy's own messages).
+//! top three bits mark the proxy's own kinds of context).
 
-/// Generations use 30 bits, so keys leave the top two bits of a context free.
-const GEN_MASK: u32 = 0x3fff_ffff;
+/// Generations use 29 bits, so keys leave the top three bits of a context free.
+const GEN_MASK: u32 = 0x1fff_ffff;
 
 /// A generational slab.
 #[derive(Debug)]
@@ -79,6 +79,6 @@ mod tests {
         assert_eq!(s.remove(a), None);
         assert_eq!(s.get_mut(b), Some(&mut 2));
         assert_eq!(s.len(), 1);
-        assert!(b >> 62 == 0);
+        assert!(b >> 61 == 0);
     }
 }

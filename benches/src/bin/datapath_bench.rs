@@ -9,7 +9,7 @@
 //!   second through the proxy with 1, 2 and 4 CPU producer threads publishing 8-byte `p`
 //!   descriptors for a peer PE, each producer ending with a quiet.
 
-use std::time::Instant;
+use std::{sync::Arc, time::Instant};
 
 use clap::{Parser, Subcommand};
 use pshmem::{Cmp, Config, Pshmem, SymPtr};
@@ -211,11 +211,16 @@ fn vs_raw(
     out
 }
 
-fn rate(count: usize, reps: usize, producers: &[usize]) -> serde_json::Value {
-    let cfg = Config::from_env().expect("config");
+/// A proxy thread on `ring` against the instant transport, with a small heap it owns.
+struct BenchProxy {
+    proxy: Proxy,
+    _heap: Vec<u64>,
+}
+
+fn start_proxy(ring: &Arc<Ring>, cfg: &Config) -> BenchProxy {
     let mut t: Box<dyn Transport> = Box::new(InstantTransport::new(0, 2));
     let mut heap = vec![0u64; 4096];
-    // SAFETY: `heap` outlives the proxy, which is stopped below before it is dropped.
+    // SAFETY: the heap is kept with the proxy and dropped after it stops (field order).
     let mem = unsafe { HeapMem::new(heap.as_mut_ptr().cast(), heap.len() * 8) };
     // SAFETY: as above; the instant transport never touches the memory.
     let heap_mr = unsafe {
@@ -230,7 +235,6 @@ fn rate(count: usize, reps: usize, producers: &[usize]) -> serde_json::Value {
     let remote_heaps = (0..2)
         .map(|pe| t.mr_import(pe, &blob).expect("import"))
         .collect();
-    let ring = Ring::new_host(cfg.ring_slots);
     let health = Health::new();
     health.watch([ring.clone()]);
     let mut pc = cfg.proxy.clone();
@@ -248,12 +252,52 @@ fn rate(count: usize, reps: usize, producers: &[usize]) -> serde_json::Value {
         health,
     )
     .expect("proxy");
+    BenchProxy { proxy, _heap: heap }
+}
+
+/// Publishes `count` 8-byte `p` descriptors for PE 1.
+fn publish(prod: &Producer, count: usize) {
+    let limit = WaitLimit::new(Some(std::time::Duration::from_secs(60)));
+    for i in 0..count {
+        let d = Desc::P {
+            pe: 1,
+            remote: 8 * (i as u64 % 512),
+            value: i as u64,
+            width: 8,
+        };
+        let (slots, n) = d.encode();
+        prod.push(&slots[..n], &limit).expect("push");
+    }
+}
+
+fn rate(count: usize, reps: usize, producers: &[usize]) -> serde_json::Value {
+    let cfg = Config::from_env().expect("config");
+    // Proxy capacity: the ring is filled before the proxy starts, so the proxy never waits
+    // for a producer and never shares a cache line with one.
+    let mut pre = Vec::new();
+    for _ in 0..reps {
+        let ring = Ring::new_host(count.next_power_of_two());
+        publish(&Producer::new(ring.clone()), count);
+        let t0 = Instant::now();
+        let p = start_proxy(&ring, &cfg);
+        let limit = WaitLimit::new(Some(std::time::Duration::from_secs(60)));
+        ring.wait_completed(count as u64, &limit).expect("drain");
+        pre.push(count as f64 / t0.elapsed().as_secs_f64() / 1e6);
+        p.proxy.stop().expect("stop");
+    }
+    let ring = Ring::new_host(cfg.ring_slots);
+    let bp = start_proxy(&ring, &cfg);
     let prod = Producer::new(ring);
     println!(
-        "# ring + 1 proxy thread against the instant transport, {} slots, batch {}: 8-byte p descriptors",
-        cfg.ring_slots, cfg.proxy.batch
+        "# ring + 1 proxy thread against the instant transport, batch {}: 8-byte p descriptors",
+        cfg.proxy.batch
     );
-    println!("| producer threads | M descriptors/s |\n| --- | --- |");
+    let pre_m = median(&pre);
+    println!("proxy thread alone (ring filled before it starts): {pre_m:.2} M descriptors/s");
+    println!(
+        "| producer threads ({} slots) | M descriptors/s |\n| --- | --- |",
+        cfg.ring_slots
+    );
     let mut rows = Vec::new();
     for &np in producers {
         let mut runs = Vec::new();
@@ -263,17 +307,8 @@ fn rate(count: usize, reps: usize, producers: &[usize]) -> serde_json::Value {
             std::thread::scope(|sc| {
                 for _ in 0..np {
                     sc.spawn(|| {
+                        publish(&prod, per);
                         let limit = WaitLimit::new(Some(std::time::Duration::from_secs(60)));
-                        for i in 0..per {
-                            let d = Desc::P {
-                                pe: 1,
-                                remote: 8 * (i as u64 % 512),
-                                value: i as u64,
-                                width: 8,
-                            };
-                            let (slots, n) = d.encode();
-                            prod.push(&slots[..n], &limit).expect("push");
-                        }
                         prod.quiet(&limit).expect("quiet");
                     });
                 }
@@ -284,9 +319,9 @@ fn rate(count: usize, reps: usize, producers: &[usize]) -> serde_json::Value {
         println!("| {np} | {m:.2} |");
         rows.push(serde_json::json!({"producers": np, "mdesc_per_s": m, "runs": runs}));
     }
-    proxy.stop().expect("stop");
-    drop(heap);
+    bp.proxy.stop().expect("stop");
     serde_json::json!({"benchmark": "datapath-bench rate", "machine": machine(),
         "transport": "instant", "proxy_threads": 1, "ring_slots": cfg.ring_slots,
-        "batch": cfg.proxy.batch, "count": count, "rows": rows})
+        "batch": cfg.proxy.batch, "count": count, "rows": rows,
+        "proxy_alone_mdesc_per_s": pre_m, "proxy_alone_runs": pre})
 }
