@@ -84,17 +84,17 @@ vars! {
     PROXY_BATCH = ("PSHMEM_PROXY_BATCH", "64", "proxy",
         "Most descriptors a proxy drains from one ring before posting and polling.");
     PROXY_IDLE_US = ("PSHMEM_PROXY_IDLE_US", "200", "proxy",
-        "After this many microseconds without work the proxy backs off (yield, then sleep); 0 spins forever.");
+        "After this many microseconds without work (and nothing in flight) the proxy stops spinning and blocks; 0 spins forever.");
     PROXY_SLEEP_US = ("PSHMEM_PROXY_SLEEP_US", "50", "proxy",
-        "Longest sleep of an idle proxy between polls, in microseconds.");
+        "Longest an idle proxy blocks before looking at its rings again, in microseconds: on the transport's wait descriptor where it has one (incoming traffic wakes it at once), else asleep.");
     PROXY_CPU = ("PSHMEM_PROXY_CPU", "", "proxy",
         "Cores for the proxy threads: 'none' disables pinning, or a list like 3,5-7; default from topology.");
     OP_TIMEOUT = ("PSHMEM_OP_TIMEOUT", "120", "runtime",
         "Seconds a quiet, barrier or wait may block before failing with a timeout error (peer death fails sooner).");
     STAGING_CHUNK = ("PSHMEM_STAGING_CHUNK", "1048576", "proxy",
-        "Chunk size of the host-staged path for GPU memory over providers without FI_HMEM.");
+        "Bytes per staging chunk: the registered bounce buffers through which the proxy moves sources and destinations outside the symmetric heap (larger transfers are pipelined chunk by chunk).");
     STAGING_BUFFERS = ("PSHMEM_STAGING_BUFFERS", "8", "proxy",
-        "Pinned bounce buffers per PE for the host-staged path (pipelining depth).");
+        "Staging chunks per proxy thread (the pipelining depth of staged transfers).");
     RAILS = ("PSHMEM_RAILS", "", "transport",
         "Endpoints (rails) per PE; default: the NICs chosen by topology, at least 1.");
     TOPOLOGY_XML = ("PSHMEM_TOPOLOGY_XML", "", "topology",

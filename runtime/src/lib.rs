@@ -14,6 +14,23 @@
 //!   load and store directly, the host analogue of CUDA IPC; `PSHMEM_DISABLE_P2P=1` forces
 //!   everything (this PE included) through the proxy.
 //!
+//! ```
+//! # fn main() -> pshmem::Result<()> {
+//! // Without launcher variables this is a 1-PE job; under pshmrun every rank runs the same code.
+//! let s = pshmem::Pshmem::init()?; // collective
+//! let buf = s.malloc(1 << 20)?; // symmetric: same address on every PE
+//! let next = (s.my_pe() + 1) % s.n_pes();
+//! s.put(buf, b"hello", next)?; // blocking put
+//! s.p(buf + 64, 42u64, next)?; // single value, complete at quiet
+//! s.quiet()?;
+//! s.barrier_all()?;
+//! let x: u64 = s.atomic_fetch_add(buf + 128, 1, 0)?;
+//! assert_eq!(x, 0);
+//! s.finalize()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Addresses are [`SymPtr`]s: byte offsets into the symmetric heap, equal on every PE.
 //! Non-blocking operations on raw buffers are `unsafe` (the buffer must outlive the operation,
 //! up to the next [`Pshmem::quiet`]); their `_sym` forms on symmetric buffers are safe.
