@@ -5,7 +5,7 @@
 #   datapath-bench vs-raw   the runtime through the proxy vs the raw transport (tcp)
 #   datapath-bench rate     ring + one proxy thread alone (instant transport)
 #   pshmem-perf             every perftest, direct path and through the proxy
-# Usage: scripts/bench-host.sh OUT_DIR [BIN_DIR]
+# Usage: scripts/bench-host.sh OUT_DIR [BIN_DIR]     (REPS=N alternating repetitions, default 5)
 #   BIN_DIR defaults to target/release (built here with cargo); on a machine without Rust, pass
 #   a folder holding pshmrun, fabric-bench, datapath-bench and pshmem-perf.
 set -euo pipefail
@@ -18,14 +18,15 @@ if [ "$BIN" = target/release ]; then
 fi
 mkdir -p "$OUT"
 export PSHMEM_SYMMETRIC_SIZE="${PSHMEM_SYMMETRIC_SIZE:-512M}" PSHMEM_PROVIDER=tcp
+REPS="${REPS:-5}"
 run2() { "$BIN/pshmrun" -n 2 --timeout 900 -- "$@"; }
 
 echo "== fabric-bench (tcp): safe layer vs C API"
-run2 "$BIN/fabric-bench" --provider tcp --min 64 --max $((64 << 20)) --reps 5 --json "$OUT/fabric-bench-tcp.json"
+run2 "$BIN/fabric-bench" --provider tcp --min 64 --max $((64 << 20)) --reps "$REPS" --json "$OUT/fabric-bench-tcp.json"
 echo "== datapath-bench vs-raw (tcp)"
-run2 "$BIN/datapath-bench" vs-raw --min $((64 << 10)) --max $((64 << 20)) --reps 5 --json "$OUT/datapath-vs-raw.json"
+run2 "$BIN/datapath-bench" vs-raw --min $((64 << 10)) --max $((64 << 20)) --reps "$REPS" --json "$OUT/datapath-vs-raw.json"
 echo "== datapath-bench rate (instant transport)"
-"$BIN/datapath-bench" rate --count 4000000 --reps 5 --json "$OUT/datapath-rate.json"
+"$BIN/datapath-bench" rate --count 4000000 --reps "$REPS" --json "$OUT/datapath-rate.json"
 echo "== pshmem-perf, direct path"
 run2 "$BIN/pshmem-perf" all -b 8 -e $((4 << 20)) -f 4 -n 100 -w 10 --json "$OUT/pshmem-perf-direct.json"
 echo "== pshmem-perf, through the proxy (tcp)"

@@ -320,6 +320,7 @@ impl Desc {
     }
 
     /// Decodes the slots of one operation (as [`crate::Consumer::poll`] hands them out).
+    #[inline]
     pub fn decode(s: &[RawSlot]) -> Result<Self, DecodeError> {
         let ctrl = s[0].ctrl;
         let bad = |why| DecodeError { ctrl, why };

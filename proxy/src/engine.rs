@@ -244,7 +244,7 @@ pub struct Engine {
     /// Reused buffers (no allocation per turn).
     events: Vec<Ev>,
     msgs: Vec<Vec<u8>>,
-    taken: Vec<(u64, Result<Desc, String>)>,
+    taken: Vec<(u64, Result<Desc, pshmem_gpu_queue::DecodeError>)>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -446,7 +446,7 @@ impl Engine {
         let batch = self.cfg.batch;
         let res = self.chans[c].cons.poll(batch, |idx, slots| {
             let end = idx + slots.len() as u64;
-            taken.push((end, Desc::decode(slots).map_err(|e| e.to_string())));
+            taken.push((end, Desc::decode(slots)));
         });
         if let Err(e) = res {
             self.fault(code::PROXY, None, format!("PE {}: ring {c}: {e}", self.me));
@@ -996,7 +996,8 @@ impl Engine {
                     };
                     (ch as usize * self.staging.chunk, Some(ch))
                 };
-                self.staging.buf[off..off + w].copy_from_slice(&value.to_le_bytes()[..w]);
+                // The scratch area and every chunk hold at least 8 bytes; only `w` are sent.
+                self.staging.buf[off..off + 8].copy_from_slice(&value.to_le_bytes());
                 let part = self.new_part(*op, pe, c, chunk, None);
                 let lref = LocalRef {
                     mr: self.staging.mr,
