@@ -100,7 +100,7 @@ vars! {
     TOPOLOGY_XML = ("PSHMEM_TOPOLOGY_XML", "", "topology",
         "Read the hwloc topology from this XML file instead of the running machine.");
     CUDA_DEVICE = ("PSHMEM_CUDA_DEVICE", "", "runtime",
-        "CUDA device ordinal for this PE (default: local rank modulo the device count).");
+        "CUDA device ordinal for this PE, for the GPU path (not read in host mode; placement assumes local rank modulo the device count, as pshmem-info shows).");
     DISABLE_CUDA = ("PSHMEM_DISABLE_CUDA", "0", "runtime",
         "1 runs in host mode even where a CUDA driver and GPU are present.");
 }

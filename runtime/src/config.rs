@@ -21,8 +21,9 @@ pub struct Config {
     pub ring_slots: usize,
     /// Longest a quiet, barrier or wait blocks (`PSHMEM_OP_TIMEOUT`).
     pub op_timeout: Duration,
-    /// Cores for the proxy threads (`PSHMEM_PROXY_CPU`; empty: no pinning).
-    pub proxy_cpus: Vec<usize>,
+    /// Cores for the proxy threads (`PSHMEM_PROXY_CPU`): `None` places them from the topology,
+    /// an empty list leaves them unpinned ("none"), a list pins thread t to entry t mod len.
+    pub proxy_cpus: Option<Vec<usize>>,
     /// Proxy behaviour (batch, back-off, staging).
     pub proxy: ProxyConfig,
 }
@@ -44,9 +45,12 @@ impl Config {
             ));
         }
         let proxy_cpus = match env::PROXY_CPU.raw().as_deref() {
-            None | Some("none") => Vec::new(),
-            Some(list) => parse_cpu_list(list)
-                .ok_or_else(|| bad(&env::PROXY_CPU, list, "'none' or a list such as 3,5-7"))?,
+            None => None,
+            Some("none") => Some(Vec::new()),
+            Some(list) => Some(
+                parse_cpu_list(list)
+                    .ok_or_else(|| bad(&env::PROXY_CPU, list, "'none' or a list such as 3,5-7"))?,
+            ),
         };
         let proxy = ProxyConfig {
             batch: env::PROXY_BATCH.usize()?.max(1),

@@ -37,9 +37,11 @@
 
 pub mod alloc;
 pub mod config;
+pub mod cuda;
 mod elem;
 pub mod error;
 mod heap;
+pub mod placement;
 
 use std::{
     cell::Cell,
@@ -172,6 +174,24 @@ impl Pshmem {
                 detail,
             });
         }
+        // Placement: proxy cores and, for RDMA providers, this PE's NICs as rails.
+        let (proxy_cpus, rails) = match &cfg.proxy_cpus {
+            Some(list) => (list.clone(), Vec::new()),
+            None => {
+                let plan = placement::host_plan(bs.local_size(), cfg.proxy_threads, false);
+                let pe = plan.placement.pes.get(bs.local_rank());
+                for w in plan.machine.warnings.iter().chain(&plan.placement.warnings) {
+                    tracing::info!("PE {me}: placement: {w}");
+                }
+                let rails = match (pe, plan.provider.as_deref()) {
+                    (Some(pe), Some(p)) if placement::is_rdma(p) => {
+                        pe.nics.iter().map(|&i| plan.nics[i].name.clone()).collect()
+                    }
+                    _ => Vec::new(),
+                };
+                (pe.map(|p| p.proxy_cpus.clone()).unwrap_or_default(), rails)
+            }
+        };
         let local = Mapping::create(me, cfg.heap_size)?;
         let mem = local.view();
         let terr = |what| {
@@ -184,8 +204,8 @@ impl Pshmem {
         let mut setups = Vec::new();
         let mut transport = String::new();
         for _ in 0..cfg.proxy_threads {
-            let mut t =
-                pshmem_transport::open_from_env(&bs).map_err(terr("opening the transport"))?;
+            let mut t = pshmem_transport::open_from_env_on(&bs, &rails)
+                .map_err(terr("opening the transport"))?;
             // SAFETY: the heap mapping outlives the transport: the proxies that own the
             // transports are dropped (and joined) before the mapping (field order).
             let mr = unsafe {
@@ -236,7 +256,7 @@ impl Pshmem {
                 .map(|(_, r)| r.clone())
                 .collect();
             let mut pc = cfg.proxy.clone();
-            pc.cpu = (!cfg.proxy_cpus.is_empty()).then(|| cfg.proxy_cpus[t % cfg.proxy_cpus.len()]);
+            pc.cpu = (!proxy_cpus.is_empty()).then(|| proxy_cpus[t % proxy_cpus.len()]);
             proxies.push(Proxy::spawn(
                 format!("pshmem-proxy-{me}.{t}"),
                 ProxySetup {

@@ -349,16 +349,28 @@ pub(crate) fn check_bounds(
 /// fabric, `instant` for the instant transport, otherwise a libfabric provider (default order
 /// efa > verbs;ofi_rxm > tcp;ofi_rxm > shm), and connects it through the bootstrap.
 pub fn open_from_env(bs: &Bootstrap) -> Result<Box<dyn Transport>> {
+    open_from_env_on(bs, &[])
+}
+
+/// As [`open_from_env`], with the libfabric rails on `domains` (this PE's NICs, from
+/// placement) when not empty: one rail per domain unless `PSHMEM_RAILS` says otherwise.
+pub fn open_from_env_on(bs: &Bootstrap, domains: &[String]) -> Result<Box<dyn Transport>> {
     let wanted = pshmem_bootstrap::env::PROVIDER
         .raw()
         .or_else(|| pshmem_bootstrap::env::fallback("FI_PROVIDER"));
     let mut t: Box<dyn Transport> = match wanted.as_deref() {
         Some("sim") => Box::new(sim::SimTransport::open(bs, sim::SimConfig::from_env()?)?),
         Some("instant") => Box::new(instant::InstantTransport::new(bs.rank(), bs.world_size())),
-        other => Box::new(ofi::OfiTransport::open(
-            bs,
-            &ofi::OfiConfig::from_env(other)?,
-        )?),
+        other => {
+            let mut cfg = ofi::OfiConfig::from_env(other)?;
+            if !domains.is_empty() {
+                cfg.domains = domains.to_vec();
+                if !pshmem_bootstrap::env::RAILS.is_set() {
+                    cfg.rails = domains.len();
+                }
+            }
+            Box::new(ofi::OfiTransport::open(bs, &cfg)?)
+        }
     };
     establish(t.as_mut(), bs)?;
     Ok(t)

@@ -238,7 +238,7 @@ fn start_proxy(ring: &Arc<Ring>, cfg: &Config) -> BenchProxy {
     let health = Health::new();
     health.watch([ring.clone()]);
     let mut pc = cfg.proxy.clone();
-    pc.cpu = cfg.proxy_cpus.first().copied();
+    pc.cpu = cfg.proxy_cpus.as_ref().and_then(|c| c.first().copied());
     let proxy = Proxy::spawn(
         "pshmem-proxy-bench".into(),
         ProxySetup {

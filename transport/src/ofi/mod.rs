@@ -269,6 +269,46 @@ fn discover(
     })
 }
 
+/// A libfabric domain (NIC or interface) that offers what proxyshmem needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainInfo {
+    /// Provider ("efa", "tcp;ofi_rxm").
+    pub provider: String,
+    /// Fabric name.
+    pub fabric: String,
+    /// Domain name (a NIC such as "rdmap16s27-rdm", or an interface such as "eth0").
+    pub domain: String,
+    /// The NIC's PCI address, when the provider reports it.
+    pub pci: Option<String>,
+}
+
+/// The domains of `provider` that offer FI_EP_RDM with RMA and messages, in the provider's
+/// order (one entry per domain; the same domain may be offered several times by fi_getinfo).
+pub fn list_domains(provider: &str) -> Result<Vec<DomainInfo>> {
+    let version = if fabric::runtime_version() >= sys::FI_VERSION(1, 20) {
+        sys::FI_VERSION(1, 20)
+    } else {
+        sys::FI_VERSION(1, 17)
+    };
+    let (list, _) = discover(provider, None, version, false)?;
+    let mut out: Vec<DomainInfo> = Vec::new();
+    for i in list.iter() {
+        let d = DomainInfo {
+            provider: i.provider(),
+            fabric: i.fabric(),
+            domain: i.domain(),
+            pci: i.pci_address(),
+        };
+        if !out
+            .iter()
+            .any(|o| o.domain == d.domain && o.provider == d.provider)
+        {
+            out.push(d);
+        }
+    }
+    Ok(out)
+}
+
 impl OfiTransport {
     /// Opens the transport for this PE (not yet connected: see [`crate::establish`]).
     pub fn open(bs: &Bootstrap, cfg: &OfiConfig) -> Result<Self> {
