@@ -128,24 +128,27 @@ fn vs_raw(
     for size in pow2_sizes(min, max) {
         let count = (256usize << 20).div_ceil(size).clamp(8, 20_000);
         let (mut rt, mut rw) = (Vec::new(), Vec::new());
-        for _ in 0..reps {
-            epoch += 1;
-            s.barrier_all().expect("barrier");
-            if me == 0 {
-                let secs = raw.bw(size, count, window);
-                rw.push((size * count) as f64 / secs / 1e9);
-                release_peer(&s, flag, epoch);
-            } else {
-                serve_raw(&s, &mut raw, flag, epoch);
-            }
-            s.barrier_all().expect("barrier");
-            if me == 0 {
-                let t = Instant::now();
-                for _ in 0..count {
-                    s.put_nbi_sym(dst, src, size, 1).expect("put");
+        for rep in 0..reps {
+            // ABBA order: a drift over the run favours neither side.
+            for raw_turn in [rep % 2 == 0, rep % 2 == 1] {
+                s.barrier_all().expect("barrier");
+                if raw_turn {
+                    epoch += 1;
+                    if me == 0 {
+                        let secs = raw.bw(size, count, window);
+                        rw.push((size * count) as f64 / secs / 1e9);
+                        release_peer(&s, flag, epoch);
+                    } else {
+                        serve_raw(&s, &mut raw, flag, epoch);
+                    }
+                } else if me == 0 {
+                    let t = Instant::now();
+                    for _ in 0..count {
+                        s.put_nbi_sym(dst, src, size, 1).expect("put");
+                    }
+                    s.quiet().expect("quiet");
+                    rt.push((size * count) as f64 / t.elapsed().as_secs_f64() / 1e9);
                 }
-                s.quiet().expect("quiet");
-                rt.push((size * count) as f64 / t.elapsed().as_secs_f64() / 1e9);
             }
         }
         if me == 0 {
@@ -159,26 +162,31 @@ fn vs_raw(
     }
     // Latency: 8-byte ping-pongs, raw write vs runtime p + wait_until, alternating.
     let (mut rl, mut pl, mut ql) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..reps {
-        s.barrier_all().expect("barrier");
-        rl.push(raw.lat(me, lat_iters) * 1e6);
-        // Read the start value before the barrier: after it, the peer may already have
-        // written the first value of this round.
-        let base: u64 = s.local_read(ping).expect("read");
-        s.barrier_all().expect("barrier");
-        let t = Instant::now();
-        for i in 1..=lat_iters as u64 {
-            let v = base + i;
-            if me == 0 {
-                s.p(ping, v, 1).expect("p");
-                s.wait_until(ping, Cmp::Ge, v).expect("wait");
-            } else {
-                s.wait_until(ping, Cmp::Ge, v).expect("wait");
-                s.p(ping, v, 0).expect("p");
+    for rep in 0..reps {
+        for raw_turn in [rep % 2 == 0, rep % 2 == 1] {
+            if raw_turn {
+                s.barrier_all().expect("barrier");
+                rl.push(raw.lat(me, lat_iters) * 1e6);
+                continue;
             }
+            // Read the start value before the barrier: after it, the peer may already have
+            // written the first value of this round.
+            let base: u64 = s.local_read(ping).expect("read");
+            s.barrier_all().expect("barrier");
+            let t = Instant::now();
+            for i in 1..=lat_iters as u64 {
+                let v = base + i;
+                if me == 0 {
+                    s.p(ping, v, 1).expect("p");
+                    s.wait_until(ping, Cmp::Ge, v).expect("wait");
+                } else {
+                    s.wait_until(ping, Cmp::Ge, v).expect("wait");
+                    s.p(ping, v, 0).expect("p");
+                }
+            }
+            pl.push(t.elapsed().as_secs_f64() * 1e6 / (2.0 * lat_iters as f64));
+            s.quiet().expect("quiet");
         }
-        pl.push(t.elapsed().as_secs_f64() * 1e6 / (2.0 * lat_iters as f64));
-        s.quiet().expect("quiet");
         s.barrier_all().expect("barrier");
         if me == 0 {
             let t = Instant::now();

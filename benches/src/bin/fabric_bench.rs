@@ -163,8 +163,9 @@ fn main() {
     for size in pow2_sizes(a.min, a.max) {
         let count = (256usize << 20).div_ceil(size).clamp(8, 200_000);
         let (mut rs, mut cs) = (Vec::new(), Vec::new());
-        for _ in 0..a.reps {
-            for which in 0..2 {
+        for rep in 0..a.reps {
+            // ABBA order: a drift over the run (warm-up, frequency) favours neither side.
+            for which in [rep % 2, 1 - rep % 2] {
                 barrier(&bs, &mut r, c);
                 if rank == 0 {
                     let secs = if which == 0 {
@@ -203,14 +204,18 @@ fn main() {
         }
     }
     let (mut rl, mut cl) = (Vec::new(), Vec::new());
-    for _ in 0..a.reps {
-        barrier(&bs, &mut r, c);
-        rl.push(r.lat(rank, a.lat_iters) * 1e6);
-        barrier(&bs, &mut r, c);
-        // SAFETY: c is open.
-        let s = unsafe { craw_lat(c, a.lat_iters) };
-        assert!(s > 0.0, "C latency failed");
-        cl.push(s * 1e6);
+    for rep in 0..a.reps {
+        for which in [rep % 2, 1 - rep % 2] {
+            barrier(&bs, &mut r, c);
+            if which == 0 {
+                rl.push(r.lat(rank, a.lat_iters) * 1e6);
+            } else {
+                // SAFETY: c is open.
+                let s = unsafe { craw_lat(c, a.lat_iters) };
+                assert!(s > 0.0, "C latency failed");
+                cl.push(s * 1e6);
+            }
+        }
     }
     barrier(&bs, &mut r, c);
     if rank == 0 {
