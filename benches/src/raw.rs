@@ -33,12 +33,15 @@ impl std::fmt::Debug for RawPair {
 
 impl RawPair {
     /// Opens `provider` (libfabric name) on `node`, registers `len` bytes and exchanges them
-    /// with the other rank of a 2-rank job. Collective over the bootstrap.
+    /// with the other rank of a 2-rank job. Collective over the bootstrap. `huge` asks for
+    /// transparent huge pages on the buffer, as the runtime does for its heap, so that a
+    /// comparison with the runtime compares the data paths and not the page sizes.
     pub fn open(
         bs: &Bootstrap,
         provider: &str,
         node: Option<&str>,
         len: usize,
+        huge: bool,
     ) -> Result<Self, TransportError> {
         let mut cfg = OfiConfig::from_env(Some(provider))?;
         cfg.node = node.map(str::to_string);
@@ -50,6 +53,10 @@ impl RawPair {
         // SAFETY: non-zero size. Never freed: the registration refers to it until process exit.
         let base = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<u64>();
         assert!(!base.is_null(), "out of memory");
+        if huge {
+            // SAFETY: advice on our own fresh allocation; contents are unaffected.
+            unsafe { libc::madvise(base.cast(), len, libc::MADV_HUGEPAGE) };
+        }
         // SAFETY: base is a fresh allocation of len bytes, 8-aligned, zeroed (valid u64s).
         let buf: &'static mut [u64] = unsafe { std::slice::from_raw_parts_mut(base, len / 8) };
         let mem = LocalMem {

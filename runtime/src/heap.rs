@@ -26,10 +26,11 @@ use pshmem_proxy::HeapMem;
 
 use crate::error::{Error, Result};
 
-/// A mapping of a heap's memfd (this PE's own, or a peer's).
+/// A mapping of a heap: this PE's own (a memfd when same-host peers will map it, else private
+/// anonymous memory), or a peer's memfd.
 #[derive(Debug)]
 pub struct Mapping {
-    fd: OwnedFd,
+    fd: Option<OwnedFd>,
     base: NonNull<u8>,
     len: usize,
 }
@@ -57,6 +58,37 @@ impl Mapping {
         Self::map(me, fd, len)
     }
 
+    /// This PE's heap when no same-host peer maps it: private anonymous memory, reserved lazily
+    /// and eligible for transparent huge pages (fewer TLB misses when the NIC or the kernel's
+    /// socket path copies large transfers). The memfd's shared memory is only needed to share.
+    pub fn anonymous(me: usize, len: usize) -> Result<Self> {
+        let size = NonZeroUsize::new(len).ok_or_else(|| Error::Heap {
+            me,
+            what: "mapping",
+            detail: "the heap size is zero".into(),
+        })?;
+        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
+        let base = unsafe {
+            nix::sys::mman::mmap_anonymous(
+                None,
+                size,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_PRIVATE | MapFlags::MAP_NORESERVE,
+            )
+        }
+        .map_err(|e| Error::Heap {
+            me,
+            what: "mmap",
+            detail: e.to_string(),
+        })?;
+        advise_huge(base, len);
+        Ok(Self {
+            fd: None,
+            base: base.cast(),
+            len,
+        })
+    }
+
     /// Maps `fd` (`len` bytes) read-write and shared.
     pub fn map(me: usize, fd: OwnedFd, len: usize) -> Result<Self> {
         let size = NonZeroUsize::new(len).ok_or_else(|| Error::Heap {
@@ -80,8 +112,9 @@ impl Mapping {
             what: "mmap",
             detail: e.to_string(),
         })?;
+        advise_huge(base, len);
         Ok(Self {
-            fd,
+            fd: Some(fd),
             base: base.cast(),
             len,
         })
@@ -94,10 +127,18 @@ impl Mapping {
         unsafe { HeapMem::new(self.base.as_ptr(), self.len) }
     }
 
-    /// The memfd.
-    pub fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+    /// The memfd (`None` for an anonymous heap, which cannot be shared).
+    pub fn fd(&self) -> Option<RawFd> {
+        self.fd.as_ref().map(AsRawFd::as_raw_fd)
     }
+}
+
+/// Asks for transparent huge pages on a mapping; best effort (refused where THP is off, or for
+/// shared memory unless the system allows it).
+fn advise_huge(base: NonNull<std::ffi::c_void>, len: usize) {
+    // SAFETY: the range is a mapping we just created; the advice changes no contents.
+    let _ =
+        unsafe { nix::sys::mman::madvise(base, len, nix::sys::mman::MmapAdvise::MADV_HUGEPAGE) };
 }
 
 impl Drop for Mapping {
@@ -141,7 +182,8 @@ pub fn share_with_local_peers(
     std::thread::scope(|s| -> Result<()> {
         let server = listener.as_ref().map(|l| {
             let count = locals.len();
-            s.spawn(move || serve_fd(l, mine.fd(), count, deadline))
+            let fd = mine.fd().expect("a shared heap is a memfd");
+            s.spawn(move || serve_fd(l, fd, count, deadline))
         });
         let mut first_err = None;
         for &r in &locals {

@@ -158,19 +158,21 @@ impl Pshmem {
         let mine = [
             (cfg.heap_size as u64).to_le_bytes(),
             (cfg.proxy_threads as u64).to_le_bytes(),
+            u64::from(cfg.disable_p2p).to_le_bytes(),
         ]
         .concat();
         let all = bs.allgather(&mine)?;
         if let Some(detail) = differences(&all, |b| {
             format!(
-                "heap {} bytes, {} proxy threads",
+                "heap {} bytes, {} proxy threads, PSHMEM_DISABLE_P2P={}",
                 u64::from_le_bytes(b[..8].try_into().expect("8")),
-                u64::from_le_bytes(b[8..16].try_into().expect("8"))
+                u64::from_le_bytes(b[8..16].try_into().expect("8")),
+                u64::from_le_bytes(b[16..24].try_into().expect("8"))
             )
         }) {
             return Err(Error::CollectiveMismatch {
                 me,
-                op: "init (PSHMEM_SYMMETRIC_SIZE and PSHMEM_PROXY_THREADS must agree)",
+                op: "init (PSHMEM_SYMMETRIC_SIZE, PSHMEM_PROXY_THREADS and PSHMEM_DISABLE_P2P must agree)",
                 detail,
             });
         }
@@ -192,7 +194,13 @@ impl Pshmem {
                 (pe.map(|p| p.proxy_cpus.clone()).unwrap_or_default(), rails)
             }
         };
-        let local = Mapping::create(me, cfg.heap_size)?;
+        // A memfd only where same-host peers will map the heap; private memory otherwise.
+        let shared = !cfg.disable_p2p && (0..n).any(|r| r != me && bs.same_host(r));
+        let local = if shared {
+            Mapping::create(me, cfg.heap_size)?
+        } else {
+            Mapping::anonymous(me, cfg.heap_size)?
+        };
         let mem = local.view();
         let terr = |what| {
             move |source| Error::Transport {
@@ -224,6 +232,7 @@ impl Pshmem {
         let peer_maps = if cfg.disable_p2p {
             (0..n).map(|_| None).collect()
         } else {
+            // Collective (every PE takes part, with or without same-host peers).
             heap::share_with_local_peers(&bs, &local, Duration::from_secs(30))?
         };
         let peers = (0..n)

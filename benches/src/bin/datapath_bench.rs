@@ -106,7 +106,7 @@ fn vs_raw(
     lat_iters: usize,
 ) -> Option<serde_json::Value> {
     let me = bs.rank();
-    let mut raw = RawPair::open(&bs, "tcp;ofi_rxm", Some("127.0.0.1"), max).expect("raw");
+    let mut raw = RawPair::open(&bs, "tcp;ofi_rxm", Some("127.0.0.1"), max, true).expect("raw");
     let raw_name = raw.caps().name.clone();
     let mut cfg = Config::from_env().expect("config");
     cfg.disable_p2p = true;
