@@ -87,6 +87,8 @@ vars! {
         "After this many microseconds without work (and nothing in flight) the proxy stops spinning and blocks; 0 spins forever.");
     PROXY_SLEEP_US = ("PSHMEM_PROXY_SLEEP_US", "50", "proxy",
         "Longest an idle proxy blocks before looking at its rings again, in microseconds: on the transport's wait descriptor where it has one (incoming traffic wakes it at once), else asleep.");
+    PROXY_MAX_INFLIGHT = ("PSHMEM_PROXY_MAX_INFLIGHT", "256", "proxy",
+        "Most transport operations a proxy thread keeps in flight; the rest wait in its queues (flow control towards the provider).");
     PROXY_CPU = ("PSHMEM_PROXY_CPU", "", "proxy",
         "Cores for the proxy threads: 'none' disables pinning, or a list like 3,5-7; default from topology.");
     OP_TIMEOUT = ("PSHMEM_OP_TIMEOUT", "120", "runtime",

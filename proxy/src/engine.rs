@@ -241,6 +241,8 @@ pub struct Engine {
     stop: Arc<AtomicBool>,
     dead_seen: u64,
     failed: bool,
+    /// Parts posted and not yet complete (bounded by `ProxyConfig::max_inflight`).
+    inflight: usize,
     /// Reused buffers (no allocation per turn).
     events: Vec<Ev>,
     msgs: Vec<Vec<u8>>,
@@ -340,6 +342,7 @@ impl Engine {
             stop,
             dead_seen: 0,
             failed: false,
+            inflight: 0,
             events: Vec::new(),
             msgs: Vec::new(),
             taken: Vec::new(),
@@ -854,6 +857,9 @@ impl Engine {
                 ..
             } => {
                 while *issued < *len {
+                    if self.inflight >= self.cfg.max_inflight {
+                        return Err(());
+                    }
                     let left = *len - *issued;
                     let (lref, part_len, chunk) = match *local {
                         Local::Heap(off) => (
@@ -936,6 +942,9 @@ impl Engine {
                 issued,
             } => {
                 while *issued < *len {
+                    if self.inflight >= self.cfg.max_inflight {
+                        return Err(());
+                    }
                     let left = *len - *issued;
                     let (lref, part_len, chunk, copy_out) = match *local {
                         Local::Heap(off) => (
@@ -987,6 +996,9 @@ impl Engine {
                 value,
                 width,
             } => {
+                if self.inflight >= self.cfg.max_inflight {
+                    return Err(());
+                }
                 let w = *width as usize;
                 let (off, chunk) = if w <= self.staging.inject {
                     (self.staging.scratch, None)
@@ -1060,6 +1072,9 @@ impl Engine {
 
     /// Sends a request whose ack completes a part of `op`.
     fn request(&mut self, c: u16, pe: u32, op: OpRef, mut req: Request) -> Result<bool, ()> {
+        if self.inflight >= self.cfg.max_inflight {
+            return Err(());
+        }
         let part = self.new_part(op, pe, c, None, None);
         req.id = part;
         let msg = wire::encode_request(self.me, &req);
@@ -1113,6 +1128,7 @@ impl Engine {
                     chan
                 };
                 self.chans[chan as usize].queues[pe as usize].outstanding += 1;
+                self.inflight += 1;
                 Ok(true)
             }
             Err(PostError::Retry) => {
@@ -1191,6 +1207,7 @@ impl Engine {
     /// A part completed (a write or read, or a request's ack with the old value).
     fn part_done(&mut self, key: u64, fetched: Option<u64>) {
         if key & FAST != 0 {
+            self.inflight -= 1;
             let (c, pe) = (
                 ((key >> 52) & 0x1ff) as usize,
                 ((key >> 32) & 0xf_ffff) as usize,
@@ -1204,6 +1221,7 @@ impl Engine {
         let Some(p) = self.parts.remove(key) else {
             return;
         };
+        self.inflight -= 1;
         if let (Some((dst, len)), Some(ch)) = (p.copy_out, p.chunk) {
             let src = self.staging.chunk_ptr(ch);
             // SAFETY: the producer keeps raw destinations valid until the operation completes,

@@ -197,6 +197,9 @@ pub struct ProxyConfig {
     pub staging_chunks: usize,
     /// Longest a stopping proxy waits for its outstanding work.
     pub drain_limit: Duration,
+    /// Most transport operations in flight per proxy thread (deeper queues can slow a
+    /// provider down; more is queued in the proxy).
+    pub max_inflight: usize,
 }
 
 impl Default for ProxyConfig {
@@ -209,6 +212,7 @@ impl Default for ProxyConfig {
             staging_chunk: 1 << 20,
             staging_chunks: 8,
             drain_limit: Duration::from_secs(5),
+            max_inflight: 256,
         }
     }
 }

@@ -60,6 +60,7 @@ impl Config {
             staging_chunk: env::STAGING_CHUNK.usize()?.max(4096),
             staging_chunks: env::STAGING_BUFFERS.usize()?.max(1),
             drain_limit: Duration::from_secs(5),
+            max_inflight: env::PROXY_MAX_INFLIGHT.usize()?.max(1),
         };
         Ok(Self {
             heap_size,

@@ -105,9 +105,15 @@ pub enum PostError {
     /// Back-pressure (`-FI_EAGAIN`, a full queue): poll completions and post again.
     #[error("transport queue full, retry after polling")]
     Retry,
-    /// A real failure.
+    /// A real failure (boxed: posting is the hot path, and a small `Result` is cheap to return).
     #[error(transparent)]
-    Failed(#[from] TransportError),
+    Failed(Box<TransportError>),
+}
+
+impl From<TransportError> for PostError {
+    fn from(e: TransportError) -> Self {
+        PostError::Failed(Box::new(e))
+    }
 }
 
 /// Shorthand.

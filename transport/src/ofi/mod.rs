@@ -143,8 +143,8 @@ struct OpRec {
     rail: usize,
     /// Parts (stripes) still to complete.
     remaining: u32,
-    /// First error among the parts.
-    error: Option<TransportError>,
+    /// First error among the parts (boxed: records are copied on every post).
+    error: Option<Box<TransportError>>,
     /// Already reported to the user (peer declared dead); free silently when it completes.
     abandoned: bool,
 }
@@ -700,7 +700,7 @@ impl OfiTransport {
                     }
                     let rec = self.ops.get_mut(slot).expect("live");
                     rec.remaining -= (parts - p) as u32;
-                    rec.error.get_or_insert(e);
+                    rec.error.get_or_insert(Box::new(e));
                     return Ok(());
                 }
             }
@@ -728,7 +728,7 @@ impl OfiTransport {
         };
         rec.remaining = rec.remaining.saturating_sub(1);
         if let Some(e) = err {
-            rec.error.get_or_insert(e);
+            rec.error.get_or_insert(Box::new(e));
         }
         if rec.remaining > 0 {
             return;
@@ -740,7 +740,7 @@ impl OfiTransport {
         match rec.error {
             Some(error) => on_event(Event::Failed {
                 ctx: rec.ctx,
-                error,
+                error: *error,
             }),
             None => match rec.kind {
                 OpKind::Atomic { fetch: true, width } => {

@@ -144,7 +144,7 @@ pub fn post(
             Err(PostError::Retry) => {
                 t.poll(&mut |e| collect(seen, &e))?;
             }
-            Err(PostError::Failed(e)) => return Err(e),
+            Err(PostError::Failed(e)) => return Err(*e),
         }
     }
 }
@@ -508,7 +508,7 @@ pub fn oob(bs: &Bootstrap, w: &Which) -> Result<(), String> {
             1,
         )
     } {
-        Err(PostError::Failed(TransportError::OutOfBounds { .. })) => {
+        Err(PostError::Failed(e)) if matches!(*e, TransportError::OutOfBounds { .. }) => {
             println!("OK oob refused-at-post")
         }
         other => {
@@ -530,7 +530,7 @@ pub fn oob(bs: &Bootstrap, w: &Which) -> Result<(), String> {
             1,
         )
     } {
-        Err(PostError::Failed(TransportError::OutOfBounds { .. })) => {}
+        Err(PostError::Failed(e)) if matches!(*e, TransportError::OutOfBounds { .. }) => {}
         other => {
             return fail(format!(
                 "overflowing read offset was not refused: {other:?}"
