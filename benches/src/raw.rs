@@ -51,13 +51,17 @@ impl RawPair {
         // Page-aligned and touched, like the C side's posix_memalign + memset.
         let layout = std::alloc::Layout::from_size_align(len, 4096).expect("layout");
         // SAFETY: non-zero size. Never freed: the registration refers to it until process exit.
-        let base = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<u64>();
+        let base = unsafe { std::alloc::alloc(layout) }.cast::<u64>();
         assert!(!base.is_null(), "out of memory");
         if huge {
             // SAFETY: advice on our own fresh allocation; contents are unaffected.
             unsafe { libc::madvise(base.cast(), len, libc::MADV_HUGEPAGE) };
         }
-        // SAFETY: base is a fresh allocation of len bytes, 8-aligned, zeroed (valid u64s).
+        // Touch every page, as the C side's memset does: untouched zeroed memory would read as
+        // the kernel's shared zero page (a source that is always in cache) until written.
+        // SAFETY: `base` is a fresh allocation of `len` writable bytes.
+        unsafe { std::ptr::write_bytes(base.cast::<u8>(), 0, len) };
+        // SAFETY: base is a fresh allocation of len bytes, 8-aligned, zeroed above (valid u64s).
         let buf: &'static mut [u64] = unsafe { std::slice::from_raw_parts_mut(base, len / 8) };
         let mem = LocalMem {
             ptr: buf.as_mut_ptr().cast(),

@@ -113,6 +113,11 @@ fn vs_raw(
     let s = Pshmem::init_with(bs, cfg).expect("init");
     let src = s.malloc(max).expect("malloc");
     let dst = s.malloc(max).expect("malloc");
+    // Touch both, as the raw side's buffer is: untouched memory reads as the zero page.
+    let fill = vec![0x5au8; max];
+    s.local_copy_in(src, &fill).expect("fill");
+    s.local_copy_in(dst, &fill).expect("fill");
+    drop(fill);
     let w = s.calloc(2, 8).expect("calloc");
     let (flag, ping) = (w, w + 8);
     let mut epoch = 0u64;

@@ -277,6 +277,11 @@ fn main() {
     let bytes = a.max.max(64);
     let src = s.malloc(bytes).expect("malloc");
     let dst = s.malloc(bytes).expect("malloc");
+    // Touch both: untouched memory reads as the kernel's zero page, which flatters copies.
+    let fill = vec![0x5au8; bytes];
+    s.local_copy_in(src, &fill).expect("fill");
+    s.local_copy_in(dst, &fill).expect("fill");
+    drop(fill);
     let flags = s.calloc(8, 8).expect("calloc");
     let me = s.my_pe();
     if me == 0 {
