@@ -195,7 +195,8 @@ struct TagState {
 }
 
 struct Chan {
-    cons: Consumer,
+    /// Taken out while the ring is drained (so each operation is handled inside the drain).
+    cons: Option<Consumer>,
     done: Completions,
     queues: Vec<PeQueue>,
 }
@@ -246,7 +247,6 @@ pub struct Engine {
     /// Reused buffers (no allocation per turn).
     events: Vec<Ev>,
     msgs: Vec<Vec<u8>>,
-    taken: Vec<(u64, Result<Desc, pshmem_gpu_queue::DecodeError>)>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -307,7 +307,7 @@ impl Engine {
             .channels
             .into_iter()
             .map(|r| Chan {
-                cons: Consumer::new(r),
+                cons: Some(Consumer::new(r)),
                 done: Completions::new(),
                 queues: (0..n).map(|_| PeQueue::default()).collect(),
             })
@@ -345,7 +345,6 @@ impl Engine {
             inflight: 0,
             events: Vec::new(),
             msgs: Vec::new(),
-            taken: Vec::new(),
         })
     }
 
@@ -430,8 +429,10 @@ impl Engine {
         work += self.poll();
         work += self.flush_messages();
         for c in &mut self.chans {
-            if let Some(v) = c.done.advance() {
-                c.cons.set_completed(v);
+            if let Some(v) = c.done.advance()
+                && let Some(cons) = &c.cons
+            {
+                cons.set_completed(v);
             }
         }
         work
@@ -445,28 +446,32 @@ impl Engine {
     // ---- draining ---------------------------------------------------------------------------
 
     fn drain(&mut self, c: usize) -> usize {
-        let mut taken = std::mem::take(&mut self.taken);
-        let batch = self.cfg.batch;
-        let res = self.chans[c].cons.poll(batch, |idx, slots| {
-            let end = idx + slots.len() as u64;
-            taken.push((end, Desc::decode(slots)));
-        });
-        if let Err(e) = res {
-            self.fault(code::PROXY, None, format!("PE {}: ring {c}: {e}", self.me));
+        let Some(mut cons) = self.chans[c].cons.take() else {
             return 0;
-        }
-        let n = taken.len();
-        for (end, d) in taken.drain(..) {
-            let seq = self.chans[c].done.push(end);
-            match d {
-                Ok(d) => self.accept(c as u16, seq, d),
+        };
+        let batch = self.cfg.batch;
+        let mut bad = None;
+        let res = cons.poll(batch, |idx, slots| {
+            let seq = self.chans[c].done.push(idx + slots.len() as u64);
+            match Desc::decode(slots) {
+                Ok(d) if bad.is_none() => self.accept(c as u16, seq, d),
+                Ok(_) => {}
                 Err(e) => {
-                    self.fault(code::PROXY, None, format!("PE {}: ring {c}: {e}", self.me));
-                    break;
+                    bad.get_or_insert(e.to_string());
                 }
             }
+        });
+        self.chans[c].cons = Some(cons);
+        let n = match res {
+            Ok(n) => n,
+            Err(e) => {
+                bad.get_or_insert(e.to_string());
+                0
+            }
+        };
+        if let Some(e) = bad {
+            self.fault(code::PROXY, None, format!("PE {}: ring {c}: {e}", self.me));
         }
-        self.taken = taken;
         n
     }
 
@@ -580,6 +585,9 @@ impl Engine {
                 value,
                 width,
             } => {
+                if self.post_p_now(chan, seq, pe, remote, value, width) {
+                    return;
+                }
                 let op = self.op_ref(chan, seq, width as usize <= self.staging.inject);
                 self.enqueue(
                     chan,
@@ -680,6 +688,56 @@ impl Engine {
                         tag,
                     },
                 );
+            }
+        }
+    }
+
+    /// The hottest case, straight to the transport: a `p` that fits the inject size, to a PE
+    /// with nothing queued, with room in flight. Returns false (nothing done) otherwise, or on
+    /// back-pressure, and the general path queues it.
+    fn post_p_now(
+        &mut self,
+        chan: u16,
+        seq: u64,
+        pe: u32,
+        remote: u64,
+        value: u64,
+        width: u8,
+    ) -> bool {
+        let q = &self.chans[chan as usize].queues[pe as usize];
+        if !q.work.is_empty()
+            || width as usize > self.staging.inject
+            || self.inflight >= self.cfg.max_inflight
+        {
+            return false;
+        }
+        let off = self.staging.scratch;
+        self.staging.buf[off..off + 8].copy_from_slice(&value.to_le_bytes());
+        let ctx = fast_ctx(chan, pe, seq);
+        let lref = LocalRef {
+            mr: self.staging.mr,
+            offset: off,
+        };
+        let rref = RemoteRef {
+            mr: self.remote[pe as usize],
+            offset: remote,
+        };
+        // SAFETY: the value is in the scratch area, copied by the transport at post (inject).
+        let r = unsafe { self.t.write(pe as usize, lref, rref, width as usize, ctx) };
+        match r {
+            Ok(()) => {
+                self.chans[chan as usize].queues[pe as usize].outstanding += 1;
+                self.inflight += 1;
+                true
+            }
+            Err(PostError::Retry) => false,
+            Err(PostError::Failed(e)) => {
+                self.fault(
+                    code::OP_FAILED,
+                    Some(pe as usize),
+                    format!("PE {}: posting a p to PE {pe} failed: {e}", self.me),
+                );
+                true
             }
         }
     }
