@@ -537,7 +537,10 @@ impl OfiTransport {
     }
 
     fn home_rail(&self, pe: Pe) -> usize {
-        pe % self.rails.len()
+        match self.rails.len() {
+            1 => 0,
+            n => pe % n,
+        }
     }
 
     fn new_op(
@@ -663,6 +666,21 @@ impl OfiTransport {
         let home = self.home_rail(pe);
         let kind = if write { OpKind::Write } else { OpKind::Read };
         let slot = self.new_op(ctx, pe, kind, home, parts as u32)?;
+        if parts == 1 {
+            // The common case, without the striping arithmetic.
+            // SAFETY: forwarded from the caller.
+            return match unsafe { self.post_rma(home, slot, write, pe, local, remote, len, data) } {
+                Ok(true) => Ok(()),
+                Ok(false) => {
+                    self.ops.remove(slot);
+                    Err(PostError::Retry)
+                }
+                Err(e) => {
+                    self.ops.remove(slot);
+                    Err(e.into())
+                }
+            };
+        }
         let chunk = len.div_ceil(parts);
         for p in 0..parts {
             let off = p * chunk;
