@@ -171,10 +171,11 @@ fn host_mode_anchors_pes_on_numa_nodes() {
 }
 
 #[test]
-fn single_numa_box_without_rdma_nic() {
+fn single_numa_box_without_nics() {
     let m = load("single-numa.xml");
     assert_eq!(m.numa.len(), 1);
-    assert_eq!(rdma_nics(&m).len(), 0);
+    assert_eq!(m.gpus().count(), 2);
+    assert_eq!(m.nics().count(), 0);
     let p = plan(&m, Vec::new(), 2, 1);
     assert!(
         p.warnings.iter().any(|w| w.contains("no NIC")),
@@ -183,18 +184,31 @@ fn single_numa_box_without_rdma_nic() {
     );
     assert!(p.pes.iter().all(|pe| pe.nics.is_empty()));
     assert_ne!(p.pes[0].proxy_cpus, p.pes[1].proxy_cpus);
-    // Over tcp, the management interface is the NIC: found by its interface name.
+    assert!(p.pes.iter().all(|pe| pe.numa == Some(0)));
+}
+
+#[test]
+fn over_tcp_the_ethernet_interface_is_found_by_name() {
+    let m = load("p4d.24xlarge.xml");
     let eth = m.device_of_os_name("ens32").expect("ens32");
+    assert_eq!(eth.kind, DeviceKind::Nic { rdma: false });
     let p = plan(
         &m,
         vec![NicRef {
             name: "ens32".into(),
             addr: Some(eth.addr),
         }],
-        2,
+        8,
         1,
     );
     assert!(p.pes.iter().all(|pe| pe.nics == vec![0]));
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.contains("GPU 4") && w.contains("no NIC on its NUMA node")),
+        "GPUs of the second socket are far from the only NIC: {:?}",
+        p.warnings
+    );
 }
 
 #[test]

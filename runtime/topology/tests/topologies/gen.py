@@ -6,8 +6,8 @@ Shapes (after AWS's published instance layouts): every GPU sits below a PCIe swi
   p5.48xlarge-like: 2 NUMA nodes x 48 cores (2 threads each), 8 H100, 32 EFA (4 per GPU switch)
   p5en-like:        2 NUMA nodes x 48 cores (2 threads each), 8 H200, 16 EFA (2 per GPU switch)
   p4d-like:         2 NUMA nodes x 24 cores (2 threads each), 8 A100, 4 EFA (1 per 2-GPU switch)
-  single-numa:      1 NUMA node x 8 cores, 2 GPUs, no NIC but the management Ethernet (ENA)
-Each host also has an ENA management NIC (not RDMA) on NUMA node 0.
+  single-numa:      1 NUMA node x 8 cores, 2 GPUs, no NIC at all
+The AWS-like hosts also have an ENA management NIC (Ethernet, not RDMA) on NUMA node 0.
 Run from this folder: python3 gen.py  (rewrites the .xml files).
 """
 
@@ -134,7 +134,7 @@ def main():
             "p4d.24xlarge-like", 2, 24,
             per_socket(2, [("gpu", 0x20b0), ("gpu", 0x20b0), ("efa", 0xefa0)])),
         "single-numa.xml": machine(
-            "single NUMA node, no RDMA NIC", 1, 8, [[[("gpu", 0x2330)], [("gpu", 0x2330)]]]),
+            "single NUMA node, no NIC", 1, 8, [[[("gpu", 0x2330)], [("gpu", 0x2330)]]], ena=False),
     }
     for name, text in files.items():
         with open(name, "w") as f:
