@@ -678,23 +678,81 @@ impl Pshmem {
 
     // ---- RMA --------------------------------------------------------------------------------
 
+    /// Publishes `d`, and waits for it when `blocking`.
+    fn submit(&self, op: &'static str, d: Desc, blocking: bool) -> Result<()> {
+        if blocking {
+            self.push_wait(op, d)
+        } else {
+            self.push(op, d).map(|_| ())
+        }
+    }
+
+    /// Every put: a copy on the direct path, or a descriptor (waited for when `blocking`).
+    ///
+    /// # Safety
+    /// `src..src + len` must be readable, and unchanged until the operation completes.
+    unsafe fn put_at(
+        &self,
+        op: &'static str,
+        dest: SymPtr,
+        src: *const u8,
+        len: usize,
+        pe: usize,
+        blocking: bool,
+    ) -> Result<()> {
+        match self.check(op, pe, dest, len)? {
+            Route::Direct(h) => {
+                // SAFETY: forwarded from the caller.
+                unsafe { h.write_from_raw(dest.0, src, len) }.map_err(|e| self.mem_err(op, pe, e))
+            }
+            Route::Ring => {
+                let d = Desc::Put {
+                    pe: pe as u32,
+                    remote: dest.0,
+                    local: self.local_ref(src, len),
+                    len: len as u64,
+                };
+                self.submit(op, d, blocking)
+            }
+        }
+    }
+
+    /// Every get: a copy on the direct path, or a descriptor (waited for when `blocking`).
+    ///
+    /// # Safety
+    /// `dest..dest + len` must be writable and untouched by others until the operation
+    /// completes.
+    unsafe fn get_at(
+        &self,
+        op: &'static str,
+        dest: *mut u8,
+        src: SymPtr,
+        len: usize,
+        pe: usize,
+        blocking: bool,
+    ) -> Result<()> {
+        match self.check(op, pe, src, len)? {
+            Route::Direct(h) => {
+                // SAFETY: forwarded from the caller.
+                unsafe { h.read_to_raw(src.0, dest, len) }.map_err(|e| self.mem_err(op, pe, e))
+            }
+            Route::Ring => {
+                let d = Desc::Get {
+                    pe: pe as u32,
+                    remote: src.0,
+                    local: self.local_ref(dest, len),
+                    len: len as u64,
+                };
+                self.submit(op, d, blocking)
+            }
+        }
+    }
+
     /// Copies `src` to `dest` on `pe`; returns when `src` may be reused (the data is then
     /// delivered as well).
     pub fn put(&self, dest: SymPtr, src: &[u8], pe: usize) -> Result<()> {
-        match self.check("put", pe, dest, src.len())? {
-            // SAFETY: `src` is a live buffer of its length.
-            Route::Direct(h) => unsafe { h.write_from_raw(dest.0, src.as_ptr(), src.len()) }
-                .map_err(|e| self.mem_err("put", pe, e)),
-            Route::Ring => self.push_wait(
-                "put",
-                Desc::Put {
-                    pe: pe as u32,
-                    remote: dest.0,
-                    local: self.local_ref(src.as_ptr(), src.len()),
-                    len: src.len() as u64,
-                },
-            ),
-        }
+        // SAFETY: `src` is a live slice, and the put has completed when this returns.
+        unsafe { self.put_at("put", dest, src.as_ptr(), src.len(), pe, true) }
     }
 
     /// Starts copying `len` bytes at `src` to `dest` on `pe`; complete after [`Pshmem::quiet`].
@@ -709,22 +767,8 @@ impl Pshmem {
         len: usize,
         pe: usize,
     ) -> Result<()> {
-        match self.check("put_nbi", pe, dest, len)? {
-            // SAFETY: the caller vouches for the source.
-            Route::Direct(h) => unsafe { h.write_from_raw(dest.0, src, len) }
-                .map_err(|e| self.mem_err("put_nbi", pe, e)),
-            Route::Ring => self
-                .push(
-                    "put_nbi",
-                    Desc::Put {
-                        pe: pe as u32,
-                        remote: dest.0,
-                        local: self.local_ref(src, len),
-                        len: len as u64,
-                    },
-                )
-                .map(|_| ()),
-        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.put_at("put_nbi", dest, src, len, pe, false) }
     }
 
     /// Starts copying `len` bytes of this PE's `src` (symmetric) to `dest` on `pe`.
@@ -736,20 +780,8 @@ impl Pshmem {
 
     /// Copies `dest.len()` bytes from `src` on `pe` into `dest`.
     pub fn get(&self, dest: &mut [u8], src: SymPtr, pe: usize) -> Result<()> {
-        match self.check("get", pe, src, dest.len())? {
-            // SAFETY: `dest` is a live exclusive buffer of its length.
-            Route::Direct(h) => unsafe { h.read_to_raw(src.0, dest.as_mut_ptr(), dest.len()) }
-                .map_err(|e| self.mem_err("get", pe, e)),
-            Route::Ring => self.push_wait(
-                "get",
-                Desc::Get {
-                    pe: pe as u32,
-                    remote: src.0,
-                    local: self.local_ref(dest.as_ptr(), dest.len()),
-                    len: dest.len() as u64,
-                },
-            ),
-        }
+        // SAFETY: `dest` is a live exclusive slice, and the get has completed when this returns.
+        unsafe { self.get_at("get", dest.as_mut_ptr(), src, dest.len(), pe, true) }
     }
 
     /// Starts copying `len` bytes from `src` on `pe` to `dest`; complete after `quiet`.
@@ -758,22 +790,8 @@ impl Pshmem {
     /// `dest..dest + len` must stay valid, and unread and unwritten by anyone else, until the
     /// next `quiet` (or a blocking operation) on this thread returns.
     pub unsafe fn get_nbi(&self, dest: *mut u8, src: SymPtr, len: usize, pe: usize) -> Result<()> {
-        match self.check("get_nbi", pe, src, len)? {
-            // SAFETY: the caller vouches for the destination.
-            Route::Direct(h) => unsafe { h.read_to_raw(src.0, dest, len) }
-                .map_err(|e| self.mem_err("get_nbi", pe, e)),
-            Route::Ring => self
-                .push(
-                    "get_nbi",
-                    Desc::Get {
-                        pe: pe as u32,
-                        remote: src.0,
-                        local: self.local_ref(dest, len),
-                        len: len as u64,
-                    },
-                )
-                .map(|_| ()),
-        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.get_at("get_nbi", dest, src, len, pe, false) }
     }
 
     /// Starts copying `len` bytes from `src` on `pe` into this PE's `dest` (symmetric).
@@ -812,9 +830,49 @@ impl Pshmem {
 
     // ---- signals ----------------------------------------------------------------------------
 
+    /// Every put-with-signal: copy then signal on the direct path, or one descriptor (waited
+    /// for when `blocking`).
+    ///
+    /// # Safety
+    /// As [`Pshmem::put_at`] for `src`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn put_signal_at(
+        &self,
+        op_name: &'static str,
+        dest: SymPtr,
+        src: *const u8,
+        len: usize,
+        sig: SymPtr,
+        value: u64,
+        op: SignalOp,
+        pe: usize,
+        blocking: bool,
+    ) -> Result<()> {
+        let route = self.check(op_name, pe, dest, len)?;
+        self.check_signal(op_name, sig)?;
+        match route {
+            // SAFETY: forwarded from the caller. The signal's AcqRel update follows the copy.
+            Route::Direct(h) => unsafe { h.write_from_raw(dest.0, src, len) }
+                .and_then(|()| h.amo(sig.0, true, op.as_amo(), value, 0))
+                .map(|_| ())
+                .map_err(|e| self.mem_err(op_name, pe, e)),
+            Route::Ring => {
+                let d = Desc::PutSignal {
+                    pe: pe as u32,
+                    remote: dest.0,
+                    local: self.local_ref(src, len),
+                    len: len as u64,
+                    sig: sig.0,
+                    value,
+                    op,
+                };
+                self.submit(op_name, d, blocking)
+            }
+        }
+    }
+
     /// Copies `src` to `dest` on `pe`, then updates the 64-bit signal `sig` there; the signal
     /// is never visible before the data. Returns when `src` may be reused.
-    #[allow(clippy::too_many_arguments)]
     pub fn put_signal(
         &self,
         dest: SymPtr,
@@ -824,28 +882,19 @@ impl Pshmem {
         op: SignalOp,
         pe: usize,
     ) -> Result<()> {
-        let route = self.check("put_signal", pe, dest, src.len())?;
-        self.check_signal("put_signal", sig)?;
-        match route {
-            Route::Direct(h) => {
-                // SAFETY: `src` is a live buffer of its length.
-                unsafe { h.write_from_raw(dest.0, src.as_ptr(), src.len()) }
-                    .and_then(|()| h.amo(sig.0, true, op.as_amo(), value, 0))
-                    .map(|_| ())
-                    .map_err(|e| self.mem_err("put_signal", pe, e))
-            }
-            Route::Ring => self.push_wait(
+        // SAFETY: `src` is a live slice, and the operation has completed when this returns.
+        unsafe {
+            self.put_signal_at(
                 "put_signal",
-                Desc::PutSignal {
-                    pe: pe as u32,
-                    remote: dest.0,
-                    local: self.local_ref(src.as_ptr(), src.len()),
-                    len: src.len() as u64,
-                    sig: sig.0,
-                    value,
-                    op,
-                },
-            ),
+                dest,
+                src.as_ptr(),
+                src.len(),
+                sig,
+                value,
+                op,
+                pe,
+                true,
+            )
         }
     }
 
@@ -864,29 +913,8 @@ impl Pshmem {
         op: SignalOp,
         pe: usize,
     ) -> Result<()> {
-        let route = self.check("put_signal_nbi", pe, dest, len)?;
-        self.check_signal("put_signal_nbi", sig)?;
-        match route {
-            // SAFETY: the caller vouches for the source.
-            Route::Direct(h) => unsafe { h.write_from_raw(dest.0, src, len) }
-                .and_then(|()| h.amo(sig.0, true, op.as_amo(), value, 0))
-                .map(|_| ())
-                .map_err(|e| self.mem_err("put_signal_nbi", pe, e)),
-            Route::Ring => self
-                .push(
-                    "put_signal_nbi",
-                    Desc::PutSignal {
-                        pe: pe as u32,
-                        remote: dest.0,
-                        local: self.local_ref(src, len),
-                        len: len as u64,
-                        sig: sig.0,
-                        value,
-                        op,
-                    },
-                )
-                .map(|_| ()),
-        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.put_signal_at("put_signal_nbi", dest, src, len, sig, value, op, pe, false) }
     }
 
     /// Non-blocking put-with-signal from this PE's symmetric `src`.
