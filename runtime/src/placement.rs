@@ -87,7 +87,12 @@ pub fn host_plan(local_size: usize, proxy_threads: usize, gpus: bool) -> HostPla
     let xml = env::TOPOLOGY_XML.raw();
     let machine = Machine::discover(xml.as_deref().map(std::path::Path::new));
     let mut warnings = Vec::new();
-    let cuda = cuda::devices();
+    // cuInit costs up to a second on a GPU machine: only probe when GPUs are placed.
+    let cuda = if gpus {
+        cuda::devices()
+    } else {
+        Err("not probed (host-mode placement)".into())
+    };
     let gpu_addrs: Vec<PciAddr> = if !gpus {
         Vec::new()
     } else if xml.is_some() {
