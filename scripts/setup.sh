@@ -26,3 +26,6 @@ if ((${#missing[@]})); then
 fi
 
 command -v cargo >/dev/null || { echo "setup: the Rust toolchain (cargo) is required: https://rustup.rs" >&2; exit 1; }
+
+# The pinned CUDA compiler for the kernels (build-time only; no GPU or driver needed).
+bash "$(dirname "$0")/setup-cuda.sh" >/dev/null

@@ -22,6 +22,7 @@
 pub mod engine;
 pub mod mem;
 mod slab;
+pub mod standalone;
 pub mod wire;
 
 use std::{

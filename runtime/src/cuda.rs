@@ -1,7 +1,16 @@
 //! The CUDA driver, loaded at run time through cudarc: nothing CUDA is needed to build, and a
 //! machine without a driver simply has no CUDA devices (the library's presence is checked before
-//! anything is called, so nothing panics).
+//! anything is called, so nothing panics). Also the GPU side of a command ring: pinned host
+//! memory the GPU writes, device-memory counters, and the handle kernels take.
 
+use std::sync::Arc;
+
+pub use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
+use cudarc::driver::{DeviceRepr, sys};
+use pshmem_gpu_queue::{
+    Ring,
+    layout::{RingCtrl, Slot},
+};
 use pshmem_topology::PciAddr;
 
 /// A CUDA device.
@@ -53,4 +62,137 @@ pub fn devices() -> Result<Vec<CudaDevice>, String> {
             })
         })
         .collect()
+}
+
+/// A kernel's view of a ring: `pshmem_ring_device_t` in `kernels/include/pshmem/ring_device.cuh`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RingDeviceHandle {
+    /// Device address of the slots (pinned host memory).
+    pub slots: u64,
+    /// Device address of the control block (pinned host memory).
+    pub ctrl: u64,
+    /// Device address of the reservation counter (device memory).
+    pub head: u64,
+    /// Device address of the shared tail cache (device memory).
+    pub tail_cache: u64,
+    /// Slots.
+    pub capacity: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<RingDeviceHandle>() == 40);
+
+// SAFETY: a plain #[repr(C)] struct of integers, laid out as the C struct it mirrors.
+unsafe impl DeviceRepr for RingDeviceHandle {}
+
+/// Opens device `ordinal` (checking first that a driver exists: cudarc would panic otherwise).
+pub fn open(ordinal: usize) -> Result<Arc<CudaContext>, String> {
+    // SAFETY: only probes whether the driver library can be loaded.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err("no CUDA driver (libcuda.so) on this machine".into());
+    }
+    CudaContext::new(ordinal).map_err(|e| format!("opening CUDA device {ordinal}: {e}"))
+}
+
+/// Loads an embedded fatbin (see `pshmem-kernels`).
+pub fn load(ctx: &Arc<CudaContext>, fatbin: &[u8]) -> Result<Arc<CudaModule>, String> {
+    ctx.load_module(cudarc::nvrtc::Ptx::from_binary(fatbin.to_vec()))
+        .map_err(|e| format!("loading kernels: {e}"))
+}
+
+fn check(r: sys::CUresult, what: &str) -> Result<(), String> {
+    if r == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what} failed: {r:?}"))
+    }
+}
+
+/// Memory behind a GPU ring: pinned host memory mapped for the device (slots and control
+/// block) and device memory (head and tail cache). Freed when the ring is dropped.
+struct GpuRingMemory {
+    ctx: Arc<CudaContext>,
+    host: *mut std::ffi::c_void,
+    dev: sys::CUdeviceptr,
+}
+
+// SAFETY: the pointers are owned by this value and only freed in Drop; CUDA allocations may be
+// freed from any thread with the context bound.
+unsafe impl Send for GpuRingMemory {}
+// SAFETY: as above; nothing is accessed through `&self`.
+unsafe impl Sync for GpuRingMemory {}
+
+impl Drop for GpuRingMemory {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: allocated by `gpu_ring` with these functions, freed once, no longer in use (the
+        // ring holding this backing is gone, and kernels using it have finished).
+        unsafe {
+            let _ = sys::cuMemFreeHost(self.host);
+            let _ = sys::cuMemFree_v2(self.dev);
+        }
+    }
+}
+
+/// A ring whose producers are GPU threads: the slots and the control block in pinned host memory
+/// the GPU writes over PCIe (DEVICEMAP|PORTABLE, not write-combined: the proxy reads it), the
+/// producers' head and tail cache in device memory. Returns the ring (for a proxy's consumer)
+/// and the handle kernels take.
+pub fn gpu_ring(
+    ctx: &Arc<CudaContext>,
+    capacity: usize,
+) -> Result<(Arc<Ring>, RingDeviceHandle), String> {
+    if !capacity.is_power_of_two() || capacity < 2 {
+        return Err(format!(
+            "ring capacity {capacity} is not a power of two >= 2"
+        ));
+    }
+    ctx.bind_to_thread().map_err(|e| e.to_string())?;
+    let ctrl_bytes = std::mem::size_of::<RingCtrl>();
+    let bytes = ctrl_bytes + capacity * std::mem::size_of::<Slot>();
+    let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
+    // SAFETY: out-pointer for a fresh allocation of `bytes`, with the context bound.
+    let rc = unsafe {
+        sys::cuMemHostAlloc(
+            &mut host,
+            bytes,
+            sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
+        )
+    };
+    check(rc, "cuMemHostAlloc")?;
+    // SAFETY: `host` is a fresh allocation of `bytes` bytes; zero is the ring's initial state.
+    unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, bytes) };
+    let mut host_dev: sys::CUdeviceptr = 0;
+    let mut dev: sys::CUdeviceptr = 0;
+    // SAFETY: `host` was allocated with DEVICEMAP; out-pointers for the device addresses.
+    let mapped = unsafe {
+        check(
+            sys::cuMemHostGetDevicePointer_v2(&mut host_dev, host, 0),
+            "cuMemHostGetDevicePointer",
+        )
+        .and_then(|()| check(sys::cuMemAlloc_v2(&mut dev, 16), "cuMemAlloc"))
+        .and_then(|()| check(sys::cuMemsetD8_v2(dev, 0, 16), "cuMemsetD8"))
+    };
+    let backing = GpuRingMemory {
+        ctx: ctx.clone(),
+        host,
+        dev,
+    };
+    mapped?;
+    let ctrl = std::ptr::NonNull::new(host.cast::<RingCtrl>()).expect("allocated");
+    // SAFETY: the slots follow the 256-byte control block (64-byte aligned) in the allocation.
+    let slots = unsafe {
+        std::ptr::NonNull::new_unchecked(host.cast::<u8>().add(ctrl_bytes).cast::<Slot>())
+    };
+    // SAFETY: zeroed, aligned, `capacity` slots and one control block, kept alive by `backing`
+    // for the ring's life; only the ring protocol touches them (the GPU and the consumer).
+    let ring = unsafe { Ring::from_raw(slots, ctrl, capacity, Box::new(backing)) };
+    let handle = RingDeviceHandle {
+        slots: host_dev + ctrl_bytes as u64,
+        ctrl: host_dev,
+        head: dev,
+        tail_cache: dev + 8,
+        capacity: capacity as u64,
+    };
+    Ok((ring, handle))
 }

@@ -16,8 +16,7 @@ use pshmem::{Cmp, Config, Pshmem, SymPtr};
 use pshmem_benches::{machine, median, pow2_sizes, raw::RawPair, size_label};
 use pshmem_bootstrap::Bootstrap;
 use pshmem_gpu_queue::{Desc, Producer, Ring, WaitLimit};
-use pshmem_proxy::{Health, HeapMem, Proxy, ProxySetup};
-use pshmem_transport::{LocalMem, MemKind, Transport, instant::InstantTransport};
+use pshmem_proxy::standalone::InstantProxy;
 
 #[derive(Parser)]
 struct Args {
@@ -224,48 +223,10 @@ fn vs_raw(
     out
 }
 
-/// A proxy thread on `ring` against the instant transport, with a small heap it owns.
-struct BenchProxy {
-    proxy: Proxy,
-    _heap: Vec<u64>,
-}
-
-fn start_proxy(ring: &Arc<Ring>, cfg: &Config) -> BenchProxy {
-    let mut t: Box<dyn Transport> = Box::new(InstantTransport::new(0, 2));
-    let mut heap = vec![0u64; 4096];
-    // SAFETY: the heap is kept with the proxy and dropped after it stops (field order).
-    let mem = unsafe { HeapMem::new(heap.as_mut_ptr().cast(), heap.len() * 8) };
-    // SAFETY: as above; the instant transport never touches the memory.
-    let heap_mr = unsafe {
-        t.mr_reg(LocalMem {
-            ptr: mem.base(),
-            len: mem.len(),
-            kind: MemKind::Host,
-        })
-    }
-    .expect("register");
-    let blob = t.mr_export(heap_mr);
-    let remote_heaps = (0..2)
-        .map(|pe| t.mr_import(pe, &blob).expect("import"))
-        .collect();
-    let health = Health::new();
-    health.watch([ring.clone()]);
+fn start_proxy(ring: &Arc<Ring>, cfg: &Config) -> InstantProxy {
     let mut pc = cfg.proxy.clone();
     pc.cpu = cfg.proxy_cpus.as_ref().and_then(|c| c.first().copied());
-    let proxy = Proxy::spawn(
-        "pshmem-proxy-bench".into(),
-        ProxySetup {
-            transport: t,
-            heap: mem,
-            heap_mr,
-            remote_heaps,
-            channels: vec![ring.clone()],
-        },
-        pc,
-        health,
-    )
-    .expect("proxy");
-    BenchProxy { proxy, _heap: heap }
+    InstantProxy::spawn(vec![ring.clone()], pc).expect("proxy")
 }
 
 /// Publishes `count` 8-byte `p` descriptors for PE 1.

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Every GPU test and GPU measurement of the project, in one command. On a machine without a GPU
+# each test prints a SKIP line saying why. Builds first when run from a checkout with cargo;
+# on a GPU machine without Rust, pass the folder of prebuilt binaries.
+# Usage: scripts/gpu-test.sh [BIN_DIR] [OUT_DIR]    (defaults: target/release, gpu-test-out)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN="${1:-target/release}"
+OUT="${2:-gpu-test-out}"
+if [ "$BIN" = target/release ]; then
+  bash scripts/setup.sh
+  cargo build --release --quiet -p pshmem-tests || exit 1
+fi
+mkdir -p "$OUT"
+LOG="$OUT/gpu-tests.log"
+: > "$LOG"
+# Never let NVLink multicast objects be created on the shared GPU hosts.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+fail=0
+run() {
+  echo "== $*" | tee -a "$LOG"
+  "$@" 2>&1 | tee -a "$LOG"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
+}
+(command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv) 2>&1 | tee -a "$LOG"
+# >= 10^7 descriptors from every warp of 132 blocks x 8 warps, through a 1024-slot ring.
+run "$BIN/pshmem-gpu-tests" ring-stress --blocks 132 --threads 256 --per-warp 10000 --slots 1024
+run "$BIN/pshmem-gpu-tests" ring-rate --blocks 132 --threads 128 --per-warp 4000
+run "$BIN/pshmem-gpu-tests" ring-rate --blocks 1 --threads 32 --per-warp 200000
+run "$BIN/pshmem-gpu-tests" ring-latency --iters 20000
+echo "gpu-test: $([ $fail = 0 ] && echo passed || echo FAILED) (log: $LOG)" | tee -a "$LOG"
+exit $fail

@@ -1,0 +1,323 @@
+//! `pshmem-gpu-tests`: tests and measurements that need a GPU. Without a CUDA driver or device,
+//! every command prints a `SKIP` line saying why and exits 0, so CI (no GPU) runs them loudly;
+//! `scripts/gpu-test.sh` runs them on a GPU machine.
+//!
+//! - `ring-stress`: every warp of many blocks publishes descriptors into a ring in pinned host
+//!   memory; a CPU consumer proves none is lost, duplicated or torn, and advances the completion
+//!   counter the GPU's quiet waits on;
+//! - `ring-rate`: GPU warps publish `p` descriptors to a real proxy thread on the instant
+//!   transport: descriptors per second through one proxy thread;
+//! - `ring-latency`: one GPU thread publishes a descriptor and waits until the proxy has completed
+//!   it, repeatedly: the GPU → proxy → GPU round trip.
+
+use std::{
+    process::ExitCode,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use clap::{Parser, Subcommand};
+use cudarc::driver::PushKernelArg;
+use pshmem::cuda::{self, LaunchConfig, RingDeviceHandle};
+use pshmem_gpu_queue::{Completions, Consumer, Ring, layout::error as code};
+use pshmem_proxy::{ProxyConfig, standalone::InstantProxy};
+
+#[derive(Parser)]
+struct Cli {
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0, global = true)]
+    device: usize,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+#[allow(clippy::enum_variant_names)] // the commands are all about the ring, and named so
+enum Cmd {
+    /// Ring protocol on the GPU, checked descriptor by descriptor.
+    RingStress {
+        #[arg(long, default_value_t = 132)]
+        blocks: u32,
+        #[arg(long, default_value_t = 256)]
+        threads: u32,
+        #[arg(long, default_value_t = 3000)]
+        per_warp: u64,
+        #[arg(long, default_value_t = 1024)]
+        slots: usize,
+    },
+    /// Descriptors per second from GPU warps through one proxy thread.
+    RingRate {
+        #[arg(long, default_value_t = 132)]
+        blocks: u32,
+        #[arg(long, default_value_t = 128)]
+        threads: u32,
+        #[arg(long, default_value_t = 2000)]
+        per_warp: u64,
+        #[arg(long, default_value_t = 4096)]
+        slots: usize,
+    },
+    /// GPU → proxy → GPU round trip of one descriptor.
+    RingLatency {
+        #[arg(long, default_value_t = 20000)]
+        iters: u64,
+    },
+}
+
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+type R<T> = Result<T, String>;
+
+/// Verifies descriptors as the GPU publishes them and advances `completed`; returns how many
+/// operations it saw. Raises the ring's error word if nothing arrives for 30 s, so the GPU's
+/// spins end.
+fn verify(ring: Arc<Ring>, warps: u64, per_warp: u64, done: Arc<AtomicBool>) -> R<u64> {
+    let mut cons = Consumer::new(ring.clone());
+    let mut next = vec![0u64; warps as usize];
+    let mut comp = Completions::new();
+    let total = warps * per_warp;
+    let mut seen = 0u64;
+    let mut last = Instant::now();
+    let mut bad: Option<String> = None;
+    while seen < total {
+        let n = cons
+            .poll(256, |idx, s| {
+                let key = s[0].a;
+                let (w, seq) = (key >> 40, key & ((1 << 40) - 1));
+                let two = mix(key) % 8 == 0;
+                let ok = w < warps
+                    && seq == next[w as usize]
+                    && s.len() == if two { 2 } else { 1 }
+                    && s[0].b == mix(key)
+                    && s[0].c == !key
+                    && s[0].pe as u64 == w
+                    && (!two || (s[1].a == mix(key ^ 1) && s[1].b == mix(key ^ 2)));
+                if !ok && bad.is_none() {
+                    bad = Some(format!(
+                        "ring index {idx}: warp {w} seq {seq} (expected {:?}): {s:?}",
+                        next.get(w as usize)
+                    ));
+                }
+                if let Some(x) = next.get_mut(w as usize) {
+                    *x = seq + 1;
+                }
+                let id = comp.push(idx + s.len() as u64);
+                comp.finish(id);
+            })
+            .map_err(|e| e.to_string())?;
+        if let Some(b) = bad {
+            ring.raise(code::PROXY, None);
+            return Err(b);
+        }
+        if let Some(c) = comp.advance() {
+            cons.set_completed(c);
+        }
+        seen += n as u64;
+        if n > 0 {
+            last = Instant::now();
+        } else if last.elapsed() > Duration::from_secs(30) || done.load(Ordering::Acquire) {
+            ring.raise(code::PROXY, None);
+            return Err(format!("stalled after {seen} of {total} operations"));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    if next.iter().any(|&x| x != per_warp) {
+        return Err("a warp's sequence is incomplete".into());
+    }
+    Ok(seen)
+}
+
+fn ring_stress(dev: usize, blocks: u32, threads: u32, per_warp: u64, slots: usize) -> R<String> {
+    let ctx = cuda::open(dev)?;
+    let module = cuda::load(&ctx, pshmem_kernels::RING_TEST)?;
+    let f = module
+        .load_function("pshmem_ring_stress")
+        .map_err(|e| e.to_string())?;
+    let (ring, handle): (Arc<Ring>, RingDeviceHandle) = cuda::gpu_ring(&ctx, slots)?;
+    let warps = u64::from(blocks * threads / 32);
+    let stream = ctx.default_stream();
+    let mut status = stream
+        .alloc_zeros::<u64>(warps as usize)
+        .map_err(|e| e.to_string())?;
+    let done = Arc::new(AtomicBool::new(false));
+    let consumer = {
+        let (ring, done) = (ring.clone(), done.clone());
+        std::thread::spawn(move || verify(ring, warps, per_warp, done))
+    };
+    let t0 = Instant::now();
+    let cfg = LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = stream.launch_builder(&f);
+    b.arg(&handle).arg(&per_warp).arg(&mut status);
+    // SAFETY: pshmem_ring_stress(pshmem_ring_device_t, u64, u64*): the handle mirrors the C
+    // struct, and `status` holds one word per warp of the grid.
+    let launched = unsafe { b.launch(cfg) }
+        .map(|_| ())
+        .map_err(|e| format!("launch: {e}"));
+    let synced = launched.and_then(|()| stream.synchronize().map_err(|e| e.to_string()));
+    let secs = t0.elapsed().as_secs_f64();
+    done.store(true, Ordering::Release);
+    let seen = consumer
+        .join()
+        .map_err(|_| "consumer panicked".to_string())??;
+    synced?;
+    let st = stream.clone_dtoh(&status).map_err(|e| e.to_string())?;
+    if let Some((w, e)) = st.iter().enumerate().find(|(_, e)| **e != 0) {
+        return Err(format!("warp {w} saw ring error word {e:#x}"));
+    }
+    Ok(format!(
+        "OK ring-stress operations={seen} warps={warps} slots={slots} secs={secs:.3} mops={:.2}",
+        seen as f64 / secs / 1e6
+    ))
+}
+
+fn ring_rate(dev: usize, blocks: u32, threads: u32, per_warp: u64, slots: usize) -> R<String> {
+    let ctx = cuda::open(dev)?;
+    let module = cuda::load(&ctx, pshmem_kernels::RING_TEST)?;
+    let f = module
+        .load_function("pshmem_ring_rate")
+        .map_err(|e| e.to_string())?;
+    let (ring, handle) = cuda::gpu_ring(&ctx, slots)?;
+    let proxy =
+        InstantProxy::spawn(vec![ring], ProxyConfig::default()).map_err(|e| e.to_string())?;
+    let warps = u64::from(blocks * threads / 32);
+    let stream = ctx.default_stream();
+    let mut status = stream
+        .alloc_zeros::<u64>(warps as usize)
+        .map_err(|e| e.to_string())?;
+    let cfg = LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let pe = 1u32;
+    let t0 = Instant::now();
+    let mut b = stream.launch_builder(&f);
+    b.arg(&handle).arg(&pe).arg(&per_warp).arg(&mut status);
+    // SAFETY: pshmem_ring_rate(pshmem_ring_device_t, u32, u64, u64*): as above, one status word
+    // per warp.
+    unsafe { b.launch(cfg) }.map_err(|e| format!("launch: {e}"))?;
+    stream.synchronize().map_err(|e| e.to_string())?;
+    let secs = t0.elapsed().as_secs_f64();
+    let st = stream.clone_dtoh(&status).map_err(|e| e.to_string())?;
+    proxy.proxy.stop().map_err(|e| e.to_string())?;
+    if let Some(e) = st.iter().find(|e| **e != 0) {
+        return Err(format!("a warp saw ring error word {e:#x}"));
+    }
+    let total = warps * per_warp;
+    Ok(format!(
+        "OK ring-rate descriptors={total} warps={warps} slots={slots} secs={secs:.3} mdesc_per_s={:.2}",
+        total as f64 / secs / 1e6
+    ))
+}
+
+fn ring_latency(dev: usize, iters: u64) -> R<String> {
+    let ctx = cuda::open(dev)?;
+    let module = cuda::load(&ctx, pshmem_kernels::RING_TEST)?;
+    let f = module
+        .load_function("pshmem_ring_roundtrip")
+        .map_err(|e| e.to_string())?;
+    let (ring, handle) = cuda::gpu_ring(&ctx, 1024)?;
+    // Spin: measure the path, not the back-off.
+    let pc = ProxyConfig {
+        idle_after: Duration::ZERO,
+        ..ProxyConfig::default()
+    };
+    let proxy = InstantProxy::spawn(vec![ring], pc).map_err(|e| e.to_string())?;
+    let stream = ctx.default_stream();
+    let mut cycles = stream
+        .alloc_zeros::<u64>(iters as usize)
+        .map_err(|e| e.to_string())?;
+    let mut status = stream.alloc_zeros::<u64>(1).map_err(|e| e.to_string())?;
+    let cfg = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (1, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let pe = 1u32;
+    let t0 = Instant::now();
+    let mut b = stream.launch_builder(&f);
+    b.arg(&handle)
+        .arg(&pe)
+        .arg(&iters)
+        .arg(&mut cycles)
+        .arg(&mut status);
+    // SAFETY: pshmem_ring_roundtrip(pshmem_ring_device_t, u32, u64, u64*, u64*): `cycles`
+    // holds `iters` words, `status` one.
+    unsafe { b.launch(cfg) }.map_err(|e| format!("launch: {e}"))?;
+    stream.synchronize().map_err(|e| e.to_string())?;
+    let wall_us = t0.elapsed().as_secs_f64() * 1e6 / iters as f64;
+    proxy.proxy.stop().map_err(|e| e.to_string())?;
+    let st = stream.clone_dtoh(&status).map_err(|e| e.to_string())?;
+    if st[0] != 0 {
+        return Err(format!("ring error word {:#x}", st[0]));
+    }
+    let mut c = stream.clone_dtoh(&cycles).map_err(|e| e.to_string())?;
+    c.sort_unstable();
+    let khz = {
+        use cudarc::driver::{result, sys::CUdevice_attribute as A};
+        let d = result::device::get(dev as i32).map_err(|e| e.to_string())?;
+        // SAFETY: `d` came from cuDeviceGet.
+        unsafe { result::device::get_attribute(d, A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE) }
+            .map_err(|e| e.to_string())?
+    };
+    let us = |cyc: u64| cyc as f64 / f64::from(khz) * 1e3;
+    Ok(format!(
+        "OK ring-latency iters={iters} median_us={:.2} p10_us={:.2} p90_us={:.2} wall_us_per_iter={wall_us:.2} clock_khz={khz}",
+        us(c[c.len() / 2]),
+        us(c[c.len() / 10]),
+        us(c[c.len() * 9 / 10])
+    ))
+}
+
+fn main() -> ExitCode {
+    pshmem_bootstrap::init_logging();
+    let cli = Cli::parse();
+    let dev = cli.device;
+    if let Err(why) = cuda::devices().and_then(|d| {
+        if d.len() > dev {
+            Ok(())
+        } else {
+            Err(format!("no CUDA device {dev} ({} found)", d.len()))
+        }
+    }) {
+        println!("SKIP pshmem-gpu-tests: {why}");
+        return ExitCode::SUCCESS;
+    }
+    let res = match cli.cmd {
+        Cmd::RingStress {
+            blocks,
+            threads,
+            per_warp,
+            slots,
+        } => ring_stress(dev, blocks, threads, per_warp, slots),
+        Cmd::RingRate {
+            blocks,
+            threads,
+            per_warp,
+            slots,
+        } => ring_rate(dev, blocks, threads, per_warp, slots),
+        Cmd::RingLatency { iters } => ring_latency(dev, iters),
+    };
+    match res {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("ERR {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
