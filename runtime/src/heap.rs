@@ -62,11 +62,7 @@ impl Mapping {
     /// and eligible for transparent huge pages (fewer TLB misses when the NIC or the kernel's
     /// socket path copies large transfers). The memfd's shared memory is only needed to share.
     pub fn anonymous(me: usize, len: usize) -> Result<Self> {
-        let size = NonZeroUsize::new(len).ok_or_else(|| Error::Heap {
-            me,
-            what: "mapping",
-            detail: "the heap size is zero".into(),
-        })?;
+        let size = heap_size(me, len)?;
         // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
         let base = unsafe {
             nix::sys::mman::mmap_anonymous(
@@ -76,11 +72,7 @@ impl Mapping {
                 MapFlags::MAP_PRIVATE | MapFlags::MAP_NORESERVE,
             )
         }
-        .map_err(|e| Error::Heap {
-            me,
-            what: "mmap",
-            detail: e.to_string(),
-        })?;
+        .map_err(|e| mmap_error(me, e))?;
         advise_huge(base, len);
         Ok(Self {
             fd: None,
@@ -91,11 +83,7 @@ impl Mapping {
 
     /// Maps `fd` (`len` bytes) read-write and shared.
     pub fn map(me: usize, fd: OwnedFd, len: usize) -> Result<Self> {
-        let size = NonZeroUsize::new(len).ok_or_else(|| Error::Heap {
-            me,
-            what: "mapping",
-            detail: "the heap size is zero".into(),
-        })?;
+        let size = heap_size(me, len)?;
         // SAFETY: a fresh shared mapping of a file we hold; no existing memory is affected.
         let base = unsafe {
             mmap(
@@ -107,11 +95,7 @@ impl Mapping {
                 0,
             )
         }
-        .map_err(|e| Error::Heap {
-            me,
-            what: "mmap",
-            detail: e.to_string(),
-        })?;
+        .map_err(|e| mmap_error(me, e))?;
         advise_huge(base, len);
         Ok(Self {
             fd: Some(fd),
@@ -130,6 +114,23 @@ impl Mapping {
     /// The memfd (`None` for an anonymous heap, which cannot be shared).
     pub fn fd(&self) -> Option<RawFd> {
         self.fd.as_ref().map(AsRawFd::as_raw_fd)
+    }
+}
+
+/// The heap size as a mapping length (a zero size is a configuration error).
+fn heap_size(me: usize, len: usize) -> Result<NonZeroUsize> {
+    NonZeroUsize::new(len).ok_or_else(|| Error::Heap {
+        me,
+        what: "mapping",
+        detail: "the heap size is zero".into(),
+    })
+}
+
+fn mmap_error(me: usize, e: nix::Error) -> Error {
+    Error::Heap {
+        me,
+        what: "mmap",
+        detail: e.to_string(),
     }
 }
 
