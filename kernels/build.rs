@@ -34,6 +34,8 @@ fn main() {
     println!("cargo:rerun-if-env-changed=PSHMEM_NVCC");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
     println!("cargo:rerun-if-changed=include");
+    // The folder itself: a new .cu file is compiled without a clean build.
+    println!("cargo:rerun-if-changed=cuda");
     let mut sources: Vec<PathBuf> = std::fs::read_dir(manifest.join("cuda"))
         .expect("kernels/cuda")
         .flatten()

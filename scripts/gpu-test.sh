@@ -28,5 +28,20 @@ run "$BIN/pshmem-gpu-tests" ring-stress --blocks 132 --threads 256 --per-warp 10
 run "$BIN/pshmem-gpu-tests" ring-rate --blocks 132 --threads 128 --per-warp 4000
 run "$BIN/pshmem-gpu-tests" ring-rate --blocks 1 --threads 32 --per-warp 200000
 run "$BIN/pshmem-gpu-tests" ring-latency --iters 20000
+# The device API, every operation verified: 2 PEs on 2 GPUs through NVLink (CUDA IPC); 2 PEs
+# forced through the ring and the host-staged proxy over tcp;rxm; 2 PEs sharing GPU 0.
+run "$BIN/pshmem-gpu-tests" gpu-ops --pes 2
+run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmem-gpu-tests" gpu-ops --pes 2
+run "$BIN/pshmem-gpu-tests" gpu-ops --pes 2 --same-gpu
+# A killed peer ends the survivor's GPU wait with an error naming it (NVLink, then staged).
+run "$BIN/pshmem-gpu-tests" gpu-kill
+run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmem-gpu-tests" gpu-kill
+# Device-initiated pshmem-perf: NVLink (2 PEs on 2 GPUs), then the ring + host-staged proxy.
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+  run "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" put_bw get_bw -b 8 -e 268435456 -n 5 --window 8 --json "$OUT/perf-nvlink-bw.json"
+  run "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" p_latency atomic_latency msg_rate barrier_latency -n 10 --window 64 --json "$OUT/perf-nvlink-lat.json"
+  run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" put_bw -b 8 -e 16777216 -f 4 -n 3 --window 8 --json "$OUT/perf-staged-bw.json"
+  run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" p_latency atomic_latency barrier_latency -n 5 --window 32 --json "$OUT/perf-staged-lat.json"
+fi
 echo "gpu-test: $([ $fail = 0 ] && echo passed || echo FAILED) (log: $LOG)" | tee -a "$LOG"
 exit $fail

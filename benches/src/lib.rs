@@ -9,6 +9,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod gpu_perf;
 pub mod raw;
 
 /// Median of a sample (sorted copy).

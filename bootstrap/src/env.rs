@@ -105,6 +105,12 @@ vars! {
         "CUDA device ordinal for this PE, for the GPU path (not read in host mode; placement assumes local rank modulo the device count, as pshmem-info shows).");
     DISABLE_CUDA = ("PSHMEM_DISABLE_CUDA", "0", "runtime",
         "1 runs in host mode even where a CUDA driver and GPU are present.");
+    GPU_SYMMETRIC_SIZE = ("PSHMEM_GPU_SYMMETRIC_SIZE", "1073741824", "runtime",
+        "Bytes of GPU symmetric heap (device memory) per PE, allocated by gpu_init (suffixes K, M, G accepted).");
+    EMULATE_GPU_HEAP = ("PSHMEM_EMULATE_GPU_HEAP", "0", "runtime",
+        "1 runs the host heap through the host-staged GPU path (landing area, target-side copies and AMOs) instead of registering it: tests the GPU path's protocol without a GPU. Use with PSHMEM_DISABLE_P2P=1.");
+    GPU_LANDING_SLOTS = ("PSHMEM_GPU_LANDING_SLOTS", "4", "proxy",
+        "Host-staged GPU path: landing slots (of PSHMEM_STAGING_CHUNK bytes, pinned) each PE keeps for every initiator; the chunks of one transfer in flight per target.");
 }
 
 /// The torchrun variables read as fallbacks (documented with the table; not ours to default).

@@ -28,6 +28,8 @@ use pshmem_transport::{
     Caps, Event, LocalMem, LocalRef, MemKind, MrId, PostError, RemoteMrId, RemoteRef, Transport,
 };
 
+mod staged;
+
 use crate::{
     Health, ProxyConfig, ProxyError, ProxySetup,
     mem::{self, HeapMem, MemError},
@@ -134,6 +136,30 @@ enum Work {
     },
     /// Passes once everything issued before it to this PE has completed.
     Gate,
+    /// Staged path (GPU heap): a put from a device or host address, chunk by chunk.
+    SPut {
+        op: u64,
+        remote: u64,
+        src: u64,
+        len: u64,
+        issued: u64,
+        last: bool,
+    },
+    /// Staged path: a get to a device or host address, chunk by chunk.
+    SGet {
+        op: u64,
+        remote: u64,
+        dst: u64,
+        len: u64,
+        issued: u64,
+    },
+    /// Staged path: a `p`, stored by the target's proxy.
+    Store {
+        op: OpRef,
+        remote: u64,
+        value: u64,
+        width: u8,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -167,6 +193,8 @@ struct Part {
     chunk: Option<u32>,
     /// Copy `len` bytes from the chunk to this process address on completion.
     copy_out: Option<(u64, usize)>,
+    /// Staged path: the landing slot (owner group's PE, slot) this part frees when done.
+    landing: Option<(u32, u32)>,
 }
 
 /// Registered bounce memory for raw-address sources and destinations.
@@ -247,6 +275,8 @@ pub struct Engine {
     /// Reused buffers (no allocation per turn).
     events: Vec<Ev>,
     msgs: Vec<Vec<u8>>,
+    /// The host-staged path, when this PE's heap is GPU memory (see `staged`).
+    staged: Option<staged::Staged>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -303,6 +333,28 @@ impl Engine {
             what: "registering the staging buffers",
             source,
         })?;
+        let staged = match s.device.take() {
+            None => None,
+            Some(mut dev) => {
+                if !caps.remote_cq_data {
+                    return Err(ProxyError::Limits {
+                        pe: me,
+                        what: format!(
+                            "the host-staged GPU path needs writes with remote CQ data, which \
+                             {} does not offer",
+                            caps.name
+                        ),
+                    });
+                }
+                // SAFETY: the staging buffer lives as long as the engine (and the device
+                // handle, which the engine owns).
+                unsafe { dev.pin(buf.as_mut_ptr(), buf.len()) };
+                Some(
+                    staged::Staged::new(dev, s.heap.len(), chunk, n)
+                        .map_err(|what| ProxyError::Limits { pe: me, what })?,
+                )
+            }
+        };
         let chans = s
             .channels
             .into_iter()
@@ -345,6 +397,7 @@ impl Engine {
             inflight: 0,
             events: Vec::new(),
             msgs: Vec::new(),
+            staged,
         })
     }
 
@@ -414,6 +467,7 @@ impl Engine {
             && self.outbox.is_empty()
             && self.acks.is_empty()
             && self.active.is_empty()
+            && !self.staged_busy()
     }
 
     /// One turn; returns a measure of the work done (0 = idle).
@@ -426,6 +480,9 @@ impl Engine {
             work += self.drain(c);
         }
         work += self.issue_all();
+        if self.staged.is_some() {
+            work += self.serve_waiting();
+        }
         work += self.poll();
         work += self.flush_messages();
         for c in &mut self.chans {
@@ -506,6 +563,10 @@ impl Engine {
                 None,
                 format!("PE {}: operation for PE {pe} of {}: {d:?}", self.me, self.n),
             );
+            return;
+        }
+        if self.staged.is_some() {
+            self.accept_staged(chan, seq, d);
             return;
         }
         if d.pe() == Some(self.me) {
@@ -880,8 +941,10 @@ impl Engine {
             | Work::Get { op, .. }
             | Work::P { op, .. }
             | Work::Amo { op, .. }
-            | Work::Signal { op, .. } => op,
-            Work::Put { last: false, .. } | Work::Gate => return,
+            | Work::Signal { op, .. }
+            | Work::Store { op, .. } => op,
+            Work::SPut { op, last: true, .. } | Work::SGet { op, .. } => OpRef::Slab(op),
+            Work::Put { last: false, .. } | Work::SPut { last: false, .. } | Work::Gate => return,
         };
         // A fast operation finishes with its one part, not when issued.
         if let OpRef::Slab(k) = op {
@@ -1125,6 +1188,9 @@ impl Engine {
                 self.request(c, pe, *op, req)
             }
             Work::Gate => Ok(true),
+            Work::SPut { .. } | Work::SGet { .. } | Work::Store { .. } => {
+                self.issue_staged(c, pe, w)
+            }
         }
     }
 
@@ -1160,6 +1226,7 @@ impl Engine {
                 chan: c,
                 chunk,
                 copy_out,
+                landing: None,
             }),
         }
     }
@@ -1235,11 +1302,15 @@ impl Engine {
         let n = events.len() + msgs.len();
         for ev in events.drain(..) {
             match ev {
+                Ev::Done(ctx, _) if ctx & staged::STAGE_CTX == staged::STAGE_CTX => {
+                    self.staging.free.push(ctx as u32);
+                }
                 Ev::Done(ctx, _) if ctx & SEND != 0 => {}
                 Ev::Done(ctx, value) => self.part_done(ctx, value),
+                Ev::Tagged(data) if self.staged.is_some() => self.landed(data),
                 Ev::Tagged(data) => self.tagged_write(data),
                 Ev::Failed(ctx, err) => {
-                    let pe = if ctx == ACK_CTX {
+                    let pe = if ctx == ACK_CTX || ctx & staged::STAGE_CTX == staged::STAGE_CTX {
                         None
                     } else if ctx & FAST != 0 {
                         Some(((ctx >> 32) & 0xf_ffff) as usize)
@@ -1280,6 +1351,9 @@ impl Engine {
             return;
         };
         self.inflight -= 1;
+        if let Some((owner, slot)) = p.landing {
+            self.free_landing(owner, slot);
+        }
         if let (Some((dst, len)), Some(ch)) = (p.copy_out, p.chunk) {
             let src = self.staging.chunk_ptr(ch);
             // SAFETY: the producer keeps raw destinations valid until the operation completes,
@@ -1292,8 +1366,14 @@ impl Engine {
         if let (Some(v), Some(o)) = (fetched, self.ops.get_mut(p.op))
             && o.result != 0
         {
-            // SAFETY: the result cell stays valid until the operation completes (API contract).
-            unsafe { mem::write_result(o.result, v) };
+            let cell = o.result;
+            if self.staged.is_some() {
+                self.write_result_staged(cell, v);
+            } else {
+                // SAFETY: the result cell stays valid until the operation completes (API
+                // contract).
+                unsafe { mem::write_result(cell, v) };
+            }
         }
         self.chans[p.chan as usize].queues[p.pe as usize].outstanding -= 1;
         self.release(p.op);
@@ -1326,6 +1406,10 @@ impl Engine {
 
     /// Applies a peer's request to this PE's heap (or parks a signal for its tagged writes).
     fn serve(&mut self, src: u32, req: Request) {
+        if self.staged.is_some() {
+            self.serve_staged(src, req);
+            return;
+        }
         match req.kind {
             RequestKind::Amo { op, wide } => {
                 let r = self
@@ -1349,6 +1433,15 @@ impl Engine {
                     st.signal = Some(req);
                 }
             }
+            RequestKind::Store { .. } | RequestKind::GetData { .. } => self.fault(
+                code::OP_FAILED,
+                Some(src as usize),
+                format!(
+                    "PE {src} sent a GPU-heap request to PE {}, whose heap is host memory \
+                     (mixed host and GPU heaps in one job)",
+                    self.me
+                ),
+            ),
         }
     }
 

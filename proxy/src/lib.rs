@@ -218,6 +218,34 @@ impl Default for ProxyConfig {
     }
 }
 
+/// A GPU heap that the proxy reaches through CUDA, for the host-staged path (implemented by
+/// the runtime; the proxy crate itself needs no CUDA). Addresses are in CUDA's unified address
+/// space: device memory, pinned or ordinary host memory.
+pub trait DeviceMem: Send {
+    /// Device address and length of this PE's GPU heap.
+    fn heap(&self) -> (u64, u64);
+    /// Copies `len` bytes from `src` to `dst`, finished on return.
+    ///
+    /// # Safety
+    /// Both ranges must be valid for the copy and not in use by anything else meanwhile.
+    unsafe fn copy(&mut self, dst: u64, src: u64, len: usize) -> Result<(), String>;
+    /// An AMO on this GPU's memory at `addr` (aligned to the width), atomic with respect to
+    /// every GPU atomic on it; returns the old value.
+    fn amo(
+        &mut self,
+        addr: u64,
+        op: pshmem_gpu_queue::AmoOp,
+        wide: bool,
+        operand: u64,
+        compare: u64,
+    ) -> Result<u64, String>;
+    /// Page-locks host memory for faster copies (best effort).
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must stay allocated while this value lives.
+    unsafe fn pin(&mut self, ptr: *mut u8, len: usize);
+}
+
 /// What a proxy thread drives.
 pub struct ProxySetup {
     /// Its transport (connected, heap registered).
@@ -230,6 +258,9 @@ pub struct ProxySetup {
     pub remote_heaps: Vec<RemoteMrId>,
     /// The rings this thread drains.
     pub channels: Vec<Arc<Ring>>,
+    /// When this PE's heap is GPU memory reached through staging: the device, and `heap`
+    /// (with its registrations) is the pinned landing area (see `engine::staged`).
+    pub device: Option<Box<dyn DeviceMem>>,
 }
 
 impl std::fmt::Debug for ProxySetup {

@@ -291,3 +291,47 @@ mod tests {
         assert_eq!(buf[0].to_le_bytes()[3..5], [0xcd, 0xab]);
     }
 }
+
+/// A host-memory heap standing in for a GPU heap, so that the host-staged GPU path's protocol
+/// (`engine::staged`) runs — and is tested — on machines without a GPU
+/// (`PSHMEM_EMULATE_GPU_HEAP=1`). Copies are memcpy, AMOs CPU atomics.
+#[derive(Debug)]
+pub struct HostDevice {
+    heap: HeapMem,
+}
+
+impl HostDevice {
+    /// Emulates a device heap on `heap`.
+    pub fn new(heap: HeapMem) -> Self {
+        Self { heap }
+    }
+}
+
+impl crate::DeviceMem for HostDevice {
+    fn heap(&self) -> (u64, u64) {
+        (self.heap.base() as u64, self.heap.len() as u64)
+    }
+
+    unsafe fn copy(&mut self, dst: u64, src: u64, len: usize) -> Result<(), String> {
+        // SAFETY: the caller guarantees both ranges (process addresses here); `copy` allows
+        // overlap.
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+        Ok(())
+    }
+
+    fn amo(
+        &mut self,
+        addr: u64,
+        op: AmoOp,
+        wide: bool,
+        operand: u64,
+        compare: u64,
+    ) -> Result<u64, String> {
+        let off = addr.wrapping_sub(self.heap.base() as u64);
+        self.heap
+            .amo(off, wide, op, operand, compare)
+            .map_err(|e| e.to_string())
+    }
+
+    unsafe fn pin(&mut self, _ptr: *mut u8, _len: usize) {}
+}

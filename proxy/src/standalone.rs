@@ -56,6 +56,7 @@ impl InstantProxy {
                 heap_mr,
                 remote_heaps,
                 channels,
+                device: None,
             },
             cfg,
             health.clone(),

@@ -1,5 +1,6 @@
 //! Messages between proxies (sent with the transport's `send`): requests that the target's
-//! proxy applies to its heap (AMOs, signal updates), and the acknowledgements it returns.
+//! proxy applies to its heap (AMOs, signal updates; on GPU heaps reached through staging also
+//! stores and gets), and the acknowledgements it returns.
 //!
 //! Little-endian, fixed layout, versioned: `magic u16 | version u8 | kind u8 | src_pe u32`, then
 //! the body. A request's `id` is the initiator's context for the operation; the ack carries it
@@ -31,6 +32,18 @@ pub enum RequestKind {
         op: pshmem_gpu_queue::SignalOp,
         /// Tagged writes to wait for (0: apply at once).
         expect: u32,
+    },
+    /// Store the low `width` bytes of `operand` (the staged path's `p`, on a GPU heap).
+    Store {
+        /// 1, 2, 4 or 8.
+        width: u8,
+    },
+    /// Staged get (GPU heaps): copy `operand` bytes at `offset` into the initiator's landing
+    /// slot `slot` (a remote-data write whose header carries `id` and `compare`, the
+    /// initiator's destination address).
+    GetData {
+        /// Landing slot of the initiator's own group.
+        slot: u32,
     },
 }
 
@@ -121,6 +134,8 @@ pub fn encode_request(src: u32, r: &Request) -> Vec<u8> {
     let (code, flags, expect) = match r.kind {
         RequestKind::Amo { op, wide } => (amo_code(op), u8::from(wide), 0u32),
         RequestKind::Signal { op, expect } => (signal_code(op), 2, expect),
+        RequestKind::Store { width } => (width, 4, 0),
+        RequestKind::GetData { slot } => (0, 8, slot),
     };
     b.push(code);
     b.push(flags);
@@ -204,7 +219,14 @@ pub fn decode(b: &[u8]) -> Result<Message, WireError> {
             }
             let (code, flags) = (body[40], body[41]);
             let expect = u32::from_le_bytes(body[44..48].try_into().expect("4 bytes"));
-            let kind = if flags & 2 != 0 {
+            let kind = if flags & 4 != 0 {
+                if !matches!(code, 1 | 2 | 4 | 8) {
+                    return Err(bad("bad store width"));
+                }
+                RequestKind::Store { width: code }
+            } else if flags & 8 != 0 {
+                RequestKind::GetData { slot: expect }
+            } else if flags & 2 != 0 {
                 let op = match code {
                     0 => pshmem_gpu_queue::SignalOp::Set,
                     5 => pshmem_gpu_queue::SignalOp::Add,
@@ -289,6 +311,22 @@ mod tests {
                     op: SignalOp::Add,
                     expect: 12,
                 },
+            },
+            Request {
+                id: 4,
+                offset: 16,
+                operand: 0xabcd,
+                compare: 0,
+                tag: 0,
+                kind: RequestKind::Store { width: 2 },
+            },
+            Request {
+                id: 5,
+                offset: 1 << 30,
+                operand: 1 << 20,
+                compare: 0xdead_beef,
+                tag: 0,
+                kind: RequestKind::GetData { slot: 7 },
             },
         ];
         for r in reqs {

@@ -156,6 +156,16 @@ pub enum Error {
         offset: u64,
     },
     /// A peer died while this PE waited on it.
+    /// CUDA (the driver, a device, a kernel) failed, or the GPU path is unavailable.
+    #[error("PE {me}: GPU: {what}: {detail}")]
+    Cuda {
+        /// This PE.
+        me: usize,
+        /// What was being done.
+        what: &'static str,
+        /// The driver's or the runtime's explanation.
+        detail: String,
+    },
     #[error("PE {me}: {op}: PE {pe:?} died: {detail}")]
     PeerDied {
         /// This PE.

@@ -40,6 +40,7 @@ pub mod config;
 pub mod cuda;
 mod elem;
 pub mod error;
+pub mod gpu;
 mod heap;
 pub mod placement;
 
@@ -108,9 +109,13 @@ static NEXT_CHANNEL: AtomicUsize = AtomicUsize::new(0);
 
 /// One PE of a proxyshmem job.
 pub struct Pshmem {
+    /// The GPU path, once `gpu_init` ran (dropped first: its proxy uses the bootstrap's peers).
+    gpu: std::sync::OnceLock<gpu::Gpu>,
     // Drop order matters: proxies (which use the heap and own the transports that registered
     // it) go first, then the direct mappings, then the heap itself.
     proxies: Mutex<Vec<Proxy>>,
+    /// Landing areas of the emulated GPU path (registered by the proxies' transports).
+    _landings: Vec<Mapping>,
     peers: Vec<Option<HeapMem>>,
     _peer_maps: Vec<Option<Mapping>>,
     mem: HeapMem,
@@ -211,15 +216,28 @@ impl Pshmem {
         };
         let mut setups = Vec::new();
         let mut transport = String::new();
+        // The host-staged GPU path on a host heap (tests of its protocol without a GPU): each
+        // proxy registers a landing area instead of the heap.
+        let emulate = pshmem_bootstrap::env::EMULATE_GPU_HEAP.bool()?;
+        let mut landings = Vec::new();
         for _ in 0..cfg.proxy_threads {
             let mut t = pshmem_transport::open_from_env_on(&bs, &rails)
                 .map_err(terr("opening the transport"))?;
-            // SAFETY: the heap mapping outlives the transport: the proxies that own the
-            // transports are dropped (and joined) before the mapping (field order).
+            let region = if emulate {
+                let slots = pshmem_bootstrap::env::GPU_LANDING_SLOTS.usize()?.max(1);
+                let m = Mapping::anonymous(me, n * slots * cfg.proxy.staging_chunk.max(4096))?;
+                let v = m.view();
+                landings.push(m);
+                v
+            } else {
+                mem
+            };
+            // SAFETY: the heap mapping (or landing area) outlives the transport: the proxies
+            // that own the transports are dropped (and joined) before them (field order).
             let mr = unsafe {
                 t.mr_reg(LocalMem {
-                    ptr: mem.base(),
-                    len: mem.len(),
+                    ptr: region.base(),
+                    len: region.len(),
                     kind: MemKind::Host,
                 })
             }
@@ -227,7 +245,7 @@ impl Pshmem {
             let remotes = pshmem_transport::exchange_mr(t.as_mut(), &bs, mr)
                 .map_err(terr("exchanging heap registrations"))?;
             transport = t.caps().name.clone();
-            setups.push((t, mr, remotes));
+            setups.push((t, mr, remotes, region));
         }
         let peer_maps = if cfg.disable_p2p {
             (0..n).map(|_| None).collect()
@@ -257,7 +275,7 @@ impl Pshmem {
         }
         let threads = cfg.proxy_threads;
         let mut proxies = Vec::new();
-        for (t, (transport, heap_mr, remote_heaps)) in setups.into_iter().enumerate() {
+        for (t, (transport, heap_mr, remote_heaps, region)) in setups.into_iter().enumerate() {
             let channels = rings
                 .iter()
                 .enumerate()
@@ -270,10 +288,14 @@ impl Pshmem {
                 format!("pshmem-proxy-{me}.{t}"),
                 ProxySetup {
                     transport,
-                    heap: mem,
+                    heap: region,
                     heap_mr,
                     remote_heaps,
                     channels,
+                    device: emulate.then(|| {
+                        Box::new(pshmem_proxy::mem::HostDevice::new(mem))
+                            as Box<dyn pshmem_proxy::DeviceMem>
+                    }),
                 },
                 pc,
                 health.clone(),
@@ -281,7 +303,9 @@ impl Pshmem {
         }
         bs.barrier()?;
         Ok(Self {
+            gpu: std::sync::OnceLock::new(),
             proxies: Mutex::new(proxies),
+            _landings: landings,
             peers,
             _peer_maps: peer_maps,
             mem,
@@ -317,6 +341,11 @@ impl Pshmem {
         {
             // Out of band: once every PE is here, no proxy is needed by anyone any more.
             res = bs.barrier().map_err(Error::from);
+        }
+        if let Some(g) = self.gpu.get()
+            && let Err(e) = g.stop()
+        {
+            res = res.and(Err(e));
         }
         for p in lock(&self.proxies).drain(..) {
             if let Err(e) = p.stop() {
@@ -550,16 +579,33 @@ impl Pshmem {
     }
 
     fn allocate(&self, op: &'static str, size: u64, align: u64, zero: bool) -> Result<SymPtr> {
-        self.live(op)?;
-        let mut a = lock(&self.alloc);
-        let at = a.alloc(size, align);
-        if zero && let Some(at) = at {
-            // Zero before the collective check: once any PE returns, peers may write here.
-            let len = a.size_of(at).unwrap_or(0);
+        self.allocate_in(&self.alloc, op, size, align, |at, len| {
+            if !zero {
+                return Ok(());
+            }
             let zeros = vec![0u8; len as usize];
             // SAFETY: `zeros` is a live buffer of `len` bytes.
             unsafe { self.mem.write_from_raw(at, zeros.as_ptr(), zeros.len()) }
-                .map_err(|e| self.mem_err(op, self.me, e))?;
+                .map_err(|e| self.mem_err(op, self.me, e))
+        })
+    }
+
+    /// A collective allocation from `alloc`; `prepare` runs on the new block (at, len) before
+    /// the PEs compare their calls.
+    fn allocate_in(
+        &self,
+        alloc: &Mutex<Allocator>,
+        op: &'static str,
+        size: u64,
+        align: u64,
+        prepare: impl FnOnce(u64, u64) -> Result<()>,
+    ) -> Result<SymPtr> {
+        self.live(op)?;
+        let mut a = lock(alloc);
+        let at = a.alloc(size, align);
+        if let Some(at) = at {
+            // Before the collective check: once any PE returns, peers may write here.
+            prepare(at, a.size_of(at).unwrap_or(0))?;
         }
         let rec = [1u64, size, align, at.unwrap_or(u64::MAX)]
             .iter()
@@ -581,6 +627,112 @@ impl Pshmem {
                 largest_free: a.largest_free(),
             }),
         }
+    }
+
+    // ---- GPU path ---------------------------------------------------------------------------
+
+    /// Starts the GPU path (collective): a GPU symmetric heap of `PSHMEM_GPU_SYMMETRIC_SIZE`
+    /// bytes on device `PSHMEM_CUDA_DEVICE` (default: local rank modulo the device count),
+    /// same-host peers' heaps opened through CUDA IPC unless `PSHMEM_DISABLE_P2P=1`, and a
+    /// GPU command ring drained by a proxy that reaches the other PEs through host staging.
+    /// Fails with [`Error::Cuda`] (on every PE) where there is no GPU.
+    pub fn gpu_init(&self) -> Result<&gpu::Gpu> {
+        self.live("gpu_init")?;
+        if let Some(g) = self.gpu.get() {
+            return Ok(g);
+        }
+        let size = {
+            let v = pshmem_bootstrap::env::GPU_SYMMETRIC_SIZE.value();
+            pshmem_bootstrap::env::parse_size(&v).ok_or_else(|| Error::Config {
+                me: self.me,
+                detail: format!("PSHMEM_GPU_SYMMETRIC_SIZE={v} is not a byte count"),
+            })?
+        };
+        let landing_slots = pshmem_bootstrap::env::GPU_LANDING_SLOTS.usize()?.max(1);
+        let probe = gpu::probe();
+        let rec = [
+            size as u64,
+            self.cfg.proxy.staging_chunk as u64,
+            landing_slots as u64,
+            u64::from(probe.is_ok()),
+        ]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect::<Vec<u8>>();
+        self.agree("gpu_init", &rec, |b| {
+            let w = words(b);
+            format!(
+                "GPU heap {} bytes, staging chunk {}, landing slots {}, GPU present {}",
+                w[0], w[1], w[2], w[3]
+            )
+        })?;
+        if let Err(detail) = probe {
+            return Err(Error::Cuda {
+                me: self.me,
+                what: "gpu_init",
+                detail,
+            });
+        }
+        let g = {
+            let bs = self.bs("gpu_init")?;
+            gpu::Gpu::create(gpu::GpuSetup {
+                bs: bs.as_ref().expect("bootstrap"),
+                me: self.me,
+                n: self.n,
+                heap_len: size,
+                disable_p2p: self.cfg.disable_p2p,
+                ring_slots: self.cfg.ring_slots,
+                landing_slots,
+                op_timeout: self.cfg.op_timeout,
+                proxy: self.cfg.proxy.clone(),
+                health: self.health.clone(),
+            })?
+        };
+        Ok(self.gpu.get_or_init(|| g))
+    }
+
+    /// The GPU path, if [`Pshmem::gpu_init`] ran.
+    pub fn gpu(&self) -> Result<&gpu::Gpu> {
+        self.gpu.get().ok_or(Error::Cuda {
+            me: self.me,
+            what: "gpu",
+            detail: "gpu_init has not been called".into(),
+        })
+    }
+
+    /// Allocates `size` bytes of GPU symmetric memory (256-byte aligned). Collective.
+    pub fn gpu_malloc(&self, size: usize) -> Result<SymPtr> {
+        let g = self.gpu()?;
+        self.allocate_in(&g.alloc, "gpu_malloc", size as u64, 256, |_, _| Ok(()))
+    }
+
+    /// Allocates `size` zeroed bytes of GPU symmetric memory. Collective.
+    pub fn gpu_calloc(&self, size: usize) -> Result<SymPtr> {
+        let g = self.gpu()?;
+        self.allocate_in(&g.alloc, "gpu_calloc", size as u64, 256, |at, len| {
+            g.zero(at, len as usize)
+        })
+    }
+
+    /// Frees GPU symmetric memory. Collective; no kernel may still use it.
+    pub fn gpu_free(&self, p: SymPtr) -> Result<()> {
+        let g = self.gpu()?;
+        self.live("gpu_free")?;
+        let mut a = lock(&g.alloc);
+        let known = a.size_of(p.0).is_some();
+        let rec = [3u64, p.0, u64::from(known)]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect::<Vec<u8>>();
+        self.agree("gpu_free", &rec, describe_free)?;
+        if !known {
+            return Err(Error::BadFree {
+                me: self.me,
+                offset: p.0,
+            });
+        }
+        a.free(p.0);
+        Ok(())
     }
 
     /// Allocates `size` bytes of symmetric memory (64-byte aligned). Collective: every PE

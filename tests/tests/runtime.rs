@@ -203,3 +203,30 @@ fn a_dead_peer_fails_barrier_quiet_and_wait_within_5s_on_the_simulated_fabric() 
         killed_peer(phase, &proxied("sim"));
     }
 }
+
+/// The host-staged GPU path's protocol on a host heap standing in for GPU memory: landing
+/// slots, target-side copies and AMOs, gates for put-with-signal and fence.
+fn staged(provider: &'static str) -> Vec<(&'static str, &'static str)> {
+    let mut v = proxied(provider);
+    v.push(("PSHMEM_EMULATE_GPU_HEAP", "1"));
+    // Small slots: multi-chunk transfers and running out of landing credits are exercised.
+    v.push(("PSHMEM_STAGING_CHUNK", "65536"));
+    v.push(("PSHMEM_GPU_LANDING_SLOTS", "2"));
+    v
+}
+
+#[test]
+fn the_host_staged_gpu_path_matches_the_direct_path_over_tcp_and_the_reordering_fabric() {
+    for n in [2, 4] {
+        let direct = ops(n, &[("PSHMEM_PROVIDER", "tcp")]);
+        assert_eq!(ops(n, &staged("tcp")), direct, "{n} PEs, staged over tcp");
+        assert_eq!(ops(n, &staged("sim")), direct, "{n} PEs, staged over sim");
+    }
+}
+
+#[test]
+fn a_dead_peer_fails_waits_on_the_host_staged_gpu_path_within_5s() {
+    for phase in ["barrier", "quiet", "wait"] {
+        killed_peer(phase, &staged("tcp"));
+    }
+}

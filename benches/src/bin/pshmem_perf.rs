@@ -3,6 +3,10 @@
 //! and PE 1 (other PEs only join the barriers). Tests: put_bw, get_bw, put_latency, p_latency,
 //! put_signal_pingpong, atomic_latency, msg_rate, barrier_latency, or `all`.
 //!
+//! Where every PE has a GPU (or with `--device on`) the tests are device-initiated: kernels
+//! issue them through the device API (see `pshmem_benches::gpu_perf`); `--device off` keeps
+//! them host-initiated.
+//!
 //! Each figure is the median over `-n` measured iterations (after `-w` warm-up iterations) of
 //! a per-iteration time. Whether PE 1 is reached directly or through the proxy is printed with
 //! the transport.
@@ -50,6 +54,10 @@ struct Args {
     /// Write the results here as JSON (PE 0).
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Device-initiated tests (kernels through the device API): `auto` when every PE has a
+    /// GPU, `on`, or `off` (host-initiated).
+    #[arg(long, default_value = "auto")]
+    device: String,
 }
 
 /// One measured figure.
@@ -274,6 +282,74 @@ fn main() {
         s.n_pes() >= 2,
         "pshmem-perf needs at least 2 PEs (pshmrun -n 2)"
     );
+    let device = match a.device.as_str() {
+        "on" => true,
+        "off" => false,
+        _ => pshmem::gpu::probe().is_ok(),
+    };
+    if device {
+        let me = s.my_pe();
+        let plan = pshmem_benches::gpu_perf::GpuPlan {
+            tests: &wanted,
+            sizes: &sizes(&a),
+            samples: a.iters.clamp(3, 20),
+            reps: a.window.max(1) * 4,
+        };
+        let rows = match pshmem_benches::gpu_perf::run(&s, &plan) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("pshmem-perf (device): {e}");
+                std::process::exit(4);
+            }
+        };
+        if me == 0 {
+            let g = s.gpu().expect("gpu");
+            println!(
+                "# pshmem-perf (device-initiated): {} PEs, GPU {} -> PE 1 {} ({}), median of {} samples of {} operations",
+                s.n_pes(),
+                g.ordinal(),
+                if g.is_direct(1) {
+                    "direct (NVLink/IPC)"
+                } else {
+                    "through the ring and host-staged proxy"
+                },
+                s.transport_name(),
+                plan.samples,
+                plan.reps
+            );
+            println!("| test | size | median |\n| --- | --- | --- |");
+            let mut out = Vec::new();
+            for r in &rows {
+                let m = median(&r.samples);
+                let label = if r.size == 0 {
+                    "-".into()
+                } else {
+                    size_label(r.size)
+                };
+                println!("| {} | {label} | {m:.3} {} |", r.test, r.unit);
+                out.push(
+                    serde_json::json!({"test": r.test, "size": r.size, "unit": r.unit,
+                    "median": m, "samples": r.samples}),
+                );
+            }
+            if let Some(path) = &a.json {
+                let doc = serde_json::json!({
+                    "benchmark": "pshmem-perf", "mode": "device", "machine": machine(),
+                    "n_pes": s.n_pes(),
+                    "path": if g.is_direct(1) { "nvlink" } else { "staged-proxy" },
+                    "transport": s.transport_name(), "samples": plan.samples,
+                    "reps": plan.reps, "results": out,
+                });
+                std::fs::write(path, serde_json::to_string_pretty(&doc).expect("json"))
+                    .expect("write");
+            }
+        }
+        if let Err(e) = s.finalize() {
+            eprintln!("pshmem-perf: {e}");
+            std::process::exit(3);
+        }
+        return;
+    }
     let bytes = a.max.max(64);
     let src = s.malloc(bytes).expect("malloc");
     let dst = s.malloc(bytes).expect("malloc");

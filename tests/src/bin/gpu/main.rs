@@ -8,7 +8,14 @@
 //! - `ring-rate`: GPU warps publish `p` descriptors to a real proxy thread on the instant
 //!   transport: descriptors per second through one proxy thread;
 //! - `ring-latency`: one GPU thread publishes a descriptor and waits until the proxy has completed
-//!   it, repeatedly: the GPU → proxy → GPU round trip.
+//!   it, repeatedly: the GPU → proxy → GPU round trip;
+//! - `gpu-ops`: launches N PEs (one process each) that run every device API operation on their
+//!   neighbour (NVLink/IPC, or the ring and host-staged proxy under `PSHMEM_DISABLE_P2P=1`, or
+//!   N PEs on one GPU with `--same-gpu`) and verify the results;
+//! - `gpu-kill`: a PE dies while its neighbour waits in a kernel for its signal: the wait must
+//!   end with an error naming the dead PE within 5 s.
+
+mod api;
 
 use std::{
     process::ExitCode,
@@ -64,6 +71,109 @@ enum Cmd {
         #[arg(long, default_value_t = 20000)]
         iters: u64,
     },
+    /// Launches `pes` PEs running every device operation.
+    GpuOps {
+        #[arg(long, default_value_t = 2)]
+        pes: usize,
+        /// Every PE on GPU 0.
+        #[arg(long)]
+        same_gpu: bool,
+    },
+    /// One PE of `gpu-ops` (launched by it).
+    GpuOpsRank,
+    /// Launches 2 PEs; PE 1 dies while PE 0 waits in a kernel.
+    GpuKill,
+    /// One PE of `gpu-kill` (launched by it).
+    GpuKillRank {
+        #[arg(long, default_value_t = 1)]
+        victim: usize,
+    },
+}
+
+/// Runs `args` as a job of `n` PEs of this program; prints every rank's output.
+fn launch(n: usize, args: &[&str], env: &[(&str, &str)]) -> R<Vec<pshmem_tests::RankResult>> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut j = pshmem_tests::JobSpec::new(exe, n, args)
+        .timeout(Duration::from_secs(240))
+        .env("PSHMEM_SYMMETRIC_SIZE", "64M")
+        .env("PSHMEM_GPU_SYMMETRIC_SIZE", "256M");
+    for (k, v) in env {
+        j = j.env(k, v);
+    }
+    let res = j.launch().wait();
+    for r in &res {
+        for l in r.stdout.lines() {
+            println!("  [pe {}] {l}", r.rank);
+        }
+        if !r.ok() {
+            for l in r
+                .stderr
+                .lines()
+                .rev()
+                .take(20)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+            {
+                println!("  [pe {} stderr] {l}", r.rank);
+            }
+        }
+    }
+    Ok(res)
+}
+
+fn gpu_ops(pes: usize, same_gpu: bool) -> R<String> {
+    let env: &[(&str, &str)] = if same_gpu {
+        &[("PSHMEM_CUDA_DEVICE", "0")]
+    } else {
+        &[]
+    };
+    let t0 = Instant::now();
+    let res = launch(pes, &["gpu-ops-rank"], env)?;
+    if let Some(bad) = res.iter().find(|r| !r.ok()) {
+        return Err(format!("PE {} failed (status {:?})", bad.rank, bad.status));
+    }
+    let p2p = std::env::var("PSHMEM_DISABLE_P2P").unwrap_or_default() == "1";
+    Ok(format!(
+        "OK gpu-ops pes={pes} same_gpu={same_gpu} disable_p2p={p2p} secs={:.1}",
+        t0.elapsed().as_secs_f64()
+    ))
+}
+
+fn gpu_kill() -> R<String> {
+    let res = launch(2, &["gpu-kill-rank", "--victim", "1"], &[])?;
+    let dying: u128 = res[1]
+        .fields("DYING")
+        .first()
+        .and_then(|f| f.get("epoch_ms")?.parse().ok())
+        .ok_or("PE 1 did not reach its death")?;
+    let f = res[0]
+        .fields("ERR")
+        .into_iter()
+        .next()
+        .ok_or("PE 0 reported no error")?;
+    let at: u128 = f
+        .get("epoch_ms")
+        .and_then(|v| v.parse().ok())
+        .ok_or("no time")?;
+    if f.get("pe").map(String::as_str) != Some("1") {
+        return Err(format!("the error does not name PE 1: {f:?}"));
+    }
+    let ms = at.saturating_sub(dying);
+    if ms > 5000 {
+        return Err(format!("PE 0 noticed after {ms} ms"));
+    }
+    Ok(format!(
+        "OK gpu-kill kind={} pe=1 noticed_after_ms={ms}",
+        f.get("kind").map_or("?", String::as_str)
+    ))
+}
+
+fn rank<F: FnOnce(&pshmem::Pshmem) -> R<()>>(f: F) -> R<String> {
+    let s = pshmem::Pshmem::init().map_err(|e| e.to_string())?;
+    f(&s)?;
+    s.finalize().map_err(|e| e.to_string())?;
+    Ok("OK done".into())
 }
 
 fn mix(x: u64) -> u64 {
@@ -309,6 +419,10 @@ fn main() -> ExitCode {
             slots,
         } => ring_rate(dev, blocks, threads, per_warp, slots),
         Cmd::RingLatency { iters } => ring_latency(dev, iters),
+        Cmd::GpuOps { pes, same_gpu } => gpu_ops(pes, same_gpu),
+        Cmd::GpuOpsRank => rank(api::ops_rank),
+        Cmd::GpuKill => gpu_kill(),
+        Cmd::GpuKillRank { victim } => rank(|s| api::kill_rank(s, victim)),
     };
     match res {
         Ok(line) => {

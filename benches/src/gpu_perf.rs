@@ -1,0 +1,245 @@
+//! pshmem-perf's device-initiated tests: the same measurements as the host tests, issued by
+//! kernels through the device API (NVLink/IPC to same-host peers, or the ring and the
+//! host-staged proxy under `PSHMEM_DISABLE_P2P=1`). PE 0 drives PE 1; others join barriers.
+//! Kernel times come from CUDA events or the GPU's global timer, never from host wall clocks.
+
+// Kernel launches go through the CUDA ABI (each with its SAFETY note).
+#![allow(unsafe_code)]
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use pshmem::Pshmem;
+
+/// One measured figure (as the host tests' rows).
+#[derive(Debug)]
+pub struct GpuRow {
+    /// Test name.
+    pub test: &'static str,
+    /// Bytes (0: none).
+    pub size: usize,
+    /// Unit of the samples.
+    pub unit: &'static str,
+    /// Samples.
+    pub samples: Vec<f64>,
+}
+
+/// What to run.
+#[derive(Debug)]
+pub struct GpuPlan<'a> {
+    /// Tests (names as the host tests).
+    pub tests: &'a [String],
+    /// Message sizes of the bandwidth tests.
+    pub sizes: &'a [usize],
+    /// Samples per figure.
+    pub samples: usize,
+    /// Operations per sample (bandwidth: messages; latency: round trips).
+    pub reps: usize,
+}
+
+type R<T> = Result<T, String>;
+
+fn cfg(blocks: u32, threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+fn err<E: std::fmt::Display>(e: E) -> String {
+    e.to_string()
+}
+
+/// Milliseconds between two events recorded around `launch` on `st`.
+fn timed(st: &Arc<CudaStream>, launch: impl FnOnce() -> R<()>) -> R<f64> {
+    let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let a = st.record_event(flags).map_err(err)?;
+    launch()?;
+    let b = st.record_event(flags).map_err(err)?;
+    b.synchronize().map_err(err)?;
+    Ok(f64::from(a.elapsed_ms(&b).map_err(err)?))
+}
+
+/// Runs the device-initiated tests; rows on PE 0 only.
+pub fn run(s: &Pshmem, plan: &GpuPlan<'_>) -> R<Vec<GpuRow>> {
+    let g = s.gpu_init().map_err(err)?;
+    let me = s.my_pe();
+    let m = g.load(pshmem_kernels::PERF).map_err(err)?;
+    // Every function fetched before any kernel runs (see Gpu::load).
+    let f = |n: &str| m.load_function(n).map_err(err);
+    let (k_bw, k_pp, k_amo, k_rate, k_bar): (
+        CudaFunction,
+        CudaFunction,
+        CudaFunction,
+        CudaFunction,
+        CudaFunction,
+    ) = (
+        f("perf_bw")?,
+        f("perf_p_pingpong")?,
+        f("perf_amo")?,
+        f("perf_msg_rate")?,
+        f("perf_barrier")?,
+    );
+    let max = plan.sizes.iter().copied().max().unwrap_or(8).max(64);
+    let src = s.gpu_malloc(max).map_err(err)?;
+    let dst = s.gpu_malloc(max).map_err(err)?;
+    let flags = s.gpu_calloc(4096 * 8).map_err(err)?;
+    g.copy_in(src, &vec![0x5a; max]).map_err(err)?;
+    let st = g.stream().clone();
+    let ns = st.alloc_zeros::<u64>(1).map_err(err)?;
+    let mut rows = Vec::new();
+    let barrier = || s.barrier_all().map_err(err);
+    let read_ns =
+        |st: &Arc<CudaStream>| -> R<f64> { Ok(st.clone_dtoh(&ns).map_err(err)?[0] as f64) };
+    for t in plan.tests {
+        match t.as_str() {
+            "put_bw" | "get_bw" => {
+                let get = i32::from(t == "get_bw");
+                for &size in plan.sizes {
+                    let mut samples = Vec::new();
+                    if me == 0 {
+                        let blocks = (size / 65536).clamp(1, 32) as u32;
+                        let (d, sp, sz, reps, pe) =
+                            (g.ptr(dst), g.ptr(src), size as u64, plan.reps as i32, 1i32);
+                        for i in 0..plan.samples + 1 {
+                            let ms = timed(&st, || {
+                                let mut b = st.launch_builder(&k_bw);
+                                b.arg(&d).arg(&sp).arg(&sz).arg(&reps).arg(&pe).arg(&get);
+                                // SAFETY: perf_bw(char*, const char*, u64, int, int, int) on
+                                // symmetric buffers of at least `size` bytes.
+                                unsafe { b.launch(cfg(blocks, 512)) }
+                                    .map(|_| ())
+                                    .map_err(err)
+                            })?;
+                            if i > 0 {
+                                samples.push((plan.reps * size) as f64 / (ms * 1e-3) / 1e9);
+                            }
+                        }
+                        g.check(if get == 1 { "get_bw" } else { "put_bw" })
+                            .map_err(err)?;
+                    }
+                    barrier()?;
+                    rows.push(GpuRow {
+                        test: if get == 1 { "get_bw" } else { "put_bw" },
+                        size,
+                        unit: "GB/s",
+                        samples,
+                    });
+                }
+            }
+            "p_latency" => {
+                let mut samples = Vec::new();
+                for _ in 0..plan.samples + 1 {
+                    let mut cur = [0u8; 8];
+                    g.copy_out(flags, &mut cur).map_err(err)?;
+                    let base = u64::from_le_bytes(cur);
+                    barrier()?;
+                    if me < 2 {
+                        let (fp, iters, mei) = (g.ptr(flags), plan.reps as i32, me as i32);
+                        let mut b = st.launch_builder(&k_pp);
+                        b.arg(&fp).arg(&iters).arg(&mei).arg(&base).arg(&ns);
+                        // SAFETY: perf_p_pingpong(u64*, int, int, u64, u64*): one symmetric
+                        // word, one result word.
+                        unsafe { b.launch(cfg(1, 1)) }.map_err(err)?;
+                        g.synchronize(&st, "p_latency").map_err(err)?;
+                        if me == 0 {
+                            samples.push(read_ns(&st)? / 1e3 / plan.reps as f64 / 2.0);
+                        }
+                    }
+                    barrier()?;
+                }
+                // The first run warms up.
+                if !samples.is_empty() {
+                    samples.remove(0);
+                }
+                rows.push(GpuRow {
+                    test: "p_latency",
+                    size: 8,
+                    unit: "us",
+                    samples,
+                });
+            }
+            "atomic_latency" => {
+                let mut samples = Vec::new();
+                if me == 0 {
+                    let (w, iters, pe) = (g.ptr(flags + 8 * 64), plan.reps as i32, 1i32);
+                    for i in 0..plan.samples + 1 {
+                        let mut b = st.launch_builder(&k_amo);
+                        b.arg(&w).arg(&iters).arg(&pe).arg(&ns);
+                        // SAFETY: perf_amo(u64*, int, int, u64*): one symmetric word.
+                        unsafe { b.launch(cfg(1, 1)) }.map_err(err)?;
+                        g.synchronize(&st, "atomic_latency").map_err(err)?;
+                        if i > 0 {
+                            samples.push(read_ns(&st)? / 1e3 / plan.reps as f64);
+                        }
+                    }
+                }
+                barrier()?;
+                rows.push(GpuRow {
+                    test: "atomic_latency (fetch_add)",
+                    size: 8,
+                    unit: "us",
+                    samples,
+                });
+            }
+            "msg_rate" => {
+                let mut samples = Vec::new();
+                let (blocks, threads, per) = (8u32, 256u32, 64i32);
+                if me == 0 {
+                    let (d, pe) = (g.ptr(flags), 1i32);
+                    for i in 0..plan.samples + 1 {
+                        let ms = timed(&st, || {
+                            let mut b = st.launch_builder(&k_rate);
+                            b.arg(&d).arg(&per).arg(&pe);
+                            // SAFETY: perf_msg_rate(u64*, int, int): 4096 symmetric words.
+                            unsafe { b.launch(cfg(blocks, threads)) }
+                                .map(|_| ())
+                                .map_err(err)
+                        })?;
+                        if i > 0 {
+                            let ops = f64::from(blocks * threads) * f64::from(per);
+                            samples.push(ops / (ms * 1e-3) / 1e6);
+                        }
+                    }
+                    g.check("msg_rate").map_err(err)?;
+                }
+                barrier()?;
+                rows.push(GpuRow {
+                    test: "msg_rate (8 B p)",
+                    size: 8,
+                    unit: "Mops/s",
+                    samples,
+                });
+            }
+            "barrier_latency" => {
+                let mut samples = Vec::new();
+                for i in 0..plan.samples + 1 {
+                    barrier()?;
+                    let iters = plan.reps as i32;
+                    let mut b = st.launch_builder(&k_bar);
+                    b.arg(&iters).arg(&ns);
+                    // SAFETY: perf_barrier(int, u64*): one result word.
+                    unsafe { b.launch(cfg(1, 1)) }.map_err(err)?;
+                    g.synchronize(&st, "barrier_latency").map_err(err)?;
+                    if i > 0 && me == 0 {
+                        samples.push(read_ns(&st)? / 1e3 / plan.reps as f64);
+                    }
+                }
+                barrier()?;
+                rows.push(GpuRow {
+                    test: "barrier_latency",
+                    size: 0,
+                    unit: "us",
+                    samples,
+                });
+            }
+            other => {
+                if me == 0 {
+                    println!("# {other}: host-initiated only (skipped in device mode)");
+                }
+            }
+        }
+    }
+    Ok(if me == 0 { rows } else { Vec::new() })
+}

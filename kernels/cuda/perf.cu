@@ -1,0 +1,60 @@
+/* pshmem-perf's device-initiated tests (run when the PEs have GPUs). */
+#include "pshmem/device.cuh"
+
+/* `reps` puts (or gets) of `size` bytes to `pe`, split evenly over the grid's blocks (each a
+ * block-wide nbi call), then quiet: the NVSHMEM perftest shape (one message per block). */
+extern "C" __global__ void perf_bw(char *dst, const char *src, unsigned long long size, int reps,
+                                   int pe, int get) {
+    unsigned long long per = (size + gridDim.x - 1) / gridDim.x;
+    per = (per + 15) & ~15ull;
+    unsigned long long off = (unsigned long long)blockIdx.x * per;
+    unsigned long long len = off < size ? (size - off < per ? size - off : per) : 0;
+    for (int r = 0; r < reps; ++r) {
+        if (len) {
+            if (get) pshmemx_getmem_nbi_block(dst + off, src + off, len, pe);
+            else pshmemx_putmem_nbi_block(dst + off, src + off, len, pe);
+        }
+    }
+    pshmemx_quiet_block();
+}
+
+/* p + wait_until ping-pong between PE 0 and PE 1 (one thread each); PE 0 writes the total
+ * nanoseconds to *ns. */
+extern "C" __global__ void perf_p_pingpong(uint64_t *flag, int iters, int me, uint64_t base,
+                                           unsigned long long *ns) {
+    int peer = 1 - me;
+    uint64_t t0 = pshmem_i_now();
+    for (int i = 1; i <= iters; ++i) {
+        uint64_t v = base + (uint64_t)i;
+        if (me == 0) {
+            pshmem_uint64_p(flag, v, peer);
+            if (pshmem_uint64_wait_until(flag, PSHMEM_CMP_GE, v) < v) return;
+        } else {
+            if (pshmem_uint64_wait_until(flag, PSHMEM_CMP_GE, v) < v) return;
+            pshmem_uint64_p(flag, v, peer);
+        }
+    }
+    if (me == 0) *ns = pshmem_i_now() - t0;
+}
+
+/* `iters` fetch_adds on `pe`'s word, one after the other (one thread). */
+extern "C" __global__ void perf_amo(uint64_t *word, int iters, int pe, unsigned long long *ns) {
+    uint64_t t0 = pshmem_i_now();
+    uint64_t sum = 0;
+    for (int i = 0; i < iters; ++i) sum += pshmem_uint64_atomic_fetch_add(word, 1, pe);
+    *ns = pshmem_i_now() - t0 + (sum == ~0ull);
+}
+
+/* Every thread sends `per_thread` 8-byte p's to `pe`, then quiet: message rate. */
+extern "C" __global__ void perf_msg_rate(uint64_t *dst, int per_thread, int pe) {
+    unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int i = 0; i < per_thread; ++i) pshmem_uint64_p(&dst[(t * 7 + i) % 4096], i, pe);
+    pshmemx_quiet_block();
+}
+
+/* `iters` device barriers (one thread per PE). */
+extern "C" __global__ void perf_barrier(int iters, unsigned long long *ns) {
+    uint64_t t0 = pshmem_i_now();
+    for (int i = 0; i < iters; ++i) pshmem_barrier_all();
+    *ns = pshmem_i_now() - t0;
+}
