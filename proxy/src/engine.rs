@@ -1302,7 +1302,7 @@ impl Engine {
         let n = events.len() + msgs.len();
         for ev in events.drain(..) {
             match ev {
-                Ev::Done(ctx, _) if ctx & staged::STAGE_CTX == staged::STAGE_CTX => {
+                Ev::Done(ctx, _) if staged::is_stage_ctx(ctx) => {
                     self.staging.free.push(ctx as u32);
                 }
                 Ev::Done(ctx, _) if ctx & SEND != 0 => {}
@@ -1310,7 +1310,9 @@ impl Engine {
                 Ev::Tagged(data) if self.staged.is_some() => self.landed(data),
                 Ev::Tagged(data) => self.tagged_write(data),
                 Ev::Failed(ctx, err) => {
-                    let pe = if ctx == ACK_CTX || ctx & staged::STAGE_CTX == staged::STAGE_CTX {
+                    let pe = if staged::is_stage_ctx(ctx) {
+                        Some(((ctx >> 32) & 0xf_ffff) as usize)
+                    } else if ctx == ACK_CTX {
                         None
                     } else if ctx & FAST != 0 {
                         Some(((ctx >> 32) & 0xf_ffff) as usize)

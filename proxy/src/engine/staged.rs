@@ -41,8 +41,15 @@ use crate::{
 /// Bytes of a landing slot's header: ack id, address (destination offset or address), length,
 /// kind.
 pub(super) const HDR: usize = 32;
-/// Marks the context of a staged write: its completion frees the staging chunk in the low bits.
+/// Marks the context of a staged write: its completion frees the staging chunk in the low 32
+/// bits; bits 32..52 name the target PE (for errors).
 pub(super) const STAGE_CTX: u64 = SEND | 1 << 60;
+/// Whether a completion context is a staged write's (never a fast part's, whose channel bits
+/// may overlap bit 60).
+pub(super) fn is_stage_ctx(ctx: u64) -> bool {
+    ctx & STAGE_CTX == STAGE_CTX && ctx & super::FAST == 0
+}
+
 const KIND_PUT: u64 = 1;
 const KIND_REPLY: u64 = 2;
 
@@ -473,7 +480,7 @@ impl Engine {
                             rref,
                             HDR + n as usize,
                             data,
-                            STAGE_CTX | u64::from(ch),
+                            STAGE_CTX | u64::from(pe) << 32 | u64::from(ch),
                         )
                     };
                     match r {
@@ -655,7 +662,7 @@ impl Engine {
                     rref,
                     HDR + n,
                     data,
-                    STAGE_CTX | u64::from(ch),
+                    STAGE_CTX | u64::from(src) << 32 | u64::from(ch),
                 )
             };
             match r {
