@@ -108,7 +108,7 @@ vars! {
     GPU_SYMMETRIC_SIZE = ("PSHMEM_GPU_SYMMETRIC_SIZE", "1073741824", "runtime",
         "Bytes of GPU symmetric heap (device memory) per PE, allocated by gpu_init (suffixes K, M, G accepted).");
     EMULATE_GPU_HEAP = ("PSHMEM_EMULATE_GPU_HEAP", "0", "runtime",
-        "1 runs the host heap through the host-staged GPU path (landing area, target-side copies and AMOs) instead of registering it: tests the GPU path's protocol without a GPU. Use with PSHMEM_DISABLE_P2P=1.");
+        "Tests the GPU paths' protocols without a GPU (use with PSHMEM_DISABLE_P2P=1): 1 (or staged) runs the host heap through the host-staged path (landing area, target-side copies and AMOs); registered treats it as a registered GPU heap (RMA into it, AMOs and copies through the device interface), as DMA-BUF registration would.");
     GPU_LANDING_SLOTS = ("PSHMEM_GPU_LANDING_SLOTS", "4", "proxy",
         "Host-staged GPU path: landing slots (of PSHMEM_STAGING_CHUNK bytes, pinned) each PE keeps for every initiator; the chunks of one transfer in flight per target.");
 }

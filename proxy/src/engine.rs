@@ -275,7 +275,8 @@ pub struct Engine {
     /// Reused buffers (no allocation per turn).
     events: Vec<Ev>,
     msgs: Vec<Vec<u8>>,
-    /// The host-staged path, when this PE's heap is GPU memory (see `staged`).
+    /// This PE's GPU heap, when it has one: reached through host staging, or registered with
+    /// the transport (DMA-BUF); see `staged`.
     staged: Option<staged::Staged>,
 }
 
@@ -333,10 +334,11 @@ impl Engine {
             what: "registering the staging buffers",
             source,
         })?;
+        let registered = s.device_registered;
         let staged = match s.device.take() {
             None => None,
             Some(mut dev) => {
-                if !caps.remote_cq_data {
+                if !registered && !caps.remote_cq_data {
                     return Err(ProxyError::Limits {
                         pe: me,
                         what: format!(
@@ -349,8 +351,9 @@ impl Engine {
                 // SAFETY: the staging buffer lives as long as the engine (and the device
                 // handle, which the engine owns).
                 unsafe { dev.pin(buf.as_mut_ptr(), buf.len()) };
+                let landing = (!registered).then_some(s.heap.len());
                 Some(
-                    staged::Staged::new(dev, s.heap.len(), chunk, n)
+                    staged::Staged::new(dev, landing, chunk, n)
                         .map_err(|what| ProxyError::Limits { pe: me, what })?,
                 )
             }
@@ -480,7 +483,7 @@ impl Engine {
             work += self.drain(c);
         }
         work += self.issue_all();
-        if self.staged.is_some() {
+        if self.staging_path() {
             work += self.serve_waiting();
         }
         work += self.poll();
@@ -554,7 +557,7 @@ impl Engine {
 
     /// Takes one operation from a ring: applies it (this PE, fences on ordered transports) or
     /// queues it for its target PE.
-    fn accept(&mut self, chan: u16, seq: u64, d: Desc) {
+    fn accept(&mut self, chan: u16, seq: u64, mut d: Desc) {
         if let Some(pe) = d.pe()
             && pe as usize >= self.n
         {
@@ -565,8 +568,7 @@ impl Engine {
             );
             return;
         }
-        if self.staged.is_some() {
-            self.accept_staged(chan, seq, d);
+        if self.staged.is_some() && self.accept_staged(chan, seq, &mut d) {
             return;
         }
         if d.pe() == Some(self.me) {
@@ -584,7 +586,8 @@ impl Engine {
         let ordered = self.mode == SignalMode::Ordered;
         match d {
             Desc::Fence => {
-                if !ordered {
+                // Staged operations finish only when acked: gate like an unordered transport.
+                if !ordered || self.staging_path() {
                     for pe in 0..self.n as u32 {
                         let q = &self.chans[chan as usize].queues[pe as usize];
                         if q.outstanding > 0 || !q.work.is_empty() {
@@ -1002,15 +1005,18 @@ impl Engine {
                                 let part = left.min(self.staging.chunk as u64);
                                 (ch as usize * self.staging.chunk, Some(ch), part)
                             };
+                            let at = self.staging.buf[off..].as_mut_ptr() as u64;
                             // SAFETY: the producer keeps raw sources valid until the operation
                             // completes (API contract); the staging range is ours and idle.
-                            unsafe {
-                                std::ptr::copy_nonoverlapping(
-                                    (addr + *issued) as *const u8,
-                                    self.staging.buf.as_mut_ptr().add(off),
-                                    part as usize,
-                                )
-                            };
+                            let copied =
+                                unsafe { self.copy_raw(at, addr + *issued, part as usize) };
+                            if let Err(e) = copied {
+                                if let Some(ch) = chunk {
+                                    self.staging.free.push(ch);
+                                }
+                                self.mem_fault(pe, e);
+                                return Err(());
+                            }
                             (
                                 LocalRef {
                                     mr: self.staging.mr,
@@ -1307,7 +1313,7 @@ impl Engine {
                 }
                 Ev::Done(ctx, _) if ctx & SEND != 0 => {}
                 Ev::Done(ctx, value) => self.part_done(ctx, value),
-                Ev::Tagged(data) if self.staged.is_some() => self.landed(data),
+                Ev::Tagged(data) if self.staging_path() => self.landed(data),
                 Ev::Tagged(data) => self.tagged_write(data),
                 Ev::Failed(ctx, err) => {
                     let pe = if staged::is_stage_ctx(ctx) {
@@ -1357,10 +1363,12 @@ impl Engine {
             self.free_landing(owner, slot);
         }
         if let (Some((dst, len)), Some(ch)) = (p.copy_out, p.chunk) {
-            let src = self.staging.chunk_ptr(ch);
+            let src = self.staging.chunk_ptr(ch) as u64;
             // SAFETY: the producer keeps raw destinations valid until the operation completes,
             // which is after this copy; the chunk holds `len` bytes just read.
-            unsafe { std::ptr::copy_nonoverlapping(src, dst as *mut u8, len) };
+            if let Err(e) = unsafe { self.copy_raw(dst, src, len) } {
+                self.mem_fault(p.pe, e);
+            }
         }
         if let Some(ch) = p.chunk {
             self.staging.free.push(ch);
@@ -1368,13 +1376,11 @@ impl Engine {
         if let (Some(v), Some(o)) = (fetched, self.ops.get_mut(p.op))
             && o.result != 0
         {
-            let cell = o.result;
-            if self.staged.is_some() {
-                self.write_result_staged(cell, v);
-            } else {
-                // SAFETY: the result cell stays valid until the operation completes (API
-                // contract).
-                unsafe { mem::write_result(cell, v) };
+            let (cell, b) = (o.result, v.to_le_bytes());
+            // SAFETY: the result cell stays valid until the operation completes (API
+            // contract), which is after this write.
+            if let Err(e) = unsafe { self.copy_raw(cell, b.as_ptr() as u64, 8) } {
+                self.mem_fault(p.pe, e);
             }
         }
         self.chans[p.chan as usize].queues[p.pe as usize].outstanding -= 1;
@@ -1408,20 +1414,14 @@ impl Engine {
 
     /// Applies a peer's request to this PE's heap (or parks a signal for its tagged writes).
     fn serve(&mut self, src: u32, req: Request) {
-        if self.staged.is_some() {
-            self.serve_staged(src, req);
-            return;
-        }
         match req.kind {
             RequestKind::Amo { op, wide } => {
-                let r = self
-                    .heap
-                    .amo(req.offset, wide, op, req.operand, req.compare);
+                let r = self.heap_amo(req.offset, wide, op, req.operand, req.compare);
                 self.ack(src, req.id, r);
             }
             RequestKind::Signal { op, expect } => {
                 if expect == 0 {
-                    let r = self.heap.amo(req.offset, true, op.as_amo(), req.operand, 0);
+                    let r = self.heap_amo(req.offset, true, op.as_amo(), req.operand, 0);
                     self.ack(src, req.id, r.map(|_| 0));
                     return;
                 }
@@ -1429,22 +1429,66 @@ impl Engine {
                 let st = self.tags.entry(key).or_default();
                 if st.arrived >= expect {
                     self.tags.remove(&key);
-                    let r = self.heap.amo(req.offset, true, op.as_amo(), req.operand, 0);
+                    let r = self.heap_amo(req.offset, true, op.as_amo(), req.operand, 0);
                     self.ack(src, req.id, r.map(|_| 0));
                 } else {
                     st.signal = Some(req);
                 }
             }
+            RequestKind::Store { .. } | RequestKind::GetData { .. } if self.staging_path() => {
+                self.serve_staged(src, req)
+            }
             RequestKind::Store { .. } | RequestKind::GetData { .. } => self.fault(
                 code::OP_FAILED,
                 Some(src as usize),
                 format!(
-                    "PE {src} sent a GPU-heap request to PE {}, whose heap is host memory \
-                     (mixed host and GPU heaps in one job)",
+                    "PE {src} sent a host-staged request to PE {}, whose heap is registered \
+                     (PEs disagree on the data path)",
                     self.me
                 ),
             ),
         }
+    }
+
+    /// An AMO on this PE's heap: CPU atomics on a host heap, the GPU's own atomics (a kernel)
+    /// on a GPU heap.
+    fn heap_amo(
+        &mut self,
+        off: u64,
+        wide: bool,
+        op: AmoOp,
+        operand: u64,
+        compare: u64,
+    ) -> Result<u64, MemError> {
+        match self.staged.as_mut() {
+            Some(st) => st.amo(off, wide, op, operand, compare),
+            None => self.heap.amo(off, wide, op, operand, compare),
+        }
+    }
+
+    /// Copies between process (or, with a GPU heap, device) addresses.
+    ///
+    /// # Safety
+    /// Both ranges must be valid and not in use by anything else meanwhile.
+    unsafe fn copy_raw(&mut self, dst: u64, src: u64, len: usize) -> Result<(), MemError> {
+        match self.staged.as_mut() {
+            // SAFETY: forwarded.
+            Some(st) => unsafe { st.copy(dst, src, len) },
+            None => {
+                // SAFETY: forwarded; the ranges are distinct (staging memory is the proxy's).
+                unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
+                Ok(())
+            }
+        }
+    }
+
+    /// A local memory failure while handling an operation for `pe`: the job fails.
+    fn mem_fault(&mut self, pe: u32, e: MemError) {
+        self.fault(
+            code::OP_FAILED,
+            Some(self.me as usize),
+            format!("PE {}: an operation with PE {pe}: {e}", self.me),
+        );
     }
 
     /// A tagged write landed: apply its signal if it was the last one awaited.
@@ -1466,7 +1510,7 @@ impl Engine {
                 .and_then(|s| s.signal)
                 .expect("signal");
             if let RequestKind::Signal { op, .. } = req.kind {
-                let r = self.heap.amo(req.offset, true, op.as_amo(), req.operand, 0);
+                let r = self.heap_amo(req.offset, true, op.as_amo(), req.operand, 0);
                 self.ack(key.0, req.id, r.map(|_| 0));
             }
         }
@@ -1477,6 +1521,10 @@ impl Engine {
             Ok(v) => (v, Status::Ok),
             Err(MemError::OutOfBounds { .. }) => (0, Status::OutOfBounds),
             Err(MemError::Misaligned { .. }) => (0, Status::Misaligned),
+            Err(e @ MemError::Device { .. }) => {
+                self.mem_fault(to, e);
+                return;
+            }
         };
         self.acks
             .entry(to)

@@ -258,9 +258,14 @@ pub struct ProxySetup {
     pub remote_heaps: Vec<RemoteMrId>,
     /// The rings this thread drains.
     pub channels: Vec<Arc<Ring>>,
-    /// When this PE's heap is GPU memory reached through staging: the device, and `heap`
-    /// (with its registrations) is the pinned landing area (see `engine::staged`).
+    /// When this PE's heap is GPU memory: the device. Unless `device_registered`, `heap` (with
+    /// its registrations) is the pinned landing area of the host-staged path (see
+    /// `engine::staged`).
     pub device: Option<Box<dyn DeviceMem>>,
+    /// The GPU heap itself is registered with the transport (DMA-BUF, FI_HMEM): `heap` and its
+    /// registrations are the GPU heap's, data moves by RMA; AMOs, signals and copies that need
+    /// the CPU's hands go through `device`.
+    pub device_registered: bool,
 }
 
 impl std::fmt::Debug for ProxySetup {

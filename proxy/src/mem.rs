@@ -25,6 +25,12 @@ pub enum MemError {
         /// Heap length.
         len: u64,
     },
+    /// The GPU failed a copy or an AMO on a GPU heap (the job is failing).
+    #[error("the GPU failed: {detail}")]
+    Device {
+        /// The driver's explanation.
+        detail: String,
+    },
     /// An atomic on an address not aligned to its width.
     #[error("offset {offset} is not aligned to the {width}-byte width of the atomic")]
     Misaligned {

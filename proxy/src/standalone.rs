@@ -57,6 +57,7 @@ impl InstantProxy {
                 remote_heaps,
                 channels,
                 device: None,
+                device_registered: false,
             },
             cfg,
             health.clone(),

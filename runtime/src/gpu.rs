@@ -139,6 +139,53 @@ unsafe impl Send for HostAlloc {}
 // SAFETY: as above.
 unsafe impl Sync for HostAlloc {}
 
+impl HostAlloc {
+    /// `len` bytes of pinned host memory, mapped for the device.
+    fn pinned(ctx: &Arc<CudaContext>, len: usize, me: usize) -> Result<Self> {
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        check(
+            // SAFETY: out-pointer for a fresh pinned allocation, the context bound by the caller.
+            unsafe {
+                sys::cuMemHostAlloc(
+                    &mut ptr,
+                    len,
+                    sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP,
+                )
+            },
+            "allocating pinned host memory",
+            me,
+        )?;
+        Ok(Self {
+            ctx: ctx.clone(),
+            ptr,
+            len,
+        })
+    }
+}
+
+/// Exports `len` bytes of device memory at `ptr` as a DMA-BUF fd (for NICs that register GPU
+/// memory).
+fn export_dmabuf(ptr: u64, len: usize, me: usize) -> Result<std::os::fd::OwnedFd> {
+    let mut fd: std::ffi::c_int = -1;
+    check(
+        // SAFETY: `ptr..ptr + len` is one cuMemAlloc allocation (page-aligned, whole); `fd` is
+        // the out-parameter of the DMA-BUF handle type.
+        unsafe {
+            sys::cuMemGetHandleForAddressRange(
+                (&mut fd as *mut std::ffi::c_int).cast(),
+                ptr,
+                len,
+                sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                0,
+            )
+        },
+        "exporting the GPU heap as a DMA-BUF",
+        me,
+    )?;
+    // SAFETY: a fresh fd that the driver handed to us.
+    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+}
+
 impl Drop for HostAlloc {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
@@ -300,7 +347,10 @@ pub struct Gpu {
     // IPC mappings, then the memory.
     proxy: Mutex<Option<Proxy>>,
     _ipc: Vec<IpcMapping>,
-    _landing: HostAlloc,
+    /// The host-staged path's landing area (None when the heap is registered by DMA-BUF).
+    _landing: Option<HostAlloc>,
+    /// The heap's DMA-BUF, while registered.
+    _dmabuf: Option<std::os::fd::OwnedFd>,
     _misc: DevAlloc,
     _heap: DevAlloc,
     ring: Arc<Ring>,
@@ -314,6 +364,7 @@ pub struct Gpu {
     state: DeviceState,
     peers: Vec<u64>,
     pub(crate) alloc: Mutex<Allocator>,
+    registered: bool,
     ordinal: usize,
     me: usize,
     health: Arc<Health>,
@@ -490,48 +541,12 @@ impl Gpu {
             me,
         )?;
 
-        // The GPU's ring and its proxy (host-staged path to every PE not mapped above).
+        // The GPU's ring and its proxy (to every PE not mapped above: RMA into a DMA-BUF
+        // registration where the provider offers it, else the host-staged path).
         let (ring, ring_handle) =
             cuda::gpu_ring(&ctx, ring_slots).map_err(cuda_err("creating the GPU ring"))?;
         health.watch([ring.clone()]);
-        let chunk = pcfg.staging_chunk.max(4096);
-        let landing_len = n * landing_slots.max(1) * chunk;
-        let mut lptr: *mut c_void = std::ptr::null_mut();
-        check(
-            // SAFETY: out-pointer for a fresh pinned allocation.
-            unsafe {
-                sys::cuMemHostAlloc(
-                    &mut lptr,
-                    landing_len,
-                    sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP,
-                )
-            },
-            "allocating the landing area",
-            me,
-        )?;
-        let landing = HostAlloc {
-            ctx: ctx.clone(),
-            ptr: lptr,
-            len: landing_len,
-        };
-        let mut cell: *mut c_void = std::ptr::null_mut();
-        check(
-            // SAFETY: out-pointer for a fresh pinned 64-byte allocation.
-            unsafe {
-                sys::cuMemHostAlloc(
-                    &mut cell,
-                    64,
-                    sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP,
-                )
-            },
-            "allocating the AMO result cell",
-            me,
-        )?;
-        let result = HostAlloc {
-            ctx: ctx.clone(),
-            ptr: cell,
-            len: 64,
-        };
+        let result = HostAlloc::pinned(&ctx, 64, me)?;
         let runtime = cuda::load(&ctx, pshmem_kernels::RUNTIME)
             .map_err(cuda_err("loading the runtime kernels"))?;
         let amo = runtime
@@ -543,29 +558,62 @@ impl Gpu {
                 what: "opening the GPU proxy's transport",
                 source: Box::new(source),
             })?;
-        // SAFETY: a view of the landing area, which outlives the proxy (field order of Gpu).
-        let lview = unsafe { HeapMem::new(lptr.cast(), landing.len) };
-        // SAFETY: as above: registered memory outlives the transport, owned by the proxy.
-        let landing_mr = unsafe {
-            t.mr_reg(LocalMem {
-                ptr: lptr.cast(),
-                len: landing.len,
-                kind: MemKind::Host,
-            })
-        }
-        .map_err(|source| Error::Transport {
-            me,
-            what: "registering the GPU landing area",
-            source: Box::new(source),
-        })?;
-        let remotes =
-            pshmem_transport::exchange_mr(t.as_mut(), bs, landing_mr).map_err(|source| {
-                Error::Transport {
-                    me,
-                    what: "exchanging GPU landing registrations",
-                    source: Box::new(source),
-                }
-            })?;
+        let terr = |what: &'static str| {
+            move |source| Error::Transport {
+                me,
+                what,
+                source: Box::new(source),
+            }
+        };
+        // Where the provider registers GPU memory by DMA-BUF (and every PE's GPU exports it),
+        // the heap itself is registered and data moves by RMA; otherwise host staging.
+        let dmabuf = t.caps().gpu_memory
+            && t.caps().dmabuf
+            && ctx
+                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
+                .is_ok_and(|v| v == 1);
+        let registered = bs
+            .allgather(&[u8::from(dmabuf)])?
+            .iter()
+            .all(|v| v.first() == Some(&1));
+        let (region, mr, landing, dmabuf_fd) = if registered {
+            let fd = export_dmabuf(heap.ptr, heap_len, me)?;
+            // SAFETY: a view of the GPU heap for the transport's bookkeeping; the proxy never
+            // dereferences it in GPU mode (copies and AMOs go through the device), and the heap
+            // outlives the proxy (field order of Gpu).
+            let view = unsafe { HeapMem::new(heap.ptr as *mut u8, heap_len) };
+            // SAFETY: the heap outlives the transport, owned by the proxy (field order).
+            let mr = unsafe {
+                t.mr_reg(LocalMem {
+                    ptr: heap.ptr as *mut u8,
+                    len: heap_len,
+                    kind: MemKind::Cuda {
+                        device: ordinal as i32,
+                        dmabuf_fd: Some(std::os::fd::AsRawFd::as_raw_fd(&fd)),
+                        dmabuf_offset: 0,
+                    },
+                })
+            }
+            .map_err(terr("registering the GPU heap (DMA-BUF)"))?;
+            (view, mr, None, Some(fd))
+        } else {
+            let chunk = pcfg.staging_chunk.max(4096);
+            let landing = HostAlloc::pinned(&ctx, n * landing_slots.max(1) * chunk, me)?;
+            // SAFETY: a view of the landing area, which outlives the proxy (field order).
+            let view = unsafe { HeapMem::new(landing.ptr.cast(), landing.len) };
+            // SAFETY: as above: registered memory outlives the transport, owned by the proxy.
+            let mr = unsafe {
+                t.mr_reg(LocalMem {
+                    ptr: landing.ptr.cast(),
+                    len: landing.len,
+                    kind: MemKind::Host,
+                })
+            }
+            .map_err(terr("registering the GPU landing area"))?;
+            (view, mr, Some(landing), None)
+        };
+        let remotes = pshmem_transport::exchange_mr(t.as_mut(), bs, mr)
+            .map_err(terr("exchanging GPU heap registrations"))?;
         let dev = CudaDeviceMem {
             ctx: ctx.clone(),
             stream: None,
@@ -578,11 +626,12 @@ impl Gpu {
             format!("pshmem-gpu-proxy-{me}"),
             ProxySetup {
                 transport: t,
-                heap: lview,
-                heap_mr: landing_mr,
+                heap: region,
+                heap_mr: mr,
                 remote_heaps: remotes,
                 channels: vec![ring.clone()],
                 device: Some(Box::new(dev)),
+                device_registered: registered,
             },
             pcfg,
             health.clone(),
@@ -611,6 +660,7 @@ impl Gpu {
             proxy: Mutex::new(Some(proxy)),
             _ipc: ipc,
             _landing: landing,
+            _dmabuf: dmabuf_fd,
             _misc: misc,
             _heap: heap,
             ring,
@@ -625,6 +675,7 @@ impl Gpu {
             state,
             peers,
             alloc: Mutex::new(Allocator::new(heap_len as u64)),
+            registered,
             ordinal,
             me,
             health,
@@ -653,6 +704,16 @@ impl Gpu {
     /// the proxy.
     pub fn is_direct(&self, pe: usize) -> bool {
         self.peers.get(pe).is_some_and(|&p| p != 0)
+    }
+
+    /// How PEs that are not mapped are reached: "dmabuf" (RMA into the registered GPU heap) or
+    /// "host-staged".
+    pub fn remote_path(&self) -> &'static str {
+        if self.registered {
+            "dmabuf"
+        } else {
+            "host-staged"
+        }
     }
 
     /// The device address of this PE's copy of a symmetric object.

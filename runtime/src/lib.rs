@@ -218,12 +218,27 @@ impl Pshmem {
         let mut transport = String::new();
         // The host-staged GPU path on a host heap (tests of its protocol without a GPU): each
         // proxy registers a landing area instead of the heap.
-        let emulate = pshmem_bootstrap::env::EMULATE_GPU_HEAP.bool()?;
+        // "registered": the heap registered as a GPU heap would be by DMA-BUF.
+        let emulate_mode = pshmem_bootstrap::env::EMULATE_GPU_HEAP.value();
+        let registered = emulate_mode == "registered";
+        let emulate = registered
+            || match emulate_mode.as_str() {
+                "0" | "" => false,
+                "1" | "staged" => true,
+                other => {
+                    return Err(Error::Config {
+                        me,
+                        detail: format!(
+                            "PSHMEM_EMULATE_GPU_HEAP={other}: expected 0, 1 (staged) or registered"
+                        ),
+                    });
+                }
+            };
         let mut landings = Vec::new();
         for _ in 0..cfg.proxy_threads {
             let mut t = pshmem_transport::open_from_env_on(&bs, &rails)
                 .map_err(terr("opening the transport"))?;
-            let region = if emulate {
+            let region = if emulate && !registered {
                 let slots = pshmem_bootstrap::env::GPU_LANDING_SLOTS.usize()?.max(1);
                 let m = Mapping::anonymous(me, n * slots * cfg.proxy.staging_chunk.max(4096))?;
                 let v = m.view();
@@ -296,6 +311,7 @@ impl Pshmem {
                         Box::new(pshmem_proxy::mem::HostDevice::new(mem))
                             as Box<dyn pshmem_proxy::DeviceMem>
                     }),
+                    device_registered: registered,
                 },
                 pc,
                 health.clone(),

@@ -208,7 +208,7 @@ fn a_dead_peer_fails_barrier_quiet_and_wait_within_5s_on_the_simulated_fabric() 
 /// slots, target-side copies and AMOs, gates for put-with-signal and fence.
 fn staged(provider: &'static str) -> Vec<(&'static str, &'static str)> {
     let mut v = proxied(provider);
-    v.push(("PSHMEM_EMULATE_GPU_HEAP", "1"));
+    v.push(("PSHMEM_EMULATE_GPU_HEAP", "staged"));
     // Small slots: multi-chunk transfers and running out of landing credits are exercised.
     v.push(("PSHMEM_STAGING_CHUNK", "65536"));
     v.push(("PSHMEM_GPU_LANDING_SLOTS", "2"));
@@ -221,6 +221,19 @@ fn the_host_staged_gpu_path_matches_the_direct_path_over_tcp_and_the_reordering_
         let direct = ops(n, &[("PSHMEM_PROVIDER", "tcp")]);
         assert_eq!(ops(n, &staged("tcp")), direct, "{n} PEs, staged over tcp");
         assert_eq!(ops(n, &staged("sim")), direct, "{n} PEs, staged over sim");
+    }
+}
+
+/// A GPU heap registered with the transport (as by DMA-BUF) on a host heap standing in for it:
+/// data by RMA into the heap, AMOs, signals (tagged on the reordering fabric), self operations
+/// and raw-address staging through the device interface.
+#[test]
+fn the_registered_gpu_heap_path_matches_the_direct_path_over_tcp_and_the_reordering_fabric() {
+    let direct = ops(4, &[("PSHMEM_PROVIDER", "tcp")]);
+    for provider in ["tcp", "sim"] {
+        let mut env = proxied(provider);
+        env.push(("PSHMEM_EMULATE_GPU_HEAP", "registered"));
+        assert_eq!(ops(4, &env), direct, "registered over {provider}");
     }
 }
 

@@ -336,7 +336,7 @@ fn main() {
                 let doc = serde_json::json!({
                     "benchmark": "pshmem-perf", "mode": "device", "machine": machine(),
                     "n_pes": s.n_pes(),
-                    "path": if g.is_direct(1) { "nvlink" } else { "staged-proxy" },
+                    "path": if g.is_direct(1) { "nvlink" } else { g.remote_path() },
                     "transport": s.transport_name(), "samples": plan.samples,
                     "reps": plan.reps, "results": out,
                 });

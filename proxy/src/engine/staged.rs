@@ -28,7 +28,7 @@
 
 use std::collections::VecDeque;
 
-use pshmem_gpu_queue::{Desc, Local, layout::error as code};
+use pshmem_gpu_queue::{AmoOp, Desc, Local, layout::error as code};
 use pshmem_transport::{LocalRef, PostError, RemoteRef};
 
 use super::{Engine, OpRef, Part, SEND, Work};
@@ -53,12 +53,18 @@ pub(super) fn is_stage_ctx(ctx: u64) -> bool {
 const KIND_PUT: u64 = 1;
 const KIND_REPLY: u64 = 2;
 
-/// Staged-path state of a proxy whose PE's heap is GPU memory.
+/// The GPU heap of a proxy's PE, and the host-staged path's state when the heap is not
+/// registered with the transport.
 pub(crate) struct Staged {
-    pub(super) dev: Box<dyn DeviceMem>,
+    dev: Box<dyn DeviceMem>,
     /// Device address and length of this PE's GPU heap.
     base: u64,
     len: u64,
+    /// The host-staged path (None: the GPU heap is registered, data moves by RMA).
+    landing: Option<Landing>,
+}
+
+struct Landing {
     slot: usize,
     per_group: u32,
     /// Free slots of this PE's group at each PE (at this PE itself: reply slots for gets).
@@ -68,35 +74,40 @@ pub(crate) struct Staged {
 }
 
 impl Staged {
-    /// `landing_len` bytes of landing area, `slot` bytes per slot.
+    /// A GPU heap reached through `dev`; with `landing_len` bytes of landing area (`slot` bytes
+    /// per slot) for the host-staged path, or none when the heap itself is registered.
     pub(crate) fn new(
         dev: Box<dyn DeviceMem>,
-        landing_len: usize,
+        landing_len: Option<usize>,
         slot: usize,
         n: usize,
     ) -> Result<Self, String> {
-        let per_group = landing_len / slot.max(1) / n.max(1);
-        if slot <= HDR || per_group == 0 {
-            return Err(format!(
-                "a landing area of {landing_len} bytes cannot hold {n} groups of {slot}-byte slots"
-            ));
-        }
+        let landing = match landing_len {
+            None => None,
+            Some(bytes) => {
+                let per_group = bytes / slot.max(1) / n.max(1);
+                if slot <= HDR || per_group == 0 {
+                    return Err(format!(
+                        "a landing area of {bytes} bytes cannot hold {n} groups of {slot}-byte slots"
+                    ));
+                }
+                Some(Landing {
+                    slot,
+                    per_group: per_group.min(u32::MAX as usize) as u32,
+                    free: (0..n)
+                        .map(|_| (0..per_group as u32).rev().collect())
+                        .collect(),
+                    waiting: VecDeque::new(),
+                })
+            }
+        };
         let (base, len) = dev.heap();
         Ok(Self {
             dev,
             base,
             len,
-            slot,
-            per_group: per_group.min(u32::MAX as usize) as u32,
-            free: (0..n)
-                .map(|_| (0..per_group as u32).rev().collect())
-                .collect(),
-            waiting: VecDeque::new(),
+            landing,
         })
-    }
-
-    fn landing_offset(&self, group: u32, slot: u32) -> usize {
-        (group as usize * self.per_group as usize + slot as usize) * self.slot
     }
 
     fn check(&self, off: u64, len: u64) -> Result<u64, MemError> {
@@ -110,12 +121,53 @@ impl Staged {
         }
     }
 
-    fn check_aligned(&self, off: u64, width: u64) -> Result<u64, MemError> {
-        let a = self.check(off, width)?;
+    /// An AMO at heap offset `off`, by the GPU.
+    pub(super) fn amo(
+        &mut self,
+        off: u64,
+        wide: bool,
+        op: AmoOp,
+        operand: u64,
+        compare: u64,
+    ) -> Result<u64, MemError> {
+        let width = if wide { 8 } else { 4 };
+        let at = self.check(off, width)?;
         if off % width != 0 {
             return Err(MemError::Misaligned { offset: off, width });
         }
-        Ok(a)
+        self.dev
+            .amo(at, op, wide, operand, compare)
+            .map_err(|detail| MemError::Device { detail })
+    }
+
+    /// A copy between device or host addresses.
+    ///
+    /// # Safety
+    /// As [`DeviceMem::copy`].
+    pub(super) unsafe fn copy(&mut self, dst: u64, src: u64, len: usize) -> Result<(), MemError> {
+        // SAFETY: forwarded.
+        unsafe { self.dev.copy(dst, src, len) }.map_err(|detail| MemError::Device { detail })
+    }
+
+    /// A descriptor's local side as a heap offset where it lies in the GPU heap (registered
+    /// mode: RMA straight from the registration).
+    fn localize(&self, l: Local, len: u64) -> Local {
+        match l {
+            Local::Raw(a) if a >= self.base && a.saturating_add(len) <= self.base + self.len => {
+                Local::Heap(a - self.base)
+            }
+            other => other,
+        }
+    }
+
+    fn landing(&mut self) -> &mut Landing {
+        self.landing.as_mut().expect("host-staged path")
+    }
+}
+
+impl Landing {
+    fn offset(&self, group: u32, slot: u32) -> usize {
+        (group as usize * self.per_group as usize + slot as usize) * self.slot
     }
 }
 
@@ -129,7 +181,11 @@ fn header(id: u64, addr: u64, len: u64, kind: u64) -> [u8; HDR] {
 
 impl Engine {
     fn st(&mut self) -> &mut Staged {
-        self.staged.as_mut().expect("staged mode")
+        self.staged.as_mut().expect("GPU heap")
+    }
+
+    fn ld(&mut self) -> &mut Landing {
+        self.st().landing()
     }
 
     /// The device or host address of a descriptor's local side.
@@ -140,8 +196,30 @@ impl Engine {
         }
     }
 
-    /// `accept` for a GPU heap on the staged path.
-    pub(super) fn accept_staged(&mut self, chan: u16, seq: u64, d: Desc) {
+    /// Whether this PE's heap is GPU memory reached through host staging.
+    pub(super) fn staging_path(&self) -> bool {
+        self.staged.as_ref().is_some_and(|s| s.landing.is_some())
+    }
+
+    /// `accept` for a GPU heap: operations on itself (by the GPU), and on the staged path the
+    /// data operations. Returns false for what the common path handles (fence, AMOs, signals;
+    /// everything but the PE itself in registered mode, with local sides in the heap turned
+    /// into offsets), after rewriting `d`.
+    pub(super) fn accept_staged(&mut self, chan: u16, seq: u64, d: &mut Desc) -> bool {
+        let d = match self.staging_path() {
+            true => *d,
+            false if d.pe() == Some(self.me) => *d,
+            false => {
+                let st = self.staged.as_ref().expect("GPU heap");
+                match d {
+                    Desc::Put { local, len, .. }
+                    | Desc::Get { local, len, .. }
+                    | Desc::PutSignal { local, len, .. } => *local = st.localize(*local, *len),
+                    _ => {}
+                }
+                return false;
+            }
+        };
         if d.pe() == Some(self.me) {
             let r = self.apply_local_staged(&d);
             match r {
@@ -152,23 +230,15 @@ impl Engine {
                     format!("PE {}: {d:?} on itself: {e}", self.me),
                 ),
             }
-            return;
+            return true;
         }
         let empty = matches!(d, Desc::Put { len: 0, .. } | Desc::Get { len: 0, .. });
         if empty {
             self.chans[chan as usize].done.finish(seq);
-            return;
+            return true;
         }
         match d {
-            Desc::Fence => {
-                for pe in 0..self.n as u32 {
-                    let q = &self.chans[chan as usize].queues[pe as usize];
-                    if q.outstanding > 0 || !q.work.is_empty() {
-                        self.enqueue(chan, pe, Work::Gate);
-                    }
-                }
-                self.chans[chan as usize].done.finish(seq);
-            }
+            Desc::Fence | Desc::Amo { .. } | Desc::Signal { .. } => return false,
             Desc::Put {
                 pe,
                 remote,
@@ -232,49 +302,6 @@ impl Engine {
                     },
                 );
             }
-            Desc::Amo {
-                pe,
-                remote,
-                op: aop,
-                wide,
-                operand,
-                compare,
-                result,
-            } => {
-                let op = if result == 0 {
-                    OpRef::Fast(seq)
-                } else {
-                    self.new_op(chan, seq, result)
-                };
-                self.enqueue(
-                    chan,
-                    pe,
-                    Work::Amo {
-                        op,
-                        remote,
-                        aop,
-                        wide,
-                        operand,
-                        compare,
-                    },
-                );
-            }
-            Desc::Signal {
-                pe,
-                remote,
-                value,
-                op: sop,
-            } => self.enqueue(
-                chan,
-                pe,
-                Work::Signal {
-                    op: OpRef::Fast(seq),
-                    remote,
-                    value,
-                    sop,
-                    tag: None,
-                },
-            ),
             Desc::PutSignal {
                 pe,
                 remote,
@@ -316,35 +343,37 @@ impl Engine {
                 );
             }
         }
+        true
     }
 
-    /// An operation on this PE's own GPU heap, at once and in order.
-    fn apply_local_staged(&mut self, d: &Desc) -> Result<(), String> {
+    /// An operation on this PE's own GPU heap, at once and in order (by the GPU).
+    fn apply_local_staged(&mut self, d: &Desc) -> Result<(), MemError> {
         let st = self.st();
-        let err = |e: MemError| e.to_string();
+        let local = |st: &Staged, l: Local, len: u64| match l {
+            Local::Heap(o) => st.check(o, len),
+            Local::Raw(a) => Ok(a),
+        };
         match *d {
             Desc::Put {
-                remote, local, len, ..
+                remote,
+                local: l,
+                len,
+                ..
             } => {
-                let dst = st.check(remote, len).map_err(err)?;
-                let src = match local {
-                    Local::Heap(o) => st.check(o, len).map_err(err)?,
-                    Local::Raw(a) => a,
-                };
+                let (dst, src) = (st.check(remote, len)?, local(st, l, len)?);
                 // SAFETY: the destination is inside the heap (checked); the producer keeps the
                 // source valid until the operation completes.
-                unsafe { st.dev.copy(dst, src, len as usize) }
+                unsafe { st.copy(dst, src, len as usize) }
             }
             Desc::Get {
-                remote, local, len, ..
+                remote,
+                local: l,
+                len,
+                ..
             } => {
-                let src = st.check(remote, len).map_err(err)?;
-                let dst = match local {
-                    Local::Heap(o) => st.check(o, len).map_err(err)?,
-                    Local::Raw(a) => a,
-                };
+                let (src, dst) = (st.check(remote, len)?, local(st, l, len)?);
                 // SAFETY: as above, the other way round.
-                unsafe { st.dev.copy(dst, src, len as usize) }
+                unsafe { st.copy(dst, src, len as usize) }
             }
             Desc::P {
                 remote,
@@ -352,10 +381,10 @@ impl Engine {
                 width,
                 ..
             } => {
-                let dst = st.check(remote, u64::from(width)).map_err(err)?;
+                let dst = st.check(remote, u64::from(width))?;
                 let v = value.to_le_bytes();
                 // SAFETY: the destination is inside the heap; `v` is live.
-                unsafe { st.dev.copy(dst, v.as_ptr() as u64, width as usize) }
+                unsafe { st.copy(dst, v.as_ptr() as u64, width as usize) }
             }
             Desc::Amo {
                 remote,
@@ -366,42 +395,31 @@ impl Engine {
                 result,
                 ..
             } => {
-                let at = st
-                    .check_aligned(remote, if wide { 8 } else { 4 })
-                    .map_err(err)?;
-                let old = st.dev.amo(at, op, wide, operand, compare)?;
+                let old = st.amo(remote, wide, op, operand, compare)?;
                 if result != 0 {
                     let v = old.to_le_bytes();
                     // SAFETY: the producer keeps the result cell valid until the operation
                     // completes (API contract), which is after this write.
-                    unsafe { st.dev.copy(result, v.as_ptr() as u64, 8) }?;
+                    unsafe { st.copy(result, v.as_ptr() as u64, 8) }?;
                 }
                 Ok(())
             }
             Desc::Signal {
                 remote, value, op, ..
-            } => {
-                let at = st.check_aligned(remote, 8).map_err(err)?;
-                st.dev.amo(at, op.as_amo(), true, value, 0).map(|_| ())
-            }
+            } => st.amo(remote, true, op.as_amo(), value, 0).map(|_| ()),
             Desc::PutSignal {
                 remote,
-                local,
+                local: l,
                 len,
                 sig,
                 value,
                 op,
                 ..
             } => {
-                let dst = st.check(remote, len).map_err(err)?;
-                let at = st.check_aligned(sig, 8).map_err(err)?;
-                let src = match local {
-                    Local::Heap(o) => st.check(o, len).map_err(err)?,
-                    Local::Raw(a) => a,
-                };
+                let (dst, src) = (st.check(remote, len)?, local(st, l, len)?);
                 // SAFETY: as for Put.
-                unsafe { st.dev.copy(dst, src, len as usize) }?;
-                st.dev.amo(at, op.as_amo(), true, value, 0).map(|_| ())
+                unsafe { st.copy(dst, src, len as usize) }?;
+                st.amo(sig, true, op.as_amo(), value, 0).map(|_| ())
             }
             Desc::Fence => Ok(()),
         }
@@ -422,13 +440,13 @@ impl Engine {
                     if self.inflight >= self.cfg.max_inflight {
                         return Err(());
                     }
-                    let payload = (self.st().slot - HDR).min(self.staging.chunk - HDR) as u64;
+                    let payload = (self.ld().slot - HDR).min(self.staging.chunk - HDR) as u64;
                     let n = (*len - *issued).min(payload);
-                    let Some(slot) = self.st().free[pe as usize].pop() else {
+                    let Some(slot) = self.ld().free[pe as usize].pop() else {
                         return Err(());
                     };
                     let Some(ch) = self.staging.free.pop() else {
-                        self.st().free[pe as usize].push(slot);
+                        self.ld().free[pe as usize].push(slot);
                         return Err(());
                     };
                     let part = self.parts.insert(Part {
@@ -468,7 +486,7 @@ impl Engine {
                     let me = self.me;
                     let rref = RemoteRef {
                         mr: self.remote[pe as usize],
-                        offset: self.st().landing_offset(me, slot) as u64,
+                        offset: self.ld().offset(me, slot) as u64,
                     };
                     let data = u64::from(self.me) << 32 | u64::from(slot);
                     // SAFETY: the chunk stays untouched until the write completes (its
@@ -492,7 +510,7 @@ impl Engine {
                         Err(PostError::Retry) => {
                             self.parts.remove(part);
                             self.staging.free.push(ch);
-                            self.st().free[pe as usize].push(slot);
+                            self.ld().free[pe as usize].push(slot);
                             return Err(());
                         }
                         Err(e) => {
@@ -514,10 +532,10 @@ impl Engine {
                     if self.inflight >= self.cfg.max_inflight {
                         return Err(());
                     }
-                    let payload = (self.st().slot - HDR) as u64;
+                    let payload = (self.ld().slot - HDR) as u64;
                     let n = (*len - *issued).min(payload);
                     let me = self.me as usize;
-                    let Some(slot) = self.st().free[me].pop() else {
+                    let Some(slot) = self.ld().free[me].pop() else {
                         return Err(());
                     };
                     let part = self.parts.insert(Part {
@@ -539,7 +557,7 @@ impl Engine {
                     let msg = crate::wire::encode_request(self.me, &req);
                     let r = self.t.send(pe as usize, &msg, SEND | part);
                     if !self.posted(r, part, pe, "staged get")? {
-                        self.st().free[me].push(slot);
+                        self.ld().free[me].push(slot);
                         return Err(());
                     }
                     *issued += n;
@@ -566,67 +584,34 @@ impl Engine {
         }
     }
 
-    /// A peer's request against this PE's GPU heap.
+    /// A peer's staged store or get request against this PE's GPU heap.
     pub(super) fn serve_staged(&mut self, src: u32, req: Request) {
         let st = self.st();
-        let r: Result<u64, MemError> = match req.kind {
-            RequestKind::Amo { op, wide } => {
-                match st.check_aligned(req.offset, if wide { 8 } else { 4 }) {
-                    Ok(at) => match st.dev.amo(at, op, wide, req.operand, req.compare) {
-                        Ok(v) => Ok(v),
-                        Err(e) => return self.device_fault(src, e),
-                    },
-                    Err(e) => Err(e),
-                }
-            }
-            RequestKind::Signal { op, .. } => match st.check_aligned(req.offset, 8) {
-                Ok(at) => match st.dev.amo(at, op.as_amo(), true, req.operand, 0) {
-                    Ok(_) => Ok(0),
-                    Err(e) => return self.device_fault(src, e),
-                },
-                Err(e) => Err(e),
-            },
-            RequestKind::Store { width } => match st.check(req.offset, u64::from(width)) {
-                Ok(at) => {
-                    let v = req.operand.to_le_bytes();
-                    // SAFETY: inside the heap (checked); `v` is live.
-                    match unsafe { st.dev.copy(at, v.as_ptr() as u64, width as usize) } {
-                        Ok(()) => Ok(0),
-                        Err(e) => return self.device_fault(src, e),
-                    }
-                }
-                Err(e) => Err(e),
-            },
-            RequestKind::GetData { .. } => {
-                if let Err(e) = st.check(req.offset, req.operand) {
-                    Err(e)
-                } else {
-                    st.waiting.push_back((src, req));
+        let r = match req.kind {
+            RequestKind::Store { width } => st.check(req.offset, u64::from(width)).and_then(|at| {
+                let v = req.operand.to_le_bytes();
+                // SAFETY: inside the heap (checked); `v` is live.
+                unsafe { st.copy(at, v.as_ptr() as u64, width as usize) }.map(|()| 0)
+            }),
+            RequestKind::GetData { .. } => match st.check(req.offset, req.operand) {
+                Ok(_) => {
+                    st.landing().waiting.push_back((src, req));
                     self.serve_waiting();
                     return;
                 }
-            }
+                Err(e) => Err(e),
+            },
+            _ => unreachable!("served by the common path"),
         };
         self.ack(src, req.id, r);
-    }
-
-    fn device_fault(&mut self, src: u32, e: String) {
-        self.fault(
-            code::OP_FAILED,
-            Some(self.me as usize),
-            format!(
-                "PE {}: applying a request of PE {src} to the GPU heap: {e}",
-                self.me
-            ),
-        );
     }
 
     /// Serves waiting get requests while staging chunks and the transport allow.
     pub(super) fn serve_waiting(&mut self) -> usize {
         let mut served = 0;
-        while let Some(&(src, req)) = self.st().waiting.front() {
+        while let Some(&(src, req)) = self.ld().waiting.front() {
             let RequestKind::GetData { slot } = req.kind else {
-                self.st().waiting.pop_front();
+                self.ld().waiting.pop_front();
                 continue;
             };
             let Some(ch) = self.staging.free.pop() else {
@@ -640,9 +625,9 @@ impl Engine {
             unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), at, HDR) };
             let src_addr = self.st().base + req.offset;
             // SAFETY: the source is inside the heap (checked when queued); the chunk is ours.
-            if let Err(e) = unsafe { self.st().dev.copy(at as u64 + HDR as u64, src_addr, n) } {
+            if let Err(e) = unsafe { self.st().copy(at as u64 + HDR as u64, src_addr, n) } {
                 self.staging.free.push(ch);
-                self.device_fault(src, e);
+                self.mem_fault(src, e);
                 return served;
             }
             let lref = LocalRef {
@@ -651,7 +636,7 @@ impl Engine {
             };
             let rref = RemoteRef {
                 mr: self.remote[src as usize],
-                offset: self.st().landing_offset(src, slot) as u64,
+                offset: self.ld().offset(src, slot) as u64,
             };
             let data = u64::from(src) << 32 | u64::from(slot);
             // SAFETY: the chunk stays untouched until the write completes.
@@ -667,7 +652,7 @@ impl Engine {
             };
             match r {
                 Ok(()) => {
-                    self.st().waiting.pop_front();
+                    self.ld().waiting.pop_front();
                     served += 1;
                 }
                 Err(PostError::Retry) => {
@@ -693,11 +678,11 @@ impl Engine {
     pub(super) fn landed(&mut self, data: u64) {
         let (group, slot) = ((data >> 32) as u32 & 0xf_ffff, data as u32);
         let n = self.n;
-        let st = self.st();
-        let off = st.landing_offset(group, slot);
+        let ld = self.ld();
+        let (off, per_group, payload_max) = (ld.offset(group, slot), ld.per_group, ld.slot - HDR);
         let mut h = [0u8; HDR];
         if group as usize >= n
-            || slot >= st.per_group
+            || slot >= per_group
             // SAFETY: `h` is a live buffer of HDR bytes; the range is checked by the call.
             || unsafe { self.heap.read_to_raw(off as u64, h.as_mut_ptr(), HDR) }.is_err()
         {
@@ -711,7 +696,7 @@ impl Engine {
         let w = |i: usize| u64::from_le_bytes(h[i * 8..i * 8 + 8].try_into().expect("8"));
         let (id, addr, len, kind) = (w(0), w(1), w(2), w(3));
         let payload = self.heap.base() as u64 + (off + HDR) as u64;
-        if len as usize > self.st().slot - HDR {
+        if len as usize > payload_max {
             self.fault(
                 code::OP_FAILED,
                 Some(group as usize),
@@ -725,24 +710,18 @@ impl Engine {
         match kind {
             KIND_PUT => {
                 let st = self.st();
-                let r = match st.check(addr, len) {
-                    Ok(dst) => {
-                        // SAFETY: the destination is inside the GPU heap; the payload is in
-                        // the landing slot, which the initiator does not reuse before our ack.
-                        match unsafe { st.dev.copy(dst, payload, len as usize) } {
-                            Ok(()) => Ok(0),
-                            Err(e) => return self.device_fault(group, e),
-                        }
-                    }
-                    Err(e) => Err(e),
-                };
-                self.ack(group, id, r);
+                // SAFETY: the destination is inside the GPU heap (checked); the payload is in
+                // the landing slot, which the initiator does not reuse before our ack.
+                let r = st
+                    .check(addr, len)
+                    .and_then(|dst| unsafe { st.copy(dst, payload, len as usize) });
+                self.ack(group, id, r.map(|()| 0));
             }
             KIND_REPLY => {
                 // SAFETY: the destination is the initiator's own (its producer keeps it valid
                 // until the operation completes); the payload is in our own slot.
-                if let Err(e) = unsafe { self.st().dev.copy(addr, payload, len as usize) } {
-                    self.device_fault(group, e);
+                if let Err(e) = unsafe { self.st().copy(addr, payload, len as usize) } {
+                    self.mem_fault(group, e);
                     return;
                 }
                 self.part_done(id, None);
@@ -757,27 +736,14 @@ impl Engine {
 
     /// A finished part's landing slot returns to its free list.
     pub(super) fn free_landing(&mut self, owner: u32, slot: u32) {
-        if let Some(st) = self.staged.as_mut() {
-            st.free[owner as usize].push(slot);
-        }
-    }
-
-    /// Writes a fetched value to a result cell: through the device in staged mode.
-    pub(super) fn write_result_staged(&mut self, addr: u64, v: u64) {
-        let b = v.to_le_bytes();
-        // SAFETY: the producer keeps the result cell valid until the operation completes
-        // (API contract), which is after this write.
-        if let Err(e) = unsafe { self.st().dev.copy(addr, b.as_ptr() as u64, 8) } {
-            self.fault(
-                code::OP_FAILED,
-                Some(self.me as usize),
-                format!("PE {}: writing an AMO result: {e}", self.me),
-            );
-        }
+        self.ld().free[owner as usize].push(slot);
     }
 
     /// Whether staged work is still pending (waiting get requests).
     pub(super) fn staged_busy(&self) -> bool {
-        self.staged.as_ref().is_some_and(|s| !s.waiting.is_empty())
+        self.staged
+            .as_ref()
+            .and_then(|s| s.landing.as_ref())
+            .is_some_and(|l| !l.waiting.is_empty())
     }
 }

@@ -113,9 +113,10 @@ pub fn ops_rank(s: &Pshmem) -> R<()> {
         st: g.stream().clone(),
     };
     println!(
-        "INFO pe={me} device={} peer={peer} direct={} transport={}",
+        "INFO pe={me} device={} peer={peer} direct={} remote_path={} transport={}",
         g.ordinal(),
         g.is_direct(peer),
+        g.remote_path(),
         s.transport_name().replace(' ', "_")
     );
 
