@@ -37,6 +37,11 @@ pub fn probe() -> std::result::Result<(), String> {
     }
 }
 
+/// Device-side error codes (PSHMEM_DEV_ERROR_* in device.cuh), beside the ring's.
+const DEV_ERROR_BAD_ADDRESS: u32 = 16;
+const DEV_ERROR_NO_CELLS: u32 = 17;
+const DEV_ERROR_TIMEOUT: u32 = 18;
+
 /// Result cells for ring gets and fetching AMOs (each claimed by one thread at a time).
 const CELLS: usize = 4096;
 
@@ -913,18 +918,18 @@ impl Gpu {
                 pe,
                 detail,
             },
-            16 => Error::OpFailed {
+            DEV_ERROR_BAD_ADDRESS => Error::OpFailed {
                 me: self.me,
                 op,
                 pe,
                 detail: "a device call used an address outside the GPU symmetric heap".into(),
             },
-            18 => Error::Timeout {
+            DEV_ERROR_TIMEOUT => Error::Timeout {
                 me: self.me,
                 op,
                 waited: std::time::Duration::from_nanos(self.state.timeout_ns),
             },
-            17 => Error::OpFailed {
+            DEV_ERROR_NO_CELLS => Error::OpFailed {
                 me: self.me,
                 op,
                 pe,
