@@ -58,3 +58,12 @@ extern "C" __global__ void perf_barrier(int iters, unsigned long long *ns) {
     for (int i = 0; i < iters; ++i) pshmem_barrier_all();
     *ns = pshmem_i_now() - t0;
 }
+
+/* Keeps the GPU busy for `ns` nanoseconds. Launched before a timed kernel's start event, so the
+ * event is processed only after the host has enqueued the timed kernel: host-side launch costs
+ * then stay out of the measurement (both harnesses of the comparison do the same). */
+extern "C" __global__ void perf_spin(unsigned long long ns) {
+    uint64_t t0 = pshmem_i_now();
+    while (pshmem_i_now() - t0 < ns) {
+    }
+}

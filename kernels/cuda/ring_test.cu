@@ -80,3 +80,20 @@ extern "C" __global__ void pshmem_ring_rate(pshmem_ring_device_t r, unsigned int
     if (!err) err = pshmem_ring_quiet(&r);
     status[warp] = err;
 }
+
+/* The physical floor of a GPU -> CPU -> GPU exchange through pinned host memory: the GPU stores
+ * i into `to_cpu` (release, system scope), a CPU thread that spins on it stores i into
+ * `to_gpu`, and the GPU spins (acquire) until it sees i. One thread; cycles per round trip go
+ * to `cycles[i]`. The CPU side stops when it reads ~0. */
+extern "C" __global__ void pshmem_mailbox(unsigned long long *to_cpu, unsigned long long *to_gpu,
+                                          unsigned long long iters,
+                                          unsigned long long *cycles) {
+    for (uint64_t i = 1; i <= iters; ++i) {
+        uint64_t t0 = clock64();
+        pshmem_st_release_sys_u64((uint64_t *)to_cpu, i);
+        while (pshmem_ld_acquire_sys((const uint64_t *)to_gpu) != i) {
+        }
+        cycles[i - 1] = clock64() - t0;
+    }
+    pshmem_st_release_sys_u64((uint64_t *)to_cpu, ~0ull);
+}

@@ -28,7 +28,7 @@ use pshmem_transport::{
     Caps, Event, LocalMem, LocalRef, MemKind, MrId, PostError, RemoteMrId, RemoteRef, Transport,
 };
 
-mod staged;
+pub(crate) mod staged;
 
 use crate::{
     Health, ProxyConfig, ProxyError, ProxySetup,
@@ -313,7 +313,10 @@ impl Engine {
                 ),
             });
         }
-        let chunk = cfg.staging_chunk.max(4096);
+        // On the host-staged path each chunk also carries a landing header, so that a chunk's
+        // payload stays a whole `staging_chunk` (a 1 MiB put is one chunk, not two).
+        let staged_path = s.device.is_some() && !s.device_registered;
+        let chunk = cfg.staging_chunk.max(4096) + if staged_path { staged::HDR } else { 0 };
         let chunks = cfg.staging_chunks.max(1);
         let scratch = chunk * chunks;
         // Payloads up to the inject size go through the scratch area (the transport copies

@@ -38,6 +38,12 @@ use pshmem_gpu_queue::{Ring, layout::error as code};
 use pshmem_transport::{MrId, RemoteMrId, Transport, TransportError};
 
 pub use engine::SignalMode;
+
+/// Bytes of a landing slot on the host-staged GPU path: one staging chunk of payload and its
+/// header. A PE's landing area holds `n_pes × PSHMEM_GPU_LANDING_SLOTS` of them.
+pub fn landing_slot_bytes(staging_chunk: usize) -> usize {
+    staging_chunk.max(4096) + engine::staged::HDR
+}
 pub use mem::{HeapMem, MemError};
 
 /// Why a proxy could not start or stopped badly.

@@ -602,8 +602,8 @@ impl Gpu {
             .map_err(terr("registering the GPU heap (DMA-BUF)"))?;
             (view, mr, None, Some(fd))
         } else {
-            let chunk = pcfg.staging_chunk.max(4096);
-            let landing = HostAlloc::pinned(&ctx, n * landing_slots.max(1) * chunk, me)?;
+            let slot = pshmem_proxy::landing_slot_bytes(pcfg.staging_chunk);
+            let landing = HostAlloc::pinned(&ctx, n * landing_slots.max(1) * slot, me)?;
             // SAFETY: a view of the landing area, which outlives the proxy (field order).
             let view = unsafe { HeapMem::new(landing.ptr.cast(), landing.len) };
             // SAFETY: as above: registered memory outlives the transport, owned by the proxy.

@@ -240,7 +240,8 @@ impl Pshmem {
                 .map_err(terr("opening the transport"))?;
             let region = if emulate && !registered {
                 let slots = pshmem_bootstrap::env::GPU_LANDING_SLOTS.usize()?.max(1);
-                let m = Mapping::anonymous(me, n * slots * cfg.proxy.staging_chunk.max(4096))?;
+                let slot = pshmem_proxy::landing_slot_bytes(cfg.proxy.staging_chunk);
+                let m = Mapping::anonymous(me, n * slots * slot)?;
                 let v = m.view();
                 landings.push(m);
                 v

@@ -58,6 +58,11 @@ struct Args {
     /// GPU, `on`, or `off` (host-initiated).
     #[arg(long, default_value = "auto")]
     device: String,
+    /// Device bandwidth grid shapes: auto (size / 64 KiB blocks of 512 threads, up to 32),
+    /// nvshmem (1 block below 1 MiB, 32 from 1 MiB: the NVSHMEM comparison's), best (fastest
+    /// of 1 … 132 blocks).
+    #[arg(long, default_value = "auto")]
+    shape: String,
 }
 
 /// One measured figure.
@@ -294,6 +299,11 @@ fn main() {
             sizes: &sizes(&a),
             samples: a.iters.clamp(3, 20),
             reps: a.window.max(1) * 4,
+            shape: match a.shape.as_str() {
+                "nvshmem" => pshmem_benches::gpu_perf::Shape::Nvshmem,
+                "best" => pshmem_benches::gpu_perf::Shape::Best,
+                _ => pshmem_benches::gpu_perf::Shape::Auto,
+            },
         };
         let rows = match pshmem_benches::gpu_perf::run(&s, &plan) {
             Ok(r) => r,
@@ -338,7 +348,7 @@ fn main() {
                     "n_pes": s.n_pes(),
                     "path": if g.is_direct(1) { "nvlink" } else { g.remote_path() },
                     "transport": s.transport_name(), "samples": plan.samples,
-                    "reps": plan.reps, "results": out,
+                    "reps": plan.reps, "shape": a.shape, "results": out,
                 });
                 std::fs::write(path, serde_json::to_string_pretty(&doc).expect("json"))
                     .expect("write");

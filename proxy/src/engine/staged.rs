@@ -39,8 +39,8 @@ use crate::{
 };
 
 /// Bytes of a landing slot's header: ack id, address (destination offset or address), length,
-/// kind.
-pub(super) const HDR: usize = 32;
+/// kind. A landing slot (and a staging chunk on this path) is `PSHMEM_STAGING_CHUNK` + HDR bytes.
+pub const HDR: usize = 32;
 /// Marks the context of a staged write: its completion frees the staging chunk in the low 32
 /// bits; bits 32..52 name the target PE (for errors).
 pub(super) const STAGE_CTX: u64 = SEND | 1 << 60;

@@ -65,6 +65,18 @@ enum Cmd {
         per_warp: u64,
         #[arg(long, default_value_t = 4096)]
         slots: usize,
+        /// Proxy threads (the blocks are split between their rings).
+        #[arg(long, default_value_t = 1)]
+        proxies: usize,
+        /// Rings per proxy thread (one thread drains several channels).
+        #[arg(long, default_value_t = 1)]
+        rings_per_proxy: usize,
+    },
+    /// GPU -> CPU -> GPU round trip through pinned host memory (a CPU thread echoes): the
+    /// physical floor under the ring's round trip.
+    Mailbox {
+        #[arg(long, default_value_t = 20000)]
+        iters: u64,
     },
     /// GPU → proxy → GPU round trip of one descriptor.
     RingLatency {
@@ -292,44 +304,155 @@ fn ring_stress(dev: usize, blocks: u32, threads: u32, per_warp: u64, slots: usiz
     ))
 }
 
-fn ring_rate(dev: usize, blocks: u32, threads: u32, per_warp: u64, slots: usize) -> R<String> {
+fn ring_rate(
+    dev: usize,
+    blocks: u32,
+    threads: u32,
+    per_warp: u64,
+    slots: usize,
+    proxies: usize,
+    rings_per_proxy: usize,
+) -> R<String> {
     let ctx = cuda::open(dev)?;
     let module = cuda::load(&ctx, pshmem_kernels::RING_TEST)?;
     let f = module
         .load_function("pshmem_ring_rate")
         .map_err(|e| e.to_string())?;
-    let (ring, handle) = cuda::gpu_ring(&ctx, slots)?;
-    let proxy =
-        InstantProxy::spawn(vec![ring], ProxyConfig::default()).map_err(|e| e.to_string())?;
-    let warps = u64::from(blocks * threads / 32);
-    let stream = ctx.default_stream();
-    let mut status = stream
-        .alloc_zeros::<u64>(warps as usize)
-        .map_err(|e| e.to_string())?;
+    let n = proxies.max(1);
+    let k = rings_per_proxy.max(1);
+    let per_blocks = (blocks / (n * k) as u32).max(1);
+    let warps = u64::from(per_blocks * threads / 32);
+    let mut proxies_run = Vec::new();
+    let mut runs = Vec::new();
+    for _ in 0..n {
+        let mut rings = Vec::new();
+        for _ in 0..k {
+            let (ring, handle) = cuda::gpu_ring(&ctx, slots)?;
+            rings.push(ring);
+            let stream = ctx.new_stream().map_err(|e| e.to_string())?;
+            let status = stream
+                .alloc_zeros::<u64>(warps as usize)
+                .map_err(|e| e.to_string())?;
+            runs.push((handle, stream, status));
+        }
+        proxies_run
+            .push(InstantProxy::spawn(rings, ProxyConfig::default()).map_err(|e| e.to_string())?);
+    }
     let cfg = LaunchConfig {
-        grid_dim: (blocks, 1, 1),
+        grid_dim: (per_blocks, 1, 1),
         block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     };
     let pe = 1u32;
     let t0 = Instant::now();
+    for (handle, stream, status) in &mut runs {
+        let mut b = stream.launch_builder(&f);
+        b.arg(&*handle).arg(&pe).arg(&per_warp).arg(status);
+        // SAFETY: pshmem_ring_rate(pshmem_ring_device_t, u32, u64, u64*): one status word per
+        // warp of the grid; each launch has its own ring and proxy.
+        unsafe { b.launch(cfg) }.map_err(|e| format!("launch: {e}"))?;
+    }
+    for (_, stream, _) in &runs {
+        stream.synchronize().map_err(|e| e.to_string())?;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    for p in proxies_run {
+        p.proxy.stop().map_err(|e| e.to_string())?;
+    }
+    for (_, stream, status) in runs {
+        let st = stream.clone_dtoh(&status).map_err(|e| e.to_string())?;
+        if let Some(e) = st.iter().find(|e| **e != 0) {
+            return Err(format!("a warp saw ring error word {e:#x}"));
+        }
+    }
+    let total = warps * per_warp * (n * k) as u64;
+    let rate = total as f64 / secs / 1e6;
+    Ok(format!(
+        "OK ring-rate proxies={n} rings_per_proxy={k} descriptors={total} warps={} slots={slots} secs={secs:.3} mdesc_per_s={rate:.2} mdesc_per_s_per_proxy={:.2}",
+        warps * (n * k) as u64,
+        rate / n as f64
+    ))
+}
+
+fn mailbox(dev: usize, iters: u64) -> R<String> {
+    use cudarc::driver::sys;
+    let ctx = cuda::open(dev)?;
+    let module = cuda::load(&ctx, pshmem_kernels::RING_TEST)?;
+    let f = module
+        .load_function("pshmem_mailbox")
+        .map_err(|e| e.to_string())?;
+    // Two 8-byte words on separate lines of pinned, device-mapped host memory (the same kind of
+    // memory as the ring).
+    let (ring, _) = cuda::gpu_ring(&ctx, 2)?;
+    let (_, ctrl) = ring.raw_parts();
+    let host = ctrl.as_ptr().cast::<u64>();
+    // SAFETY: the control block is 256 bytes; words 16 and 24 (the `completed` and `error` lines,
+    // unused without a consumer) are in it.
+    let (to_cpu, to_gpu) = unsafe { (host.add(16), host.add(24)) };
+    let mut dev_base = 0u64;
+    // SAFETY: the control block lies in a DEVICEMAP allocation; out-pointer for its device
+    // address.
+    let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev_base, host.cast(), 0) };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return Err(format!("cuMemHostGetDevicePointer: {r:?}"));
+    }
+    let (d_cpu, d_gpu) = (dev_base + 128, dev_base + 192);
+    let (cpu_addr, gpu_addr) = (to_cpu as usize, to_gpu as usize);
+    let echo = std::thread::spawn(move || {
+        let (a, b) = (cpu_addr as *const u64, gpu_addr as *mut u64);
+        let mut last = 0u64;
+        let t0 = Instant::now();
+        loop {
+            // SAFETY: pinned words that live until the ring is dropped, after this thread is
+            // joined; volatile: the GPU writes `a`.
+            let v = unsafe { std::ptr::read_volatile(a) };
+            if v == u64::MAX || t0.elapsed() > Duration::from_secs(60) {
+                break;
+            }
+            if v != last {
+                last = v;
+                std::sync::atomic::fence(Ordering::Release);
+                // SAFETY: as above; the GPU reads `b`.
+                unsafe { std::ptr::write_volatile(b, v) };
+            }
+            std::hint::spin_loop();
+        }
+    });
+    let stream = ctx.default_stream();
+    let mut cycles = stream
+        .alloc_zeros::<u64>(iters as usize)
+        .map_err(|e| e.to_string())?;
     let mut b = stream.launch_builder(&f);
-    b.arg(&handle).arg(&pe).arg(&per_warp).arg(&mut status);
-    // SAFETY: pshmem_ring_rate(pshmem_ring_device_t, u32, u64, u64*): as above, one status word
-    // per warp.
+    b.arg(&d_cpu).arg(&d_gpu).arg(&iters).arg(&mut cycles);
+    let cfg = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (1, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: pshmem_mailbox(u64*, u64*, u64, u64*): two mapped host words, `iters` results.
     unsafe { b.launch(cfg) }.map_err(|e| format!("launch: {e}"))?;
     stream.synchronize().map_err(|e| e.to_string())?;
-    let secs = t0.elapsed().as_secs_f64();
-    let st = stream.clone_dtoh(&status).map_err(|e| e.to_string())?;
-    proxy.proxy.stop().map_err(|e| e.to_string())?;
-    if let Some(e) = st.iter().find(|e| **e != 0) {
-        return Err(format!("a warp saw ring error word {e:#x}"));
-    }
-    let total = warps * per_warp;
+    echo.join()
+        .map_err(|_| "echo thread panicked".to_string())?;
+    let mut c = stream.clone_dtoh(&cycles).map_err(|e| e.to_string())?;
+    drop(ring);
+    c.sort_unstable();
+    let khz = clock_khz(dev)?;
+    let us = |cyc: u64| cyc as f64 / f64::from(khz) * 1e3;
     Ok(format!(
-        "OK ring-rate descriptors={total} warps={warps} slots={slots} secs={secs:.3} mdesc_per_s={:.2}",
-        total as f64 / secs / 1e6
+        "OK mailbox iters={iters} median_us={:.2} p10_us={:.2} p90_us={:.2}",
+        us(c[c.len() / 2]),
+        us(c[c.len() / 10]),
+        us(c[c.len() * 9 / 10])
     ))
+}
+
+fn clock_khz(dev: usize) -> R<i32> {
+    use cudarc::driver::{result, sys::CUdevice_attribute as A};
+    let d = result::device::get(dev as i32).map_err(|e| e.to_string())?;
+    // SAFETY: `d` came from cuDeviceGet.
+    unsafe { result::device::get_attribute(d, A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE) }
+        .map_err(|e| e.to_string())
 }
 
 fn ring_latency(dev: usize, iters: u64) -> R<String> {
@@ -375,13 +498,7 @@ fn ring_latency(dev: usize, iters: u64) -> R<String> {
     }
     let mut c = stream.clone_dtoh(&cycles).map_err(|e| e.to_string())?;
     c.sort_unstable();
-    let khz = {
-        use cudarc::driver::{result, sys::CUdevice_attribute as A};
-        let d = result::device::get(dev as i32).map_err(|e| e.to_string())?;
-        // SAFETY: `d` came from cuDeviceGet.
-        unsafe { result::device::get_attribute(d, A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE) }
-            .map_err(|e| e.to_string())?
-    };
+    let khz = clock_khz(dev)?;
     let us = |cyc: u64| cyc as f64 / f64::from(khz) * 1e3;
     Ok(format!(
         "OK ring-latency iters={iters} median_us={:.2} p10_us={:.2} p90_us={:.2} wall_us_per_iter={wall_us:.2} clock_khz={khz}",
@@ -417,7 +534,18 @@ fn main() -> ExitCode {
             threads,
             per_warp,
             slots,
-        } => ring_rate(dev, blocks, threads, per_warp, slots),
+            proxies,
+            rings_per_proxy,
+        } => ring_rate(
+            dev,
+            blocks,
+            threads,
+            per_warp,
+            slots,
+            proxies,
+            rings_per_proxy,
+        ),
+        Cmd::Mailbox { iters } => mailbox(dev, iters),
         Cmd::RingLatency { iters } => ring_latency(dev, iters),
         Cmd::GpuOps { pes, same_gpu } => gpu_ops(pes, same_gpu),
         Cmd::GpuOpsRank => rank(api::ops_rank),

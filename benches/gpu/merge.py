@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Merges the outputs of scripts/bench-gpu.sh (one folder) into one results JSON:
+    merge.py OUT_DIR RESULT.json
+Rows: {"table", "runtime", "shape", "size", "gbps" | "us" | "mops", ...}."""
+import glob
+import json
+import os
+import re
+import sys
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def jsonl(path):
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    rows.append(json.loads(line))
+    except OSError:
+        pass
+    return rows
+
+
+def perf(path, table, runtime, shape):
+    doc = load(path)
+    rows = []
+    for r in (doc or {}).get("results", []):
+        row = {"table": table, "runtime": runtime, "shape": shape, "size": r["size"],
+               "test": r["test"], "blocks": r.get("blocks", 0)}
+        key = {"GB/s": "gbps", "us": "us", "Mops/s": "mops"}[r["unit"]]
+        row[key] = r["median"]
+        rows.append(row)
+    return rows
+
+
+def main():
+    out, result = sys.argv[1], sys.argv[2]
+    rows = []
+    for name, table in (("nccl-nvlink.json", "nvlink"), ("nccl-socket.json", "network")):
+        doc = load(os.path.join(out, name)) or {}
+        for r in doc.get("rows", []):
+            rows.append(dict(r, table=table, shape="-"))
+    for shape in ("nvshmem", "best"):
+        for r in jsonl(os.path.join(out, f"nvshmem-{shape}.jsonl")):
+            rows.append(dict(r, table="nvlink"))
+        rows += perf(os.path.join(out, f"pshmem-nvlink-{shape}.json"), "nvlink", "proxyshmem", shape)
+    rows += perf(os.path.join(out, "pshmem-nvlink-lat.json"), "nvlink", "proxyshmem", "-")
+    rows += perf(os.path.join(out, "pshmem-network-bw.json"), "network", "proxyshmem", "auto")
+    rows += perf(os.path.join(out, "pshmem-network-bw-tuned.json"), "network", "proxyshmem", "tuned")
+    rows += perf(os.path.join(out, "pshmem-network-lat.json"), "network", "proxyshmem", "-")
+    proxy = {}
+    for line in open(os.path.join(out, "proxy.log")) if os.path.exists(os.path.join(out, "proxy.log")) else []:
+        if not line.startswith("OK "):
+            continue
+        kv = dict(t.split("=", 1) for t in line.split()[2:] if "=" in t)
+        name = line.split()[1]
+        if name == "ring-rate":
+            proxy.setdefault("ring_rate", []).append(
+                {"proxies": int(kv["proxies"]), "rings_per_proxy": int(kv.get("rings_per_proxy", 1)),
+                 "mdesc_per_s": float(kv["mdesc_per_s"]),
+                 "mdesc_per_s_per_proxy": float(kv["mdesc_per_s_per_proxy"]),
+                 "warps": int(kv["warps"])})
+        elif name in ("ring-latency", "mailbox"):
+            proxy[name.replace("-", "_")] = {k: float(v) for k, v in kv.items()
+                                              if re.fullmatch(r"[\d.]+", v)}
+    machine = open(os.path.join(out, "machine.txt")).read() if os.path.exists(
+        os.path.join(out, "machine.txt")) else ""
+    doc = {"machine": machine.strip(), "rows": rows, "proxy": proxy,
+           "files": sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, "*")))}
+    with open(result, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(f"merged {len(rows)} rows into {result}")
+
+
+if __name__ == "__main__":
+    main()
