@@ -56,7 +56,10 @@ def main():
     sizes = sorted({s for d in data.values() for s in d})
     out += ["## 1. Intra-node put bandwidth, GPU 0 → GPU 1 (GB/s)", "",
             "Shape A: 1 block × 512 threads below 1 MiB, 32 × 512 from 1 MiB (the anchor table's "
-            "NVSHMEM shapes); best: the fastest of 1–132 blocks × 512 threads, per runtime.", "",
+            "NVSHMEM shapes); best: the fastest of 1–132 blocks × 512 threads, per runtime. "
+            "NVSHMEM and proxyshmem issue their puts from one kernel (back to back, then quiet); "
+            "NCCL and the copy engine are launched from the host per transfer, so their small "
+            "messages are launch-bound.", "",
             "| size | " + " | ".join(c[0] for c in cols) + " | ours/NVSHMEM (A) | ours/NVSHMEM (best) |",
             "| --- " * (len(cols) + 3) + "|"]
     for s in sizes:
