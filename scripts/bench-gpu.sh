@@ -62,8 +62,9 @@ timeout 120 "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" p_latency -n 10 --window 2
 step "proxyshmem forced through the network (ring + host-staged proxy over tcp;ofi_rxm)"
 PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp timeout 400 "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" put_bw -b 8 -e $MAX -n 3 --window 16 \
   --json "$OUT/pshmem-network-bw.json" >> "$LOG" 2>&1 || echo "pshmem network bw failed" | tee -a "$LOG"
-# The same with larger staging chunks and more landing slots (more bytes in flight per target).
-PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp PSHMEM_STAGING_CHUNK=4194304 PSHMEM_GPU_LANDING_SLOTS=8 timeout 300 \
+# The same with 4 tcp endpoints (rails) per PE, larger staging chunks and more landing slots
+# (more bytes in flight per target, spread over 4 connections).
+PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp PSHMEM_RAILS=4 PSHMEM_STAGING_CHUNK=4194304 PSHMEM_GPU_LANDING_SLOTS=8 timeout 300 \
   "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" put_bw -b 16384 -e $MAX -n 3 --window 16 \
   --json "$OUT/pshmem-network-bw-tuned.json" >> "$LOG" 2>&1 || echo "pshmem network bw (tuned) failed" | tee -a "$LOG"
 PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp timeout 120 "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" p_latency -n 5 --window 50 \

@@ -93,7 +93,7 @@ def main():
     # 2. Network path.
     net = {"NCCL (Socket, P2P/SHM off)": series(rows, "network", "nccl", "-"),
            "proxyshmem (PSHMEM_DISABLE_P2P=1, tcp;ofi_rxm, host-staged)": series(rows, "network", "proxyshmem", "auto"),
-           "proxyshmem, 8 landing slots × 4 MiB": series(rows, "network", "proxyshmem", "tuned")}
+           "proxyshmem, 4 rails, 8 landing slots × 4 MiB": series(rows, "network", "proxyshmem", "tuned")}
     nsizes = sorted({s for d in net.values() for s in d if s >= 16 * KiB})
     keys = list(net)
     out += ["", "## 2. Network path, 2 PEs on 2 GPUs forced through TCP loopback (GB/s)", "",

@@ -3,7 +3,8 @@
 //! - **Rails**: `rails` endpoints per PE (one fabric/domain/CQ/AV each), on the NIC domains the
 //!   configuration names (topology picks them) or all on the first matching domain. Operations
 //!   to a peer use the peer's home rail (`pe % rails`, so PEs do not all start on one NIC);
-//!   writes and reads of at least [`OfiConfig::stripe_min`] bytes are split over every rail.
+//!   writes and reads of at least [`OfiConfig::stripe_min`] bytes are split over every rail;
+//!   writes with remote CQ data (never split) take turns over the rails.
 //! - **Keys**: registrations ask for program-chosen keys (unique per domain) when the provider
 //!   lacks FI_MR_PROV_KEY; remote addresses are virtual addresses under FI_MR_VIRT_ADDR and
 //!   offsets otherwise.
@@ -207,6 +208,8 @@ pub struct OfiTransport {
     /// while retrying a stripe), reported by the next poll.
     deferred: Vec<OwnedEvent>,
     entries: Vec<sys::fi_cq_data_entry>,
+    /// Rail of the next write with remote CQ data (they take turns over the rails).
+    next_data_rail: usize,
 }
 
 // SAFETY: the transport is used by one thread at a time; its raw pointers (registration
@@ -430,6 +433,7 @@ impl OfiTransport {
             dead: vec![None; n],
             deferred: Vec::new(),
             entries: vec![sys::fi_cq_data_entry::default(); 64],
+            next_data_rail: 0,
         };
         for r in 0..t.rails.len() {
             for b in 0..t.cfg.recv_buffers {
@@ -663,7 +667,14 @@ impl OfiTransport {
         } else {
             1
         };
-        let home = self.home_rail(pe);
+        // A write with remote CQ data is whole on one rail; such writes take turns over the
+        // rails (each is self-describing at the target), so a stream of them uses every rail.
+        let home = if data.is_some() && nrails > 1 {
+            self.next_data_rail = (self.next_data_rail + 1) % nrails;
+            self.next_data_rail
+        } else {
+            self.home_rail(pe)
+        };
         let kind = if write { OpKind::Write } else { OpKind::Read };
         let slot = self.new_op(ctx, pe, kind, home, parts as u32)?;
         if parts == 1 {
