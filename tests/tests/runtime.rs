@@ -225,7 +225,11 @@ fn the_host_staged_gpu_path_matches_the_direct_path_over_tcp_and_the_reordering_
     // Several tcp endpoints: staged chunks take turns over the rails.
     let mut env = staged("tcp");
     env.push(("PSHMEM_RAILS", "3"));
-    assert_eq!(ops(4, &env), ops(4, &[("PSHMEM_PROVIDER", "tcp")]), "staged over 3 rails");
+    assert_eq!(
+        ops(4, &env),
+        ops(4, &[("PSHMEM_PROVIDER", "tcp")]),
+        "staged over 3 rails"
+    );
 }
 
 /// A GPU heap registered with the transport (as by DMA-BUF) on a host heap standing in for it:
