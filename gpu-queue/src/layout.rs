@@ -80,7 +80,9 @@ pub const fn ctrl_make(op: u8, flags: u8, sub: u8, nslots: u32) -> u32 {
 /// The commit bit that marks index `index` as written on its lap (set on even laps).
 #[inline]
 pub const fn commit_bit(index: u64, capacity: u64) -> u32 {
-    if (index / capacity) & 1 == 1 {
+    // `capacity` is a power of two: its bit in `index` is the lap's parity (no division on the
+    // consumer's hot path).
+    if index & capacity != 0 {
         0
     } else {
         CTRL_COMMIT

@@ -60,6 +60,14 @@ pub enum RingError {
         /// The count asked for.
         nslots: usize,
     },
+    /// A batch larger than the ring could never be published.
+    #[error("a batch of {slots} slots does not fit in a ring of {capacity}")]
+    BatchTooLarge {
+        /// Slots in the batch.
+        slots: usize,
+        /// The ring's capacity.
+        capacity: u64,
+    },
     /// The consumer found a slot that violates the protocol (torn or foreign write).
     #[error("protocol violation at ring index {index}: {what}")]
     Protocol {
@@ -214,6 +222,21 @@ impl Ring {
     }
 
     /// The slot that ring index `index` maps to.
+    /// Asks the CPU to bring the cache line of slot `index` close (a hint; no effect on
+    /// what any load returns).
+    #[inline]
+    fn prefetch(&self, index: u64) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        {
+            let p = self.slot(index) as *const Slot as *const i8;
+            // SAFETY: a prefetch never faults and reads nothing into the program; `p` is a
+            // slot of this ring anyway.
+            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p) };
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        let _ = index;
+    }
+
     fn slot(&self, index: u64) -> &Slot {
         // SAFETY: `index & mask < capacity`, and the slots are valid for the ring's life.
         unsafe { &*self.slots.as_ptr().add((index & self.mask) as usize) }
@@ -318,9 +341,45 @@ impl Producer {
         if n == 0 || n > MAX_SLOTS as usize || ctrl_nslots(slots[0].ctrl) as usize != n {
             return Err(RingError::BadSlotCount { nslots: n });
         }
+        self.publish(slots, limit)
+    }
+
+    /// Publishes a batch of consecutive operations (their slots concatenated, each laid out as
+    /// for [`Producer::push`]) with one reservation and one release store: the consumer sees
+    /// none of them until it sees them all, and then drains them without waiting on this
+    /// producer between operations. The batch must fit in the ring. Returns the index just
+    /// past the last operation.
+    pub fn push_many(&self, slots: &[RawSlot], limit: &WaitLimit) -> Result<u64, RingError> {
+        if slots.len() as u64 > self.ring.capacity {
+            return Err(RingError::BatchTooLarge {
+                slots: slots.len(),
+                capacity: self.ring.capacity,
+            });
+        }
+        let mut at = 0;
+        while at < slots.len() {
+            let n = ctrl_nslots(slots[at].ctrl) as usize;
+            if n == 0 || n > MAX_SLOTS as usize || at + n > slots.len() {
+                return Err(RingError::BadSlotCount { nslots: n });
+            }
+            at += n;
+        }
+        if slots.is_empty() {
+            return Ok(self.head());
+        }
+        self.publish(slots, limit)
+    }
+
+    /// Reserves `slots.len()` slots, waits for room, writes them and publishes them with one
+    /// release store on the first slot's `ctrl`. Every other store (payloads, and the `ctrl`
+    /// words of later operations in a batch) is `Relaxed` and program-ordered before that
+    /// release: the consumer reaches a later operation only after acquiring the first slot, so
+    /// each of them happens before its reads (memory-ordering steps 3 and 4).
+    fn publish(&self, slots: &[RawSlot], limit: &WaitLimit) -> Result<u64, RingError> {
         if let Some(e) = self.ring.error() {
             return Err(e);
         }
+        let n = slots.len();
         let ring = &*self.ring;
         let cap = ring.capacity;
         // Relaxed: the fetch-add only hands out distinct indices (memory-ordering step 1).
@@ -344,7 +403,8 @@ impl Producer {
             slot.pe.store(s.pe, Ordering::Relaxed);
             let ctrl = (s.ctrl & !CTRL_COMMIT) | commit_bit(at, cap);
             if i == 0 {
-                // Release: step 3 — publishes every store above, continuation slots included.
+                // Release: step 3 — publishes every store above, continuation slots and later
+                // operations of a batch included.
                 slot.ctrl.store(ctrl, Ordering::Release);
             } else {
                 // Relaxed: ordered before the consumer's view by the first slot's release.
@@ -359,6 +419,9 @@ impl Producer {
         self.ring.wait_completed(self.head(), limit)
     }
 }
+
+/// How many slots ahead of its position the consumer prefetches (eight 64-byte lines).
+const PREFETCH_AHEAD: u64 = 16;
 
 /// The consumer side (one per ring, owned by a proxy thread).
 #[derive(Debug)]
@@ -404,6 +467,9 @@ impl Consumer {
         let mut n = 0;
         let mut buf = [RawSlot::default(); MAX_SLOTS as usize];
         while n < max_ops {
+            // The slots a few lines ahead are most likely written by now (by another core or
+            // the GPU): start moving them here while this one is handled.
+            ring.prefetch(self.pos + PREFETCH_AHEAD);
             let first = ring.slot(self.pos);
             // Acquire: step 4 — pairs with the producer's release of this ctrl word.
             let ctrl = first.ctrl.load(Ordering::Acquire);

@@ -121,3 +121,25 @@ fn two_slot_operation_and_quiet() {
         assert_eq!(got, vec![(0, 0), (0, 1)]);
     });
 }
+
+/// A batch of two operations published by one release, then a third operation on the next lap
+/// of a two-slot ring: the consumer must see the batch whole and in order, and the producer
+/// must wait for both slots to come back.
+#[test]
+fn a_batch_is_published_whole() {
+    model(|| {
+        let ring = Ring::new_host(2);
+        let prod = Arc::new(Producer::new(ring.clone()));
+        let p2 = prod.clone();
+        let h = thread::spawn(move || {
+            let limit = WaitLimit::new(None);
+            p2.push_many(&[slot(0, 0, 1), slot(0, 1, 1)], &limit)
+                .unwrap();
+            p2.push(&[slot(0, 2, 1)], &limit).unwrap();
+        });
+        let mut cons = Consumer::new(ring);
+        let got = consume(&mut cons, 3);
+        h.join().unwrap();
+        assert_eq!(got, vec![(0, 0), (0, 1), (0, 2)]);
+    });
+}

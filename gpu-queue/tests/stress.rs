@@ -2,7 +2,8 @@
 //! through a 64-slot ring, one- and two-slot operations mixed so that operations straddle the
 //! wrap. The consumer proves that none is lost, duplicated or torn: each producer's sequence
 //! numbers arrive consecutively, and every payload word matches what its sequence number
-//! implies. Producers also quiet now and then, which exercises the completion counter.
+//! implies. Producers also quiet now and then, which exercises the completion counter; one of
+//! them publishes batches (`push_many`).
 
 #![cfg(not(loom))]
 
@@ -57,9 +58,23 @@ fn no_descriptor_is_lost_duplicated_or_torn() {
             let prod = prod.clone();
             thread::spawn(move || {
                 let limit = WaitLimit::new(Some(std::time::Duration::from_secs(120)));
+                // The last producer publishes batches of 1..=8 operations with one release.
+                let batching = p == producers - 1;
+                let mut batch = Vec::new();
+                let mut ops = 0;
                 for seq in 0..per {
                     let (s, n) = slots_for(p, seq);
-                    prod.push(&s[..n], &limit).expect("push");
+                    if !batching {
+                        prod.push(&s[..n], &limit).expect("push");
+                    } else {
+                        batch.extend_from_slice(&s[..n]);
+                        ops += 1;
+                        if ops > mix(seq ^ 0x5a5a) % 8 || seq + 1 == per {
+                            prod.push_many(&batch, &limit).expect("push_many");
+                            batch.clear();
+                            ops = 0;
+                        }
+                    }
                     if seq % 1_000_003 == 0 {
                         prod.quiet(&limit).expect("quiet");
                     }
@@ -168,4 +183,31 @@ fn a_stalled_consumer_times_out_the_producer() {
         "{err}"
     );
     assert!(t.elapsed() < std::time::Duration::from_secs(5));
+}
+
+#[test]
+fn malformed_or_oversized_batches_are_refused() {
+    let ring = Ring::new_host(4);
+    let prod = Producer::new(ring);
+    let limit = WaitLimit::new(Some(std::time::Duration::from_secs(5)));
+    let (s, _) = slots_for(0, 0);
+    let one = s[0];
+    let mut one = one;
+    one.ctrl = ctrl_make(op::PUT, 0, 0, 1);
+    let err = prod.push_many(&[one; 5], &limit).unwrap_err();
+    assert!(
+        matches!(err, pshmem_gpu_queue::RingError::BatchTooLarge { slots: 5, capacity: 4 }),
+        "{err}"
+    );
+    // A two-slot operation cut off at the end of the batch.
+    let mut two = one;
+    two.ctrl = ctrl_make(op::PUT, 0, 0, 2);
+    let err = prod.push_many(&[one, two], &limit).unwrap_err();
+    assert!(
+        matches!(err, pshmem_gpu_queue::RingError::BadSlotCount { nslots: 2 }),
+        "{err}"
+    );
+    // Nothing was reserved by the refused batches.
+    assert_eq!(prod.head(), 0);
+    assert_eq!(prod.push_many(&[one, one], &limit).unwrap(), 2);
 }
