@@ -5,7 +5,8 @@
 #   datapath-bench vs-raw   the runtime through the proxy vs the raw transport (tcp)
 #   datapath-bench rate     ring + one proxy thread alone (instant transport)
 #   pshmem-perf             every perftest, direct path and through the proxy
-# Usage: scripts/bench-host.sh OUT_DIR [BIN_DIR]     (REPS=N alternating repetitions, default 5)
+# Usage: scripts/bench-host.sh OUT_DIR [BIN_DIR]     (REPS=N alternating repetitions, default 9;
+#   PIN=0|1|auto core pinning, see below)
 #   BIN_DIR defaults to target/release (built here with cargo); on a machine without Rust, pass
 #   a folder holding pshmrun, fabric-bench, datapath-bench and pshmem-perf.
 set -euo pipefail
@@ -18,15 +19,37 @@ if [ "$BIN" = target/release ]; then
 fi
 mkdir -p "$OUT"
 export PSHMEM_SYMMETRIC_SIZE="${PSHMEM_SYMMETRIC_SIZE:-512M}" PSHMEM_PROVIDER=tcp
-REPS="${REPS:-5}"
-run2() { "$BIN/pshmrun" -n 2 --timeout 900 -- "$@"; }
+REPS="${REPS:-9}"
+# On a machine with cores to spare, every busy thread gets a core of its own, so that the
+# scheduler's placement does not decide a comparison: rank r's application thread on core
+# 3 + 2r, its proxy thread on core 9 + 2r (odd cores, away from core 0's interrupts and, on a
+# VM numbering hyperthreads in pairs, never two busy threads on one physical core). PIN=0
+# turns it off.
+PIN="${PIN:-auto}"
+if [ "$PIN" = auto ]; then
+  if [ "$(nproc)" -ge 12 ] && command -v taskset >/dev/null; then PIN=1; else PIN=0; fi
+fi
+if [ "$PIN" = 1 ]; then
+  echo "== pinned: application threads on cores 3 + 2r, proxy threads on cores 9 + 2r"
+  run2() {
+    "$BIN/pshmrun" -n 2 --timeout 900 -- sh -c \
+      'r=${PSHMEM_RANK:?}; PSHMEM_PROXY_CPU=$((9 + 2 * r)) exec taskset -c $((3 + 2 * r)) "$@"' _ "$@"
+  }
+  export RATE_PROXY_CPU=9
+  echo "pinned: application threads on cores 3 + 2r, proxy threads on cores 9 + 2r (rate: proxy on core 9)" > "$OUT/pinning.txt"
+else
+  echo "== not pinned ($(nproc) cores)"
+  echo "not pinned ($(nproc) cores)" > "$OUT/pinning.txt"
+  run2() { "$BIN/pshmrun" -n 2 --timeout 900 -- "$@"; }
+fi
 
 echo "== fabric-bench (tcp): safe layer vs C API"
 run2 "$BIN/fabric-bench" --provider tcp --min 64 --max $((64 << 20)) --reps "$REPS" --json "$OUT/fabric-bench-tcp.json"
 echo "== datapath-bench vs-raw (tcp)"
 run2 "$BIN/datapath-bench" vs-raw --min $((64 << 10)) --max $((64 << 20)) --reps "$REPS" --json "$OUT/datapath-vs-raw.json"
 echo "== datapath-bench rate (instant transport)"
-"$BIN/datapath-bench" rate --count 4000000 --reps "$REPS" --json "$OUT/datapath-rate.json"
+PSHMEM_PROXY_CPU="${RATE_PROXY_CPU:-${PSHMEM_PROXY_CPU:-}}" \
+  "$BIN/datapath-bench" rate --count 4000000 --reps "$REPS" --json "$OUT/datapath-rate.json"
 echo "== pshmem-perf, direct path"
 run2 "$BIN/pshmem-perf" all -b 8 -e $((4 << 20)) -f 4 -n 100 -w 10 --json "$OUT/pshmem-perf-direct.json"
 echo "== pshmem-perf, through the proxy (tcp)"

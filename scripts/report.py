@@ -51,6 +51,9 @@ def main():
     w(f"# Host benchmarks: {os.path.basename(os.path.abspath(d))}\n")
     w(f"Machine: {machine}. Regenerate with `python3 scripts/report.py {d}`; rerun with "
       f"`bash scripts/bench-host.sh {d}`. Medians of alternating runs, each table from one run.\n")
+    pin = os.path.join(d, "pinning.txt")
+    if os.path.exists(pin):
+        w(f"Threads: {open(pin).read().strip()}.\n")
     if fb:
         w(f"## Raw transport: safe layer vs libfabric C API ({fb['transport']})\n")
         w("| size | safe layer GB/s | C API GB/s | paired ratio (IQR) |\n| --- | --- | --- | --- |")
@@ -101,8 +104,12 @@ def main():
         w(f"## Ring + proxy alone (instant transport, batch {rt['batch']})\n")
         alone = rt.get("proxy_alone_mdesc_per_s")
         if alone is not None:
-            w(f"One proxy thread draining a ring filled before it started (its own capacity): "
-              f"**{alone:.2f} M descriptors/s**.\n")
+            slots = rt.get("proxy_alone_ring_slots")
+            how = (f"full {slots}-slot rings, each published at once" if slots
+                   else "a ring filled before it started")
+            w(f"One proxy thread draining {how} (its own capacity): "
+              f"**{alone:.2f} M descriptors/s** (median; runs "
+              f"{min(rt['proxy_alone_runs']):.2f}-{max(rt['proxy_alone_runs']):.2f}).\n")
         w(f"With CPU producers running concurrently ({rt['ring_slots']}-slot ring, each producer "
           "ending with a quiet):\n")
         w("| producer threads | M descriptors/s |\n| --- | --- |")

@@ -84,7 +84,7 @@ vars! {
     PROXY_BATCH = ("PSHMEM_PROXY_BATCH", "64", "proxy",
         "Most descriptors a proxy drains from one ring before posting and polling.");
     PROXY_IDLE_US = ("PSHMEM_PROXY_IDLE_US", "200", "proxy",
-        "After this many microseconds without work (and nothing in flight) the proxy stops spinning and blocks; 0 spins forever.");
+        "After this many microseconds without work, incoming traffic and anything in flight, the proxy stops spinning and blocks; traffic that wakes it restarts the count; 0 spins forever.");
     PROXY_SLEEP_US = ("PSHMEM_PROXY_SLEEP_US", "50", "proxy",
         "Longest an idle proxy blocks before looking at its rings again, in microseconds: on the transport's wait descriptor where it has one (incoming traffic wakes it at once), else asleep.");
     PROXY_MAX_INFLIGHT = ("PSHMEM_PROXY_MAX_INFLIGHT", "256", "proxy",

@@ -196,7 +196,13 @@ fn malformed_or_oversized_batches_are_refused() {
     one.ctrl = ctrl_make(op::PUT, 0, 0, 1);
     let err = prod.push_many(&[one; 5], &limit).unwrap_err();
     assert!(
-        matches!(err, pshmem_gpu_queue::RingError::BatchTooLarge { slots: 5, capacity: 4 }),
+        matches!(
+            err,
+            pshmem_gpu_queue::RingError::BatchTooLarge {
+                slots: 5,
+                capacity: 4
+            }
+        ),
         "{err}"
     );
     // A two-slot operation cut off at the end of the batch.

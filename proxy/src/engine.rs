@@ -461,8 +461,13 @@ impl Engine {
                 }
             } else {
                 // Block until traffic arrives or the sleep ends (a manual-progress target wakes
-                // at once when a peer sends; new ring work waits at most `max_sleep`).
-                self.t.wait(self.cfg.max_sleep);
+                // at once when a peer sends; new ring work waits at most `max_sleep`). Traffic
+                // resets the idle clock: a target receiving a stream (RMA into its heap makes
+                // no completion here) keeps progressing it at spinning speed, not one wake-up
+                // per chunk, until the stream has been quiet for `idle_after`.
+                if self.t.wait(self.cfg.max_sleep) {
+                    idle_since = None;
+                }
             }
         }
     }

@@ -290,9 +290,12 @@ pub trait Transport: Send {
     /// Blocks for at most `timeout` or until the transport may have something to report
     /// (incoming traffic), whichever comes first; an idle proxy calls it instead of sleeping,
     /// so that a manual-progress target wakes as soon as a peer sends. May return early.
-    /// The default sleeps.
-    fn wait(&mut self, timeout: std::time::Duration) {
+    /// Returns whether it returned because of traffic (or pending progress) rather than the
+    /// timeout: a proxy woken by traffic spins again, since more is likely on its way. The
+    /// default sleeps and reports no traffic.
+    fn wait(&mut self, timeout: std::time::Duration) -> bool {
         std::thread::sleep(timeout);
+        false
     }
 }
 

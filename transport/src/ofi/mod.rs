@@ -1302,9 +1302,9 @@ impl Transport for OfiTransport {
     /// Blocks on the rails' CQ wait descriptors (poll(2)) when every rail has one and
     /// `fi_trywait` says nothing is pending; otherwise sleeps. Incoming traffic makes the
     /// descriptor readable, so a target wakes at once; the next poll then progresses it.
-    fn wait(&mut self, timeout: std::time::Duration) {
+    fn wait(&mut self, timeout: std::time::Duration) -> bool {
         if !self.deferred.is_empty() {
-            return;
+            return true;
         }
         let fds: Option<Vec<libc::pollfd>> = self
             .rails
@@ -1319,17 +1319,18 @@ impl Transport for OfiTransport {
             .collect();
         let Some(mut fds) = fds else {
             std::thread::sleep(timeout);
-            return;
+            return false;
         };
         if !self.rails.iter().all(|r| r.cq.trywait()) {
-            return;
+            // Completions or progress are already pending.
+            return true;
         }
         let ts = libc::timespec {
             tv_sec: timeout.as_secs() as libc::time_t,
             tv_nsec: timeout.subsec_nanos() as libc::c_long,
         };
         // SAFETY: `fds` is a valid array of pollfd for its length; no signal mask change.
-        unsafe {
+        let ready = unsafe {
             libc::ppoll(
                 fds.as_mut_ptr(),
                 fds.len() as libc::nfds_t,
@@ -1337,6 +1338,7 @@ impl Transport for OfiTransport {
                 std::ptr::null(),
             )
         };
+        ready > 0
     }
 
     fn fail_peer(&mut self, pe: Pe, reason: &str) {
