@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Host-side benchmarks, each comparison side by side in one run, results as JSON plus a Markdown
 # report (scripts/report.py):
-#   fabric-bench            raw transport: our safe layer vs libfabric's C API (tcp)
+#   fabric-bench            raw transport: our safe layer vs libfabric's C API (tcp, shm)
 #   datapath-bench vs-raw   the runtime through the proxy vs the raw transport (tcp)
 #   datapath-bench rate     ring + one proxy thread alone (instant transport)
-#   pshmem-perf             every perftest, direct path and through the proxy
+#   pshmem-perf             every host-initiated perftest, direct path and through the proxy
 # Usage: scripts/bench-host.sh OUT_DIR [BIN_DIR]     (REPS=N alternating repetitions, default 9;
 #   PIN=0|1|auto core pinning, see below)
 #   BIN_DIR defaults to target/release (built here with cargo); on a machine without Rust, pass
@@ -45,14 +45,16 @@ fi
 
 echo "== fabric-bench (tcp): safe layer vs C API"
 run2 "$BIN/fabric-bench" --provider tcp --min 64 --max $((64 << 20)) --reps "$REPS" --json "$OUT/fabric-bench-tcp.json"
+echo "== fabric-bench (shm): safe layer vs C API (no network stack: the layer's own cost shows)"
+run2 "$BIN/fabric-bench" --provider shm --min 64 --max $((64 << 20)) --reps "$REPS" --json "$OUT/fabric-bench-shm.json"
 echo "== datapath-bench vs-raw (tcp)"
 run2 "$BIN/datapath-bench" vs-raw --min $((64 << 10)) --max $((64 << 20)) --reps "$REPS" --json "$OUT/datapath-vs-raw.json"
 echo "== datapath-bench rate (instant transport)"
 PSHMEM_PROXY_CPU="${RATE_PROXY_CPU:-${PSHMEM_PROXY_CPU:-}}" \
   "$BIN/datapath-bench" rate --count 4000000 --reps "$REPS" --json "$OUT/datapath-rate.json"
 echo "== pshmem-perf, direct path"
-run2 "$BIN/pshmem-perf" all -b 8 -e $((4 << 20)) -f 4 -n 100 -w 10 --json "$OUT/pshmem-perf-direct.json"
+run2 "$BIN/pshmem-perf" all --device off -b 8 -e $((4 << 20)) -f 4 -n 100 -w 10 --json "$OUT/pshmem-perf-direct.json"
 echo "== pshmem-perf, through the proxy (tcp)"
-PSHMEM_DISABLE_P2P=1 run2 "$BIN/pshmem-perf" all -b 8 -e $((4 << 20)) -f 4 -n 100 -w 10 --json "$OUT/pshmem-perf-proxy.json"
+PSHMEM_DISABLE_P2P=1 run2 "$BIN/pshmem-perf" all --device off -b 8 -e $((4 << 20)) -f 4 -n 100 -w 10 --json "$OUT/pshmem-perf-proxy.json"
 python3 scripts/report.py "$OUT" > "$OUT/REPORT.md"
 echo "== wrote $OUT/REPORT.md"

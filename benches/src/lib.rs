@@ -42,11 +42,10 @@ pub fn pow2_sizes(min: usize, max: usize) -> Vec<usize> {
 
 /// A short description of the machine for result files.
 pub fn machine() -> String {
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
+    // The machine's processors, not this process's affinity (benchmarks may run pinned).
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpus = info.lines().filter(|l| l.starts_with("processor")).count();
+    let model = Some(info.as_str())
         .and_then(|s| {
             s.lines()
                 .find(|l| l.starts_with("model name"))
