@@ -223,10 +223,15 @@ fn vs_raw(
     out
 }
 
-fn start_proxy(ring: &Arc<Ring>, cfg: &Config) -> InstantProxy {
+/// The proxy configuration from the environment, pinned to the first configured core.
+fn proxy_config(cfg: &Config) -> pshmem_proxy::ProxyConfig {
     let mut pc = cfg.proxy.clone();
     pc.cpu = cfg.proxy_cpus.as_ref().and_then(|c| c.first().copied());
-    InstantProxy::spawn(vec![ring.clone()], pc).expect("proxy")
+    pc
+}
+
+fn start_proxy(ring: &Arc<Ring>, cfg: &Config) -> InstantProxy {
+    InstantProxy::spawn(vec![ring.clone()], proxy_config(cfg)).expect("proxy")
 }
 
 /// The `i`-th 8-byte `p` descriptor for PE 1.
@@ -259,8 +264,7 @@ const CAPACITY_RING: usize = 1 << 16;
 /// the publication to the completion counter reaching the round's end.
 fn proxy_capacity(cfg: &Config, count: usize) -> f64 {
     let ring = Ring::new_host(CAPACITY_RING);
-    let mut pc = cfg.proxy.clone();
-    pc.cpu = cfg.proxy_cpus.as_ref().and_then(|c| c.first().copied());
+    let mut pc = proxy_config(cfg);
     // A loaded proxy never sleeps; a sleeping one would add its wake-up to every round.
     pc.idle_after = std::time::Duration::ZERO;
     let p = InstantProxy::spawn(vec![ring.clone()], pc).expect("proxy");
