@@ -25,6 +25,7 @@ struct craw {
 	struct fid_av *av;
 	struct fid_ep *ep;
 	struct fid_mr *mr;
+	void *desc;
 	char *buf;
 	size_t len;
 	int rank, nranks;
@@ -35,6 +36,13 @@ struct craw {
 	size_t inject;
 	struct fi_context2 *ctxs;
 	size_t nctx;
+	/* Writes posted and completions read, over the endpoint's life (drains in craw_lat). */
+	size_t posted, completed;
+	/* Where bandwidth runs write from and to, from buf (a shared endpoint: the same bytes as
+	 * the Rust side's runs). */
+	size_t bw_off;
+	/* The endpoint belongs to the Rust layer (craw_attach): never closed here. */
+	int borrowed;
 	char err[256];
 };
 
@@ -94,6 +102,7 @@ struct craw *craw_open(const char *prov, const char *node, int rank, int nranks,
 	if (c->info->domain_attr->mr_mode & FI_MR_ENDPOINT) {
 		if ((rc = fi_mr_bind(c->mr, &c->ep->fid, 0)) || (rc = fi_mr_enable(c->mr))) { fail(c, "fi_mr_bind", rc); goto out; }
 	}
+	c->desc = fi_mr_desc(c->mr);
 	c->nctx = 4096;
 	c->ctxs = calloc(c->nctx, sizeof *c->ctxs);
 	/* Exchange: name (up to 64 bytes), base, key. */
@@ -114,12 +123,45 @@ out:
 	return NULL; /* leaks on the error path; the benchmark exits */
 }
 
+/* Posts on an endpoint the Rust layer opened and connected (its handles, see
+ * OfiTransport::raw_handles): the same connection, CQ and registrations, so that a comparison
+ * measures only the code that posts and polls. `off` bytes into both registrations, this side's
+ * latency flag lives apart from the Rust side's; bandwidth runs use the bytes from 2 * `off`, as
+ * the Rust side's do. */
+struct craw *craw_attach(struct fid_ep *ep, struct fid_cq *cq, fi_addr_t peer, char *local,
+			 size_t len, void *desc, uint64_t remote_addr, uint64_t remote_key,
+			 size_t inject, uint64_t flags, int rank, size_t off)
+{
+	struct craw *c = calloc(1, sizeof *c);
+	c->borrowed = 1;
+	c->ep = ep;
+	c->cq = cq;
+	c->peer = peer;
+	c->buf = local + off;
+	c->len = len - off;
+	c->bw_off = off;
+	c->desc = desc;
+	c->virt_addr = 1; /* remote_addr is 0 when the provider wants offsets */
+	c->remote_base = remote_addr + off;
+	c->remote_key = remote_key;
+	c->inject = inject;
+	c->flags = flags;
+	c->rank = rank;
+	c->nranks = 2;
+	c->nctx = 4096;
+	c->ctxs = calloc(c->nctx, sizeof *c->ctxs);
+	return c;
+}
+
 /* Reads completions; returns how many, or -1 on an error completion. */
 int craw_progress(struct craw *c)
 {
 	struct fi_cq_data_entry e[64];
 	ssize_t n = fi_cq_read(c->cq, e, 64);
-	if (n > 0) return (int)n;
+	if (n > 0) {
+		c->completed += (size_t)n;
+		return (int)n;
+	}
 	if (n == -FI_EAGAIN) return 0;
 	if (n == -FI_EAVAIL) {
 		struct fi_cq_err_entry err = {0};
@@ -133,7 +175,7 @@ int craw_progress(struct craw *c)
 
 static int post_write_at(struct craw *c, size_t loff, size_t roff, size_t len, size_t slot)
 {
-	void *desc = fi_mr_desc(c->mr);
+	void *desc = c->desc;
 	struct iovec iov = { .iov_base = c->buf + loff, .iov_len = len };
 	struct fi_rma_iov rma = { .addr = (c->virt_addr ? c->remote_base : 0) + roff, .len = len, .key = c->remote_key };
 	struct fi_msg_rma msg = { .msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = c->peer,
@@ -141,7 +183,10 @@ static int post_write_at(struct craw *c, size_t loff, size_t roff, size_t len, s
 	uint64_t flags = c->flags | (len <= c->inject ? FI_INJECT : 0);
 	for (;;) {
 		ssize_t rc = fi_writemsg(c->ep, &msg, flags);
-		if (rc == 0) return 0;
+		if (rc == 0) {
+			c->posted++;
+			return 0;
+		}
 		if (rc != -FI_EAGAIN) return fail(c, "fi_writemsg", (int)rc);
 		if (craw_progress(c) < 0) return -1;
 	}
@@ -161,7 +206,7 @@ double craw_bw(struct craw *c, size_t size, size_t count, size_t window)
 	double t0 = now_s();
 	while (done < count) {
 		while (posted < count && posted - done < window) {
-			if (post_write_at(c, 0, 0, size, posted)) return -1;
+			if (post_write_at(c, c->bw_off, c->bw_off, size, posted)) return -1;
 			posted++;
 		}
 		int n = craw_progress(c);
@@ -190,11 +235,19 @@ double craw_lat(struct craw *c, size_t iters)
 			if (post_write_at(c, 64, 0, 8, i)) return -1;
 		}
 	}
-	return (now_s() - t0) / (2.0 * iters);
+	double t = (now_s() - t0) / (2.0 * iters);
+	/* Leave no completion behind for whoever reads the CQ next. */
+	while (c->completed < c->posted) if (craw_progress(c) < 0) return -1;
+	return t;
 }
 
 void craw_close(struct craw *c)
 {
+	if (c->borrowed) {
+		free(c->ctxs);
+		free(c);
+		return;
+	}
 	fi_close(&c->ep->fid);
 	fi_close(&c->mr->fid);
 	fi_close(&c->av->fid);

@@ -10,12 +10,17 @@ use pshmem_bootstrap::Bootstrap;
 use pshmem_transport::{
     Caps, Event, LocalMem, LocalRef, MemKind, PostError, RemoteRef, Transport, TransportError,
     establish, exchange_mr,
-    ofi::{OfiConfig, OfiTransport},
+    ofi::{OfiConfig, OfiTransport, RawHandles},
 };
+
+/// Bytes at the start of the buffer kept for the latency flags of a C baseline sharing the
+/// endpoint (see [`RawPair::handles`]); this layer's flag is at 0, the bandwidth runs write
+/// from and to the bytes after it.
+pub const FLAG_AREA: usize = 4096;
 
 /// One endpoint of a two-rank raw transport with a registered buffer, and its peer's buffer.
 pub struct RawPair {
-    t: Box<dyn Transport>,
+    t: OfiTransport,
     buf: &'static mut [u64],
     local: LocalRef,
     remote: RemoteRef,
@@ -25,7 +30,7 @@ pub struct RawPair {
 impl std::fmt::Debug for RawPair {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RawPair")
-            .field("transport", &self.t.caps().name)
+            .field("transport", &Transport::caps(&self.t).name)
             .field("peer", &self.peer)
             .finish_non_exhaustive()
     }
@@ -45,9 +50,9 @@ impl RawPair {
     ) -> Result<Self, TransportError> {
         let mut cfg = OfiConfig::from_env(Some(provider))?;
         cfg.node = node.map(str::to_string);
-        let mut t: Box<dyn Transport> = Box::new(OfiTransport::open(bs, &cfg)?);
-        establish(t.as_mut(), bs)?;
-        let len = len.max(4096);
+        let mut t = OfiTransport::open(bs, &cfg)?;
+        establish(&mut t, bs)?;
+        let len = len + 2 * FLAG_AREA;
         // Page-aligned and touched, like the C side's posix_memalign + memset.
         let layout = std::alloc::Layout::from_size_align(len, 4096).expect("layout");
         // SAFETY: non-zero size. Never freed: the registration refers to it until process exit.
@@ -70,15 +75,18 @@ impl RawPair {
         };
         // SAFETY: buf is never freed.
         let mr = unsafe { t.mr_reg(mem) }?;
-        let remotes = exchange_mr(t.as_mut(), bs, mr)?;
+        let remotes = exchange_mr(&mut t, bs, mr)?;
         let peer = 1 - bs.rank();
         Ok(Self {
             t,
             buf,
-            local: LocalRef { mr, offset: 0 },
+            local: LocalRef {
+                mr,
+                offset: 2 * FLAG_AREA,
+            },
             remote: RemoteRef {
                 mr: remotes[peer],
-                offset: 0,
+                offset: 2 * FLAG_AREA as u64,
             },
             peer,
         })
@@ -86,7 +94,14 @@ impl RawPair {
 
     /// The transport's capabilities.
     pub fn caps(&self) -> &Caps {
-        self.t.caps()
+        Transport::caps(&self.t)
+    }
+
+    /// The endpoint, CQ and registrations for a C baseline that posts on this very endpoint:
+    /// it may use the bytes from [`FLAG_AREA`] to `2 * FLAG_AREA` for its latency flags, and
+    /// must read every completion of what it posts before this pair polls again.
+    pub fn handles(&self) -> Result<RawHandles, TransportError> {
+        self.t.raw_handles(self.peer, self.local.mr, self.remote.mr)
     }
 
     /// Progresses the endpoint; returns how many events it reported.
@@ -135,6 +150,7 @@ impl RawPair {
             mr: self.remote.mr,
             offset: 0,
         };
+        let (mut posted, mut done) = (0usize, 0usize);
         let mut t0 = Instant::now();
         for i in 1..=(iters + 10) as u64 {
             if i == 11 {
@@ -145,27 +161,35 @@ impl RawPair {
             let seen = |_: ()| unsafe { std::ptr::read_volatile(flag) };
             if rank == 1 {
                 while seen(()) != i {
-                    self.poll();
+                    done += self.poll();
                 }
             }
             self.buf[8] = i;
             loop {
                 // SAFETY: 8 bytes ≤ inject size: copied at post, buffer free at once.
-                let posted = unsafe { self.t.write(self.peer, from, to, 8, i) };
-                match posted {
-                    Ok(()) => break,
+                let r = unsafe { self.t.write(self.peer, from, to, 8, i) };
+                match r {
+                    Ok(()) => {
+                        posted += 1;
+                        break;
+                    }
                     Err(PostError::Retry) => {
-                        self.poll();
+                        done += self.poll();
                     }
                     Err(PostError::Failed(e)) => panic!("write: {e}"),
                 }
             }
             if rank == 0 {
                 while seen(()) != i {
-                    self.poll();
+                    done += self.poll();
                 }
             }
         }
-        t0.elapsed().as_secs_f64() / (2.0 * iters as f64)
+        let t = t0.elapsed().as_secs_f64() / (2.0 * iters as f64);
+        // Leave no completion behind for a C baseline reading the same CQ next.
+        while done < posted {
+            done += self.poll();
+        }
+        t
     }
 }

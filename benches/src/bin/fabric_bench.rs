@@ -2,12 +2,24 @@
 //! write latency through the safe transport layer, beside the same operations written against
 //! libfabric's C API (c/fabric_raw.c), interleaved size by size in one run. The ceiling the
 //! runtime will be compared to.
+//!
+//! By default (`--baseline shared`) the C code posts on the endpoint the safe layer opened: the
+//! same connection, completion queue and registered buffer, so the two differ only in the code
+//! that posts and polls — the layer's cost. With `--baseline separate` the C program opens its
+//! own endpoint, fabric to registration; over loopback TCP two connections then differ by
+//! themselves (in one run on the device machine every one of 9 pairs at 128 KiB favoured one
+//! connection by 16 %), which that comparison cannot tell from the layer's cost.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 
 use clap::Parser;
-use pshmem_benches::{machine, median, pow2_sizes, raw::RawPair, size_label};
+use pshmem_benches::{
+    machine, median, pow2_sizes,
+    raw::{FLAG_AREA, RawPair},
+    size_label,
+};
 use pshmem_bootstrap::Bootstrap;
+use pshmem_libfabric_sys as sys;
 
 #[repr(C)]
 struct Craw {
@@ -27,6 +39,21 @@ unsafe extern "C" {
         ctx: *mut c_void,
         err: *mut c_char,
         errlen: usize,
+    ) -> *mut Craw;
+    #[allow(clippy::too_many_arguments)]
+    fn craw_attach(
+        ep: *mut sys::fid_ep,
+        cq: *mut sys::fid_cq,
+        peer: sys::fi_addr_t,
+        local: *mut u8,
+        len: usize,
+        desc: *mut c_void,
+        remote_addr: u64,
+        remote_key: u64,
+        inject: usize,
+        flags: u64,
+        rank: c_int,
+        off: usize,
     ) -> *mut Craw;
     fn craw_progress(c: *mut Craw) -> c_int;
     fn craw_bw(c: *mut Craw, size: usize, count: usize, window: usize) -> f64;
@@ -87,16 +114,28 @@ struct Args {
     /// Write results here as JSON.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// `shared`: the C code posts on the safe layer's endpoint; `separate`: it opens its own.
+    #[arg(long, value_enum, default_value_t = Baseline::Shared)]
+    baseline: Baseline,
 }
 
-/// A barrier during which this rank keeps both endpoints progressing.
-fn barrier(bs: &Bootstrap, r: &mut RawPair, c: *mut Craw) {
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Baseline {
+    Shared,
+    Separate,
+}
+
+/// A barrier during which this rank keeps its endpoints progressing (a shared one through the
+/// safe layer only: nothing of the C side's is outstanding between runs).
+fn barrier(bs: &Bootstrap, r: &mut RawPair, c: *mut Craw, shared: bool) {
     std::thread::scope(|s| {
         let h = s.spawn(|| bs.barrier());
         while !h.is_finished() {
             r.poll();
-            // SAFETY: c is the open C endpoint.
-            unsafe { craw_progress(c) };
+            if !shared {
+                // SAFETY: c is the open C endpoint.
+                unsafe { craw_progress(c) };
+            }
         }
         h.join().expect("barrier thread").expect("barrier");
     });
@@ -129,22 +168,42 @@ fn main() {
     let caps = r.caps().clone();
 
     // The C baseline.
+    let shared = a.baseline == Baseline::Shared;
     let cprov = CString::new(prov.clone()).expect("name");
     let cnode = node.as_deref().map(|n| CString::new(n).expect("node"));
     let mut err = [0 as c_char; 256];
-    // SAFETY: all pointers are valid for the call; the bootstrap outlives the C endpoint.
+    let h = r.handles().expect("raw handles");
+    // SAFETY: all pointers are valid for the call; the bootstrap outlives the C endpoint; a
+    // shared endpoint's handles stay valid while `r` lives, which outlives `c`.
     let c = unsafe {
-        craw_open(
-            cprov.as_ptr(),
-            cnode.as_ref().map_or(std::ptr::null(), |n| n.as_ptr()),
-            rank as c_int,
-            2,
-            len,
-            allgather,
-            (&bs as *const Bootstrap).cast_mut().cast(),
-            err.as_mut_ptr(),
-            err.len(),
-        )
+        if shared {
+            craw_attach(
+                h.ep,
+                h.cq,
+                h.peer,
+                h.local,
+                h.local_len,
+                h.local_desc,
+                h.remote_addr,
+                h.remote_key,
+                h.inject,
+                h.flags,
+                rank as c_int,
+                FLAG_AREA,
+            )
+        } else {
+            craw_open(
+                cprov.as_ptr(),
+                cnode.as_ref().map_or(std::ptr::null(), |n| n.as_ptr()),
+                rank as c_int,
+                2,
+                len,
+                allgather,
+                (&bs as *const Bootstrap).cast_mut().cast(),
+                err.as_mut_ptr(),
+                err.len(),
+            )
+        }
     };
     if c.is_null() {
         // SAFETY: err is NUL-terminated by craw_open.
@@ -155,8 +214,15 @@ fn main() {
     let mut rows = Vec::new();
     if rank == 0 {
         println!(
-            "# {} — write bandwidth, window {}, median of {} alternating runs",
-            caps.name, a.window, a.reps
+            "# {} — write bandwidth, window {}, median of {} alternating runs; C baseline on {}",
+            caps.name,
+            a.window,
+            a.reps,
+            if shared {
+                "the safe layer's endpoint"
+            } else {
+                "its own endpoint"
+            }
         );
         println!("| size | safe layer GB/s | C API GB/s | ratio |\n| --- | --- | --- | --- |");
     }
@@ -166,7 +232,7 @@ fn main() {
         for rep in 0..a.reps {
             // ABBA order: a drift over the run (warm-up, frequency) favours neither side.
             for which in [rep % 2, 1 - rep % 2] {
-                barrier(&bs, &mut r, c);
+                barrier(&bs, &mut r, c, shared);
                 if rank == 0 {
                     let secs = if which == 0 {
                         r.bw(size, count, a.window)
@@ -187,7 +253,7 @@ fn main() {
                         cs.push(gbps)
                     }
                 }
-                barrier(&bs, &mut r, c);
+                barrier(&bs, &mut r, c, shared);
             }
         }
         if rank == 0 {
@@ -206,7 +272,7 @@ fn main() {
     let (mut rl, mut cl) = (Vec::new(), Vec::new());
     for rep in 0..a.reps {
         for which in [rep % 2, 1 - rep % 2] {
-            barrier(&bs, &mut r, c);
+            barrier(&bs, &mut r, c, shared);
             if which == 0 {
                 rl.push(r.lat(rank, a.lat_iters) * 1e6);
             } else {
@@ -217,7 +283,7 @@ fn main() {
             }
         }
     }
-    barrier(&bs, &mut r, c);
+    barrier(&bs, &mut r, c, shared);
     if rank == 0 {
         let (rm, cm) = (median(&rl), median(&cl));
         println!(
@@ -227,6 +293,7 @@ fn main() {
         if let Some(path) = &a.json {
             let doc = serde_json::json!({
                 "benchmark": "fabric-bench", "machine": machine(), "transport": caps.name,
+                "baseline": if shared { "shared endpoint" } else { "separate endpoint" },
                 "window": a.window, "reps": a.reps, "bandwidth": rows,
                 "latency": {"safe_us": rm, "c_us": cm, "diff_us": rm - cm, "safe_runs": rl, "c_runs": cl, "iters": a.lat_iters},
             });

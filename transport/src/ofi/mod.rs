@@ -193,6 +193,35 @@ unsafe impl Send for Rail {}
 
 const SCRATCH: usize = 32;
 
+/// Raw libfabric handles of one local registration and one peer's, on rail 0 (see
+/// [`OfiTransport::raw_handles`]). Valid while the transport lives.
+#[derive(Debug, Clone, Copy)]
+pub struct RawHandles {
+    /// The endpoint.
+    pub ep: *mut sys::fid_ep,
+    /// Its completion queue (`FI_CQ_FORMAT_DATA`).
+    pub cq: *mut sys::fid_cq,
+    /// The peer's address in the endpoint's address vector.
+    pub peer: sys::fi_addr_t,
+    /// Start of the local registration.
+    pub local: *mut u8,
+    /// Its length.
+    pub local_len: usize,
+    /// Its descriptor for posting.
+    pub local_desc: *mut c_void,
+    /// Remote address of the peer registration's first byte (0 without FI_MR_VIRT_ADDR).
+    pub remote_addr: u64,
+    /// Its length.
+    pub remote_len: u64,
+    /// Its key.
+    pub remote_key: u64,
+    /// Largest payload posted with FI_INJECT.
+    pub inject: usize,
+    /// Operation flags this layer posts writes with (FI_COMPLETION, FI_DELIVERY_COMPLETE
+    /// where accepted).
+    pub flags: u64,
+}
+
 /// The libfabric transport.
 pub struct OfiTransport {
     me: Pe,
@@ -321,6 +350,47 @@ impl OfiTransport {
             cfg.node = Some("127.0.0.1".into());
         }
         Self::open_raw(bs.rank(), bs.world_size(), &cfg)
+    }
+
+    /// The libfabric objects behind a write from `local` to PE `pe`'s `remote` on rail 0, so
+    /// that a baseline written against the C API can post on the very endpoint, connection and
+    /// registrations this layer uses (fabric-bench: the two then differ only in the code that
+    /// posts and polls). Completions of operations posted through these handles arrive on this
+    /// transport's CQ: the caller reads them all itself before it polls the transport again.
+    pub fn raw_handles(&self, pe: Pe, local: MrId, remote: RemoteMrId) -> Result<RawHandles> {
+        let bad = |reason: String| TransportError::InvalidArgument {
+            op: "raw_handles",
+            reason,
+        };
+        let region = self
+            .regions
+            .get(local.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| bad(format!("unknown local registration {local:?}")))?;
+        let rr = self
+            .remotes
+            .get(remote.0 as usize)
+            .filter(|r| r.pe == pe)
+            .ok_or_else(|| bad(format!("no registration {remote:?} of PE {pe}")))?;
+        let rail = &self.rails[0];
+        let (base, key) = rr.rails[0];
+        let mut flags = bits!(FI_COMPLETION);
+        if self.caps.delivery_complete {
+            flags |= bits!(FI_DELIVERY_COMPLETE);
+        }
+        Ok(RawHandles {
+            ep: rail.ep.raw(),
+            cq: rail.cq.fid,
+            peer: rail.peers[pe],
+            local: region.ptr,
+            local_len: region.len,
+            local_desc: region.mrs[0].desc,
+            remote_addr: if rail.virt_addr { base } else { 0 },
+            remote_len: rr.len,
+            remote_key: key,
+            inject: self.caps.inject_size,
+            flags,
+        })
     }
 
     /// Opens with explicit rank and world size.
