@@ -28,7 +28,10 @@ use pshmem_transport::{
     Caps, Event, LocalMem, LocalRef, MemKind, MrId, PostError, RemoteMrId, RemoteRef, Transport,
 };
 
+pub(crate) mod exclusive;
 pub(crate) mod staged;
+
+use exclusive::{Exclusive, JobSlot, is_job_ctx};
 
 use crate::{
     Health, ProxyConfig, ProxyError, ProxySetup,
@@ -278,6 +281,8 @@ pub struct Engine {
     /// This PE's GPU heap, when it has one: reached through host staging, or registered with
     /// the transport (DMA-BUF); see `staged`.
     staged: Option<staged::Staged>,
+    /// A job waiting for the transport to itself (see `exclusive`).
+    jobs: Arc<JobSlot>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -295,6 +300,7 @@ impl Engine {
         cfg: ProxyConfig,
         health: Arc<Health>,
         stop: Arc<AtomicBool>,
+        jobs: Arc<JobSlot>,
     ) -> Result<Self, ProxyError> {
         let caps = s.transport.caps().clone();
         let me = s.transport.my_pe();
@@ -404,6 +410,7 @@ impl Engine {
             events: Vec::new(),
             msgs: Vec::new(),
             staged,
+            jobs,
         })
     }
 
@@ -424,6 +431,12 @@ impl Engine {
             if self.failed || self.health.faulted() {
                 // The job is failing: every ring is raised; keep nothing waiting on us.
                 return;
+            }
+            // Acquire: pairs with `Proxy::exclusive`'s release after it filled the slot.
+            if self.jobs.pending.load(Ordering::Acquire) && self.idle() {
+                self.run_job();
+                idle_since = None;
+                continue;
             }
             // Acquire: pairs with `Proxy::stop`'s release.
             if self.stop.load(Ordering::Acquire) {
@@ -1314,8 +1327,21 @@ impl Engine {
             return 0;
         }
         let n = events.len() + msgs.len();
+        self.dispatch(&mut events, &mut msgs);
+        self.events = events;
+        self.msgs = msgs;
+        n
+    }
+
+    /// Handles events gathered by a poll (and by a job's polls).
+    fn dispatch(&mut self, events: &mut Vec<Ev>, msgs: &mut Vec<Vec<u8>>) {
         for ev in events.drain(..) {
             match ev {
+                // A job's write that completed after its job returned.
+                Ev::Done(ctx, _) if is_job_ctx(ctx) => {}
+                Ev::Failed(ctx, err) if is_job_ctx(ctx) => {
+                    tracing::warn!("PE {}: a finished job's write failed: {err}", self.me)
+                }
                 Ev::Done(ctx, _) if staged::is_stage_ctx(ctx) => {
                     self.staging.free.push(ctx as u32);
                 }
@@ -1344,9 +1370,32 @@ impl Engine {
         for m in msgs.drain(..) {
             self.message(&m);
         }
+    }
+
+    /// Runs the waiting job with the transport to itself (nothing is in flight), then handles
+    /// the events its polls kept for the proxy.
+    fn run_job(&mut self) {
+        // Cleared before the slot is emptied: a job installed meanwhile sets it again. Relaxed:
+        // the slot's mutex orders the job itself; a stale `true` only costs a lock.
+        self.jobs.pending.store(false, Ordering::Relaxed);
+        let Some(job) = self.jobs.lock().take() else {
+            return;
+        };
+        let mut events = std::mem::take(&mut self.events);
+        let mut msgs = std::mem::take(&mut self.msgs);
+        let mut x = Exclusive {
+            t: &mut *self.t,
+            heap: &self.heap,
+            heap_mr: self.heap_mr,
+            remote: &self.remote,
+            events: &mut events,
+            msgs: &mut msgs,
+            outstanding: 0,
+        };
+        job(&mut x);
+        self.dispatch(&mut events, &mut msgs);
         self.events = events;
         self.msgs = msgs;
-        n
     }
 
     /// A part completed (a write or read, or a request's ack with the old value).

@@ -37,7 +37,10 @@ use std::{
 use pshmem_gpu_queue::{Ring, layout::error as code};
 use pshmem_transport::{MrId, RemoteMrId, Transport, TransportError};
 
-pub use engine::SignalMode;
+pub use engine::{
+    SignalMode,
+    exclusive::{Exclusive, ExclusiveError, JOB_CTX_BITS},
+};
 
 /// Bytes of a landing slot on the host-staged GPU path: one staging chunk of payload and its
 /// header. A PE's landing area holds `n_pes × PSHMEM_GPU_LANDING_SLOTS` of them.
@@ -88,6 +91,14 @@ pub enum ProxyError {
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+    /// A job for the proxy thread (see [`Proxy::exclusive`]) did not run or failed.
+    #[error("PE {pe}: proxy job: {detail}")]
+    Job {
+        /// This PE.
+        pe: usize,
+        /// What happened.
+        detail: String,
     },
     /// The proxy thread panicked.
     #[error("PE {pe}: the proxy thread panicked: {detail}")]
@@ -288,6 +299,7 @@ impl std::fmt::Debug for ProxySetup {
 pub struct Proxy {
     pe: usize,
     stop: Arc<AtomicBool>,
+    jobs: Arc<engine::exclusive::JobSlot>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -301,7 +313,9 @@ impl Proxy {
     ) -> Result<Self, ProxyError> {
         let pe = setup.transport.my_pe();
         let stop = Arc::new(AtomicBool::new(false));
-        let mut engine = engine::Engine::new(setup, cfg, health.clone(), stop.clone())?;
+        let jobs = Arc::new(engine::exclusive::JobSlot::default());
+        let mut engine =
+            engine::Engine::new(setup, cfg, health.clone(), stop.clone(), jobs.clone())?;
         let thread = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
@@ -319,8 +333,70 @@ impl Proxy {
         Ok(Self {
             pe,
             stop,
+            jobs,
             thread: Some(thread),
         })
+    }
+
+    /// Runs `f` on the proxy thread once it has nothing in flight, with its transport to
+    /// itself ([`Exclusive`]), and returns what `f` returns. The rings wait meanwhile, and
+    /// peers' requests are handled after `f`. Meant for measurements on the runtime's own
+    /// endpoint (datapath-bench) and diagnostics. Fails when `f` panics, when another job is
+    /// waiting, or when `f` has not finished within `timeout` (from this call; the job still
+    /// runs later if it had not started, unless taken back here first).
+    pub fn exclusive<R: Send + 'static>(
+        &self,
+        timeout: Duration,
+        f: impl FnOnce(&mut Exclusive<'_>) -> R + Send + 'static,
+    ) -> Result<R, ProxyError> {
+        let err = |detail: String| ProxyError::Job {
+            pe: self.pe,
+            detail,
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let job: engine::exclusive::Job = Box::new(move |x| {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(x)));
+            // The caller may have given up waiting: nobody to tell then.
+            let _ = tx.send(r.map_err(|p| panic_text(&p)));
+        });
+        {
+            let mut slot = self.jobs.lock();
+            if slot.is_some() {
+                return Err(err("another job is waiting for this proxy thread".into()));
+            }
+            *slot = Some(job);
+        }
+        // Release: the engine's acquire load that sees the flag finds the slot filled.
+        self.jobs.pending.store(true, Ordering::Release);
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok(Ok(r)) => return Ok(r),
+                Ok(Err(panic)) => return Err(err(format!("the job panicked: {panic}"))),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(err("the job was dropped unrun".into()));
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            let ended = self.thread.as_ref().is_none_or(|t| t.is_finished());
+            if ended || left.is_zero() {
+                let unrun = self.jobs.lock().take().is_some();
+                return Err(err(format!(
+                    "{} {}",
+                    if unrun {
+                        "not started:"
+                    } else {
+                        "still running:"
+                    },
+                    if ended {
+                        "the proxy thread has stopped".to_string()
+                    } else {
+                        format!("no result within {timeout:?}")
+                    }
+                )));
+            }
+        }
     }
 
     /// Asks the thread to finish its outstanding work and stop, and waits for it.

@@ -394,6 +394,30 @@ impl Pshmem {
         &self.transport
     }
 
+    /// Runs `f` on proxy thread `proxy` (0 in the default configuration of one) once it has
+    /// nothing in flight, with its transport to itself, and returns what `f` returns (see
+    /// [`pshmem_proxy::Proxy::exclusive`]): writes between symmetric heaps by
+    /// [`SymPtr::offset`] on the runtime's own endpoint, connection and registrations. For
+    /// measurements (datapath-bench's raw baseline) and diagnostics; this PE's rings wait while
+    /// `f` runs. Fails after `timeout`, or when there is no such proxy thread.
+    pub fn exclusive<R: Send + 'static>(
+        &self,
+        proxy: usize,
+        timeout: std::time::Duration,
+        f: impl FnOnce(&mut pshmem_proxy::Exclusive<'_>) -> R + Send + 'static,
+    ) -> Result<R> {
+        self.live("exclusive")?;
+        let proxies = lock(&self.proxies);
+        let p = proxies.get(proxy).ok_or_else(|| Error::Config {
+            me: self.me,
+            detail: format!(
+                "exclusive: no proxy thread {proxy} (this PE runs {})",
+                proxies.len()
+            ),
+        })?;
+        Ok(p.exclusive(timeout, f)?)
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.cfg

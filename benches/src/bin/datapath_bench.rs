@@ -1,19 +1,25 @@
 //! The host data path against its baselines, each comparison side by side in one run:
 //!
-//! - `pshmrun -n 2 -- datapath-bench vs-raw`: the runtime forced through the proxy over
-//!   `tcp;ofi_rxm` (`put_nbi` + `quiet`, and an 8-byte `p` ping-pong) beside the raw transport
-//!   through our safe layer (windowed writes, and an 8-byte write ping-pong) on a second
-//!   endpoint in the same processes, alternating size by size;
+//! - `pshmrun -n 2 -- datapath-bench vs-raw`: the runtime forced through the proxy
+//!   (`put_nbi` + `quiet`, and an 8-byte `p` ping-pong) beside the raw transport through our
+//!   safe layer (windowed writes, and an 8-byte write ping-pong) run on the proxy thread with
+//!   the runtime's own endpoint to itself (`Pshmem::exclusive`): the same connection, heap
+//!   registration and core, so the two differ only by the ring and the proxy. Alternating size
+//!   by size. (A second endpoint would not do over loopback TCP: two connections differ by
+//!   themselves, by up to 16 % at one size for a whole run.)
 //! - `datapath-bench rate` (one process): the ring and one proxy thread alone, against the
 //!   instant transport (every operation completes at once, no data moves): descriptors per
 //!   second through the proxy with 1, 2 and 4 CPU producer threads publishing 8-byte `p`
 //!   descriptors for a peer PE, each producer ending with a quiet.
 
-use std::{sync::Arc, time::Instant};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use clap::{Parser, Subcommand};
 use pshmem::{Cmp, Config, Pshmem, SymPtr};
-use pshmem_benches::{machine, median, pow2_sizes, raw::RawPair, size_label};
+use pshmem_benches::{machine, median, pow2_sizes, size_label};
 use pshmem_bootstrap::Bootstrap;
 use pshmem_gpu_queue::{Desc, Producer, Ring, WaitLimit};
 use pshmem_proxy::standalone::InstantProxy;
@@ -83,17 +89,95 @@ fn main() {
     }
 }
 
-/// Tells PE 1 (polling its raw endpoint) that phase `epoch` is over, through the runtime.
+/// Tells PE 1 (waiting on its flag) that phase `epoch` is over, through the runtime.
 fn release_peer(s: &Pshmem, flag: SymPtr, epoch: u64) {
     s.p(flag, epoch, 1).expect("p");
     s.quiet().expect("quiet");
 }
 
-/// PE 1 progresses its raw endpoint until PE 0 says the phase is over.
-fn serve_raw(s: &Pshmem, raw: &mut RawPair, flag: SymPtr, epoch: u64) {
-    while s.local_read::<u64>(flag).expect("read") < epoch {
-        raw.poll();
-    }
+/// How long a raw measurement on the proxy thread may take.
+const JOB_LIMIT: Duration = Duration::from_secs(300);
+
+/// The raw transport, on PE 0's proxy thread with the runtime's own endpoint to itself:
+/// seconds for `count` writes of `size` bytes from `src` to PE 1's `dst`, at most `window` in
+/// flight.
+fn raw_bw(s: &Pshmem, src: u64, dst: u64, size: usize, count: usize, window: usize) -> f64 {
+    s.exclusive(0, JOB_LIMIT, move |x| -> Result<f64, String> {
+        let (mut posted, mut done) = (0, 0);
+        let mut failed = None;
+        let t0 = Instant::now();
+        while done < count {
+            while posted < count && posted - done < window {
+                match x.write(1, src, dst, size, posted as u64) {
+                    Ok(true) => posted += 1,
+                    Ok(false) => break,
+                    Err(e) => return Err(format!("write: {e}")),
+                }
+            }
+            done += x
+                .poll(&mut |_, e| {
+                    if let Some(e) = e {
+                        failed.get_or_insert(e);
+                    }
+                })
+                .map_err(|e| e.to_string())?;
+            if let Some(e) = failed.take() {
+                return Err(format!("write failed: {e}"));
+            }
+        }
+        Ok(t0.elapsed().as_secs_f64())
+    })
+    .expect("raw job")
+    .expect("raw bandwidth")
+}
+
+/// The raw transport's 8-byte write ping-pong between the two proxy threads, each with its
+/// endpoint to itself: `iters` round trips of values `base + i` through the heap word `word`
+/// (sent from `from`); returns the half round trip in µs. Both PEs call it together.
+fn raw_lat(s: &Pshmem, word: u64, from: u64, base: u64, iters: usize) -> f64 {
+    let (me, peer) = (s.my_pe(), 1 - s.my_pe());
+    s.exclusive(0, JOB_LIMIT, move |x| -> Result<f64, String> {
+        let e = |e: pshmem_proxy::ExclusiveError| e.to_string();
+        let mut t0 = Instant::now();
+        let deadline = Instant::now() + JOB_LIMIT / 2;
+        let wait = |x: &mut pshmem_proxy::Exclusive<'_>, v: u64| -> Result<(), String> {
+            while x.load(word).map_err(e)? < v {
+                x.poll(&mut |_, err| {
+                    if let Some(err) = err {
+                        panic!("raw ping-pong write failed: {err}");
+                    }
+                })
+                .map_err(e)?;
+                if Instant::now() > deadline {
+                    return Err(format!("PE {me}: no ping-pong value {v} from PE {peer}"));
+                }
+            }
+            Ok(())
+        };
+        for i in 1..=(iters + 10) as u64 {
+            if i == 11 {
+                t0 = Instant::now();
+            }
+            let v = base + i;
+            if me == 1 {
+                wait(x, v)?;
+            }
+            x.store(from, v).map_err(e)?;
+            while !x.write(peer, from, word, 8, i).map_err(e)? {
+                x.poll(&mut |_, _| {}).map_err(e)?;
+            }
+            if me == 0 {
+                wait(x, v)?;
+            }
+        }
+        let us = t0.elapsed().as_secs_f64() * 1e6 / (2.0 * iters as f64);
+        while x.outstanding() > 0 {
+            x.poll(&mut |_, _| {}).map_err(e)?;
+        }
+        Ok(us)
+    })
+    .expect("raw job")
+    .expect("raw latency")
 }
 
 fn vs_raw(
@@ -105,26 +189,24 @@ fn vs_raw(
     lat_iters: usize,
 ) -> Option<serde_json::Value> {
     let me = bs.rank();
-    let mut raw = RawPair::open(&bs, "tcp;ofi_rxm", Some("127.0.0.1"), max, true).expect("raw");
-    let raw_name = raw.caps().name.clone();
     let mut cfg = Config::from_env().expect("config");
     cfg.disable_p2p = true;
     let s = Pshmem::init_with(bs, cfg).expect("init");
     let src = s.malloc(max).expect("malloc");
     let dst = s.malloc(max).expect("malloc");
-    // Touch both, as the raw side's buffer is: untouched memory reads as the zero page.
+    // Touch both: untouched memory reads as the zero page.
     let fill = vec![0x5au8; max];
     s.local_copy_in(src, &fill).expect("fill");
     s.local_copy_in(dst, &fill).expect("fill");
     drop(fill);
-    let w = s.calloc(2, 8).expect("calloc");
-    let (flag, ping) = (w, w + 8);
+    let w = s.calloc(4, 8).expect("calloc");
+    let (flag, ping, raw_word, raw_from) = (w, w + 8, w + 16, w + 24);
     let mut epoch = 0u64;
     if me == 0 {
         println!(
-            "# put bandwidth: runtime through the proxy ({}) vs raw writes ({}), window {window}, median of {reps}",
+            "# put bandwidth: runtime through the proxy vs raw writes on the proxy thread's own \
+             endpoint ({}), window {window}, median of {reps}",
             s.transport_name(),
-            raw_name
         );
         println!("| size | runtime GB/s | raw GB/s | ratio |\n| --- | --- | --- | --- |");
     }
@@ -139,11 +221,11 @@ fn vs_raw(
                 if raw_turn {
                     epoch += 1;
                     if me == 0 {
-                        let secs = raw.bw(size, count, window);
+                        let secs = raw_bw(&s, src.offset(), dst.offset(), size, count, window);
                         rw.push((size * count) as f64 / secs / 1e9);
                         release_peer(&s, flag, epoch);
                     } else {
-                        serve_raw(&s, &mut raw, flag, epoch);
+                        s.wait_until(flag, Cmp::Ge, epoch).expect("wait");
                     }
                 } else if me == 0 {
                     let t = Instant::now();
@@ -170,7 +252,14 @@ fn vs_raw(
         for raw_turn in [rep % 2 == 0, rep % 2 == 1] {
             if raw_turn {
                 s.barrier_all().expect("barrier");
-                rl.push(raw.lat(me, lat_iters) * 1e6);
+                let base = (rep as u64 + 1) << 32;
+                rl.push(raw_lat(
+                    &s,
+                    raw_word.offset(),
+                    raw_from.offset(),
+                    base,
+                    lat_iters,
+                ));
                 continue;
             }
             // Read the start value before the barrier: after it, the peer may already have
@@ -211,14 +300,14 @@ fn vs_raw(
         );
         serde_json::json!({
             "benchmark": "datapath-bench vs-raw", "machine": machine(),
-            "runtime_transport": s.transport_name(), "raw_transport": raw_name,
+            "runtime_transport": s.transport_name(),
+            "raw_transport": format!("{} (the proxy thread's own endpoint)", s.transport_name()),
             "window": window, "reps": reps, "bandwidth": rows,
             "latency": {"runtime_pingpong_us": p, "raw_pingpong_us": r, "added_us": p - r,
                 "put_quiet_us": q, "runtime_runs": pl, "raw_runs": rl, "put_quiet_runs": ql,
                 "iters": lat_iters},
         })
     });
-    drop(raw);
     s.finalize().expect("finalize");
     out
 }

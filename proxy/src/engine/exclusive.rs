@@ -1,0 +1,189 @@
+//! Jobs run on a proxy thread with its transport to themselves ([`crate::Proxy::exclusive`]):
+//! the raw transport measured on the very endpoint, connection, registered heap and core the
+//! runtime uses (datapath-bench), so that a comparison with the runtime differs only in the ring
+//! and the proxy. The engine runs a job between turns once it has nothing in flight; the rings
+//! wait meanwhile. Events that are not the job's (a peer's request arriving, a message send's
+//! completion) are kept and handled by the engine after the job.
+
+use std::sync::{
+    Mutex,
+    atomic::{AtomicBool, Ordering},
+};
+
+use pshmem_transport::{Event, LocalRef, MrId, PostError, RemoteMrId, RemoteRef, Transport};
+
+use super::{Ev, FAST, SEND};
+use crate::mem::{HeapMem, MemError};
+
+/// Marks a job's transport contexts: FAST with bit 61, which fast contexts (channel in bits
+/// 52..61 of 9 bits), slab keys (never bits 61..63) and sends (bit 63) never carry.
+const JOB: u64 = FAST | 1 << 61;
+/// Bits of a context a job chooses.
+pub const JOB_CTX_BITS: u32 = 52;
+
+/// Whether a completion context is a job's.
+pub(super) fn is_job_ctx(ctx: u64) -> bool {
+    ctx & (SEND | JOB) == JOB
+}
+
+/// A job for a proxy thread.
+pub(crate) type Job = Box<dyn FnOnce(&mut Exclusive<'_>) + Send>;
+
+/// The job waiting for a proxy thread (at most one).
+#[derive(Default)]
+pub(crate) struct JobSlot {
+    /// Set after `job` is filled; the engine checks it once per turn.
+    pub(crate) pending: AtomicBool,
+    pub(crate) job: Mutex<Option<Job>>,
+}
+
+impl std::fmt::Debug for JobSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobSlot")
+            .field("pending", &self.pending.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl JobSlot {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Option<Job>> {
+        self.job.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A proxy thread's transport, lent to a job while the proxy has nothing in flight. Writes go
+/// from this PE's symmetric heap to a peer's, by heap offset; the job polls through
+/// [`Exclusive::poll`], which reports its own completions and keeps everything else for the
+/// proxy.
+pub struct Exclusive<'a> {
+    pub(super) t: &'a mut dyn Transport,
+    pub(super) heap: &'a HeapMem,
+    pub(super) heap_mr: MrId,
+    pub(super) remote: &'a [RemoteMrId],
+    pub(super) events: &'a mut Vec<Ev>,
+    pub(super) msgs: &'a mut Vec<Vec<u8>>,
+    /// The job's writes posted and not yet reported by `poll`.
+    pub(super) outstanding: usize,
+}
+
+impl std::fmt::Debug for Exclusive<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exclusive")
+            .field("transport", &self.t.caps().name)
+            .field("outstanding", &self.outstanding)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a job's operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExclusiveError {
+    /// The context does not fit [`JOB_CTX_BITS`].
+    #[error("job context {0:#x} has more than {JOB_CTX_BITS} bits")]
+    Context(u64),
+    /// The transport refused or failed the operation.
+    #[error(transparent)]
+    Transport(#[from] pshmem_transport::TransportError),
+    /// A heap access out of bounds or misaligned.
+    #[error(transparent)]
+    Mem(#[from] MemError),
+}
+
+impl Exclusive<'_> {
+    /// This PE.
+    pub fn my_pe(&self) -> usize {
+        self.t.my_pe()
+    }
+
+    /// The transport's name.
+    pub fn transport_name(&self) -> &str {
+        &self.t.caps().name
+    }
+
+    /// Posts a write of `len` bytes from this PE's heap at offset `src` to PE `pe`'s heap at
+    /// `dst`; its completion (for delivery-complete transports: delivery) is reported by
+    /// [`Exclusive::poll`] with `ctx` (below 2^[`JOB_CTX_BITS`]). `Ok(false)`: back-pressure,
+    /// poll and post again.
+    pub fn write(
+        &mut self,
+        pe: usize,
+        src: u64,
+        dst: u64,
+        len: usize,
+        ctx: u64,
+    ) -> Result<bool, ExclusiveError> {
+        if ctx >> JOB_CTX_BITS != 0 {
+            return Err(ExclusiveError::Context(ctx));
+        }
+        self.heap.check(src, len as u64)?;
+        let remote = *self.remote.get(pe).ok_or_else(|| {
+            ExclusiveError::Transport(pshmem_transport::TransportError::InvalidArgument {
+                op: "exclusive write",
+                reason: format!("PE {pe} out of range for {} PEs", self.remote.len()),
+            })
+        })?;
+        let local = LocalRef {
+            mr: self.heap_mr,
+            offset: src as usize,
+        };
+        let remote = RemoteRef {
+            mr: remote,
+            offset: dst,
+        };
+        // SAFETY: the source lies in this PE's heap (checked above), registered for as long as
+        // the transport lives; the engine owns both and drops the transport first.
+        match unsafe { self.t.write(pe, local, remote, len, JOB | ctx) } {
+            Ok(()) => {
+                self.outstanding += 1;
+                Ok(true)
+            }
+            Err(PostError::Retry) => Ok(false),
+            Err(PostError::Failed(e)) => Err((*e).into()),
+        }
+    }
+
+    /// Loads the 8-byte word at `off` in this PE's heap (atomically, with acquire ordering:
+    /// a flag a peer's write sets).
+    pub fn load(&self, off: u64) -> Result<u64, ExclusiveError> {
+        Ok(self.heap.load(off, true)?)
+    }
+
+    /// Stores an 8-byte word at `off` in this PE's heap.
+    pub fn store(&self, off: u64, value: u64) -> Result<(), ExclusiveError> {
+        Ok(self.heap.store(off, value, 8)?)
+    }
+
+    /// The job's writes not yet reported by [`Exclusive::poll`].
+    pub fn outstanding(&self) -> usize {
+        self.outstanding
+    }
+
+    /// Progresses the transport; calls `done(ctx, error)` for each of the job's completions
+    /// and keeps every other event for the proxy. Returns how many were the job's.
+    pub fn poll(
+        &mut self,
+        done: &mut dyn FnMut(u64, Option<String>),
+    ) -> Result<usize, ExclusiveError> {
+        let mask = (1u64 << JOB_CTX_BITS) - 1;
+        let (events, msgs) = (&mut *self.events, &mut *self.msgs);
+        let mut mine = 0;
+        self.t.poll(&mut |e| match e {
+            Event::Done { ctx } | Event::Fetched { ctx, .. } if is_job_ctx(ctx) => {
+                mine += 1;
+                done(ctx & mask, None);
+            }
+            Event::Failed { ctx, error } if is_job_ctx(ctx) => {
+                mine += 1;
+                done(ctx & mask, Some(error.to_string()));
+            }
+            Event::Recv { data } => msgs.push(data.to_vec()),
+            Event::Done { ctx } => events.push(Ev::Done(ctx, None)),
+            Event::Fetched { ctx, value } => events.push(Ev::Done(ctx, Some(value))),
+            Event::Failed { ctx, error } => events.push(Ev::Failed(ctx, error.to_string())),
+            Event::RemoteWrite { data } => events.push(Ev::Tagged(data)),
+        })?;
+        self.outstanding -= mine.min(self.outstanding);
+        Ok(mine)
+    }
+}
