@@ -69,3 +69,94 @@ impl InstantProxy {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use pshmem_gpu_queue::{Desc, Producer, WaitLimit};
+
+    use super::*;
+    use crate::ExclusiveError;
+
+    fn limit() -> WaitLimit {
+        WaitLimit::new(Some(Duration::from_secs(10)))
+    }
+
+    #[test]
+    fn a_job_has_the_transport_and_the_rings_resume_after_it() {
+        let ring = Ring::new_host(64);
+        let p = InstantProxy::spawn(vec![ring.clone()], ProxyConfig::default()).unwrap();
+        let prod = Producer::new(ring.clone());
+        // Work before the job completes as usual.
+        let put = |i: u64| Desc::P {
+            pe: 1,
+            remote: 8 * i,
+            value: i,
+            width: 8,
+        };
+        let (slots, n) = put(1).encode();
+        prod.push(&slots[..n], &limit()).unwrap();
+        prod.quiet(&limit()).unwrap();
+        let (posted, seen) = p
+            .proxy
+            .exclusive(Duration::from_secs(10), |x| {
+                assert_eq!(x.my_pe(), 0);
+                for ctx in [7, 9, 11] {
+                    assert!(x.write(1, 0, 64, 8, ctx).unwrap());
+                }
+                assert_eq!(x.outstanding(), 3);
+                let mut seen = Vec::new();
+                while x.outstanding() > 0 {
+                    x.poll(&mut |ctx, err| {
+                        assert!(err.is_none());
+                        seen.push(ctx);
+                    })
+                    .unwrap();
+                }
+                x.store(8, 42).unwrap();
+                assert_eq!(x.load(8).unwrap(), 42);
+                (3, seen)
+            })
+            .unwrap();
+        assert_eq!(posted, 3);
+        assert_eq!(seen, vec![7, 9, 11], "the job's own contexts, each once");
+        let (slots, n) = put(2).encode();
+        prod.push(&slots[..n], &limit()).unwrap();
+        prod.quiet(&limit()).unwrap();
+        p.proxy.stop().unwrap();
+        assert!(p.health.fault().is_none());
+    }
+
+    #[test]
+    fn bad_jobs_fail_with_errors_and_the_proxy_goes_on() {
+        let ring = Ring::new_host(64);
+        let p = InstantProxy::spawn(vec![ring.clone()], ProxyConfig::default()).unwrap();
+        let t = Duration::from_secs(10);
+        let r = p
+            .proxy
+            .exclusive(t, |x| {
+                let ctx = matches!(
+                    x.write(1, 0, 0, 8, 1 << 60),
+                    Err(ExclusiveError::Context(_))
+                );
+                let heap = matches!(x.write(1, 1 << 40, 0, 8, 1), Err(ExclusiveError::Mem(_)));
+                let pe = matches!(x.write(5, 0, 0, 8, 1), Err(ExclusiveError::Transport(_)));
+                (ctx, heap, pe)
+            })
+            .unwrap();
+        assert_eq!(r, (true, true, true));
+        let e = p
+            .proxy
+            .exclusive(t, |_| -> u32 { panic!("on purpose") })
+            .unwrap_err();
+        assert!(e.to_string().contains("on purpose"), "{e}");
+        // Still serving rings and jobs.
+        assert_eq!(p.proxy.exclusive(t, |x| x.my_pe()).unwrap(), 0);
+        let prod = Producer::new(ring);
+        let (slots, n) = Desc::Fence.encode();
+        prod.push(&slots[..n], &limit()).unwrap();
+        prod.quiet(&limit()).unwrap();
+        p.proxy.stop().unwrap();
+    }
+}
