@@ -22,7 +22,8 @@ use std::{
 };
 
 use pshmem_gpu_queue::{
-    AmoOp, Completions, Consumer, Desc, Local, SignalOp, layout::error as code,
+    AmoOp, Completions, Consumer, Desc, Local, RawSlot, SignalOp,
+    layout::{ctrl_op, error as code, op},
 };
 use pshmem_transport::{
     Caps, Event, LocalMem, LocalRef, MemKind, MrId, PostError, RemoteMrId, RemoteRef, Transport,
@@ -91,6 +92,27 @@ enum OpRef {
     /// sequence number) and the part's completion finishes the operation, with no slab entry
     /// on either side (the common case: `p`, small puts and gets, signals, non-fetching AMOs).
     Fast(u64),
+}
+
+/// Whether a completion context is a single-part operation's (not a send's, not a job's).
+#[inline]
+fn is_fast_ctx(ctx: u64) -> bool {
+    ctx & (SEND | FAST | 1 << 61) == FAST
+}
+
+/// A single-part operation completed: one fewer in flight, to its PE and in total, and its
+/// sequence number finished.
+#[inline]
+fn fast_done(chans: &mut [Chan], inflight: &mut usize, key: u64) {
+    *inflight -= 1;
+    let (c, pe) = (
+        ((key >> 52) & 0x1ff) as usize,
+        ((key >> 32) & 0xf_ffff) as usize,
+    );
+    let ch = &mut chans[c];
+    ch.queues[pe].outstanding -= 1;
+    let seq = ch.done.seq_from_low(key as u32);
+    ch.done.finish(seq);
 }
 
 fn fast_ctx(chan: u16, pe: u32, seq: u64) -> u64 {
@@ -534,6 +556,9 @@ impl Engine {
         let mut bad = None;
         let res = cons.poll(batch, |idx, slots| {
             let seq = self.chans[c].done.push(idx + slots.len() as u64);
+            if bad.is_none() && self.p_fast(c as u16, seq, slots) {
+                return;
+            }
             match Desc::decode(slots) {
                 Ok(d) if bad.is_none() => self.accept(c as u16, seq, d),
                 Ok(_) => {}
@@ -777,9 +802,27 @@ impl Engine {
         }
     }
 
+    /// A `p` to another PE straight from its slot, without decoding it into a [`Desc`] and
+    /// going through [`Engine::accept`] (whose checks it repeats: a valid width and PE, no
+    /// staged heap). Returns false when it did nothing; the general path then takes the slot.
+    #[inline]
+    fn p_fast(&mut self, chan: u16, seq: u64, slots: &[RawSlot]) -> bool {
+        let [s] = slots else { return false };
+        if ctrl_op(s.ctrl) != op::P
+            || !matches!(s.c, 1 | 2 | 4 | 8)
+            || s.pe as usize >= self.n
+            || s.pe == self.me
+            || self.staged.is_some()
+        {
+            return false;
+        }
+        self.post_p_now(chan, seq, s.pe, s.a, s.b, s.c as u8)
+    }
+
     /// The hottest case, straight to the transport: a `p` that fits the inject size, to a PE
     /// with nothing queued, with room in flight. Returns false (nothing done) otherwise, or on
     /// back-pressure, and the general path queues it.
+    #[inline]
     fn post_p_now(
         &mut self,
         chan: u16,
@@ -1311,7 +1354,15 @@ impl Engine {
     fn poll(&mut self) -> usize {
         let mut events = std::mem::take(&mut self.events);
         let mut msgs = std::mem::take(&mut self.msgs);
+        // The hottest event, a single-part operation's completion, is finished inside the
+        // callback (it touches only the channels and the in-flight count, not the transport).
+        let (chans, inflight) = (&mut self.chans, &mut self.inflight);
+        let mut fast = 0;
         let r = self.t.poll(&mut |e| match e {
+            Event::Done { ctx } if is_fast_ctx(ctx) => {
+                fast_done(chans, inflight, ctx);
+                fast += 1;
+            }
             Event::Recv { data } => msgs.push(data.to_vec()),
             Event::Done { ctx } => events.push(Ev::Done(ctx, None)),
             Event::Fetched { ctx, value } => events.push(Ev::Done(ctx, Some(value))),
@@ -1326,7 +1377,7 @@ impl Engine {
             );
             return 0;
         }
-        let n = events.len() + msgs.len();
+        let n = fast + events.len() + msgs.len();
         self.dispatch(&mut events, &mut msgs);
         self.events = events;
         self.msgs = msgs;
@@ -1401,15 +1452,7 @@ impl Engine {
     /// A part completed (a write or read, or a request's ack with the old value).
     fn part_done(&mut self, key: u64, fetched: Option<u64>) {
         if key & FAST != 0 {
-            self.inflight -= 1;
-            let (c, pe) = (
-                ((key >> 52) & 0x1ff) as usize,
-                ((key >> 32) & 0xf_ffff) as usize,
-            );
-            let ch = &mut self.chans[c];
-            ch.queues[pe].outstanding -= 1;
-            let seq = ch.done.seq_from_low(key as u32);
-            ch.done.finish(seq);
+            fast_done(&mut self.chans, &mut self.inflight, key);
             return;
         }
         let Some(p) = self.parts.remove(key) else {
