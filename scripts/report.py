@@ -56,6 +56,10 @@ def pooled(pairs):
 
 def fabric_section(w, fb):
     w(f"## Raw transport: safe layer vs libfabric C API ({fb['transport']})\n")
+    base = fb.get("baseline", "separate endpoint")
+    w(f"C baseline on a {base}" + (" (the same connection, CQ and registered buffer as the "
+      "safe layer: only the code that posts and polls differs)." if base == "shared endpoint"
+      else " (its own fabric, domain, endpoint and registration).") + "\n")
     w("| size | safe layer GB/s | C API GB/s | paired ratio (IQR) |\n| --- | --- | --- | --- |")
     big, pairs = [], []
     for r in fb["bandwidth"]:
@@ -98,7 +102,10 @@ def main():
     if vr:
         w(f"## Full stack vs raw transport ({vr['runtime_transport']})\n")
         w("Runtime: `put_nbi` from the symmetric heap through ring + proxy, then `quiet`. "
-          f"Raw: writes through our safe layer, {vr['window']} in flight.\n")
+          f"Raw: writes through our safe layer, {vr['window']} in flight, on "
+          + ("the proxy thread's own endpoint (`Pshmem::exclusive`)" if "own endpoint" in
+             vr.get("raw_transport", "") else f"a second endpoint ({vr.get('raw_transport')})")
+          + ".\n")
         w("| size | runtime GB/s | raw GB/s | paired ratio (IQR) |\n| --- | --- | --- | --- |")
         ratios = []
         for r in vr["bandwidth"]:

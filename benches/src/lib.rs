@@ -12,6 +12,14 @@
 pub mod gpu_perf;
 pub mod raw;
 
+/// The median of the paired ratios `a[i] / b[i]`: the two sides of each pair ran back to back,
+/// so a drift of the machine between pairs (a VM's speed phases) cancels, which a ratio of the
+/// two medians does not.
+pub fn paired_ratio(a: &[f64], b: &[f64]) -> f64 {
+    let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+    median(&r)
+}
+
 /// Median of a sample (sorted copy).
 pub fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();
