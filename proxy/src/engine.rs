@@ -48,7 +48,8 @@ const SEND: u64 = 1 << 63;
 /// 32..52 (20 bits), the low 32 bits of its completion sequence number below. Slab keys never
 /// set bits 61..63.
 const FAST: u64 = 1 << 62;
-/// The context of ack messages (no part).
+/// The context of ack messages (no part): this tag, and the destination PE in the low 32 bits
+/// (so that a failed ack names its PE).
 const ACK_CTX: u64 = SEND | 1 << 61;
 /// Largest single write or read the proxy posts from the heap (bigger ones are split).
 const MAX_PART: u64 = 16 << 20;
@@ -258,7 +259,8 @@ struct Chan {
 #[derive(Debug)]
 enum Ev {
     Done(u64, Option<u64>),
-    Failed(u64, String),
+    /// Context, error text, and the PE the error names (if it names one).
+    Failed(u64, String, Option<usize>),
     Tagged(u64),
 }
 
@@ -1366,13 +1368,15 @@ impl Engine {
             Event::Recv { data } => msgs.push(data.to_vec()),
             Event::Done { ctx } => events.push(Ev::Done(ctx, None)),
             Event::Fetched { ctx, value } => events.push(Ev::Done(ctx, Some(value))),
-            Event::Failed { ctx, error } => events.push(Ev::Failed(ctx, error.to_string())),
+            Event::Failed { ctx, error } => {
+                events.push(Ev::Failed(ctx, error.to_string(), error.pe()))
+            }
             Event::RemoteWrite { data } => events.push(Ev::Tagged(data)),
         });
         if let Err(e) = r {
             self.fault(
                 code::OP_FAILED,
-                None,
+                e.pe(),
                 format!("PE {}: polling the transport failed: {e}", self.me),
             );
             return 0;
@@ -1390,7 +1394,7 @@ impl Engine {
             match ev {
                 // A job's write that completed after its job returned.
                 Ev::Done(ctx, _) if is_job_ctx(ctx) => {}
-                Ev::Failed(ctx, err) if is_job_ctx(ctx) => {
+                Ev::Failed(ctx, err, _) if is_job_ctx(ctx) => {
                     tracing::warn!("PE {}: a finished job's write failed: {err}", self.me)
                 }
                 Ev::Done(ctx, _) if staged::is_stage_ctx(ctx) => {
@@ -1400,16 +1404,17 @@ impl Engine {
                 Ev::Done(ctx, value) => self.part_done(ctx, value),
                 Ev::Tagged(data) if self.staging_path() => self.landed(data),
                 Ev::Tagged(data) => self.tagged_write(data),
-                Ev::Failed(ctx, err) => {
+                Ev::Failed(ctx, err, err_pe) => {
                     let pe = if staged::is_stage_ctx(ctx) {
                         Some(((ctx >> 32) & 0xf_ffff) as usize)
-                    } else if ctx == ACK_CTX {
-                        None
+                    } else if ctx >> 32 == ACK_CTX >> 32 {
+                        Some((ctx & 0xffff_ffff) as usize)
                     } else if ctx & FAST != 0 {
                         Some(((ctx >> 32) & 0xf_ffff) as usize)
                     } else {
                         self.parts.get_mut(ctx & !SEND).map(|p| p.pe as usize)
-                    };
+                    }
+                    .or(err_pe);
                     self.fault(
                         code::OP_FAILED,
                         pe,
@@ -1637,8 +1642,11 @@ impl Engine {
         let per = wire::acks_per_message(self.caps.max_send_size);
         for (to, acks) in std::mem::take(&mut self.acks) {
             for chunk in acks.chunks(per) {
-                self.outbox
-                    .push_back((to, wire::encode_acks(self.me, chunk), ACK_CTX));
+                self.outbox.push_back((
+                    to,
+                    wire::encode_acks(self.me, chunk),
+                    ACK_CTX | u64::from(to),
+                ));
             }
         }
         let mut sent = 0;

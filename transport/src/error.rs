@@ -99,6 +99,18 @@ pub enum TransportError {
     },
 }
 
+impl TransportError {
+    /// The peer the error concerns, when it names one.
+    pub fn pe(&self) -> Option<usize> {
+        match self {
+            Self::Completion { pe, .. }
+            | Self::OutOfBounds { pe, .. }
+            | Self::PeerLost { pe, .. } => Some(*pe),
+            _ => None,
+        }
+    }
+}
+
 /// Why a post did not happen.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum PostError {

@@ -180,7 +180,9 @@ impl Exclusive<'_> {
             Event::Recv { data } => msgs.push(data.to_vec()),
             Event::Done { ctx } => events.push(Ev::Done(ctx, None)),
             Event::Fetched { ctx, value } => events.push(Ev::Done(ctx, Some(value))),
-            Event::Failed { ctx, error } => events.push(Ev::Failed(ctx, error.to_string())),
+            Event::Failed { ctx, error } => {
+                events.push(Ev::Failed(ctx, error.to_string(), error.pe()))
+            }
             Event::RemoteWrite { data } => events.push(Ev::Tagged(data)),
         })?;
         self.outstanding -= mine.min(self.outstanding);
