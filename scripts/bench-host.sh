@@ -8,7 +8,8 @@
 #   datapath-bench rate     ring + one proxy thread alone (instant transport)
 #   pshmem-perf             every host-initiated perftest, direct path and through the proxy
 # Usage: scripts/bench-host.sh OUT_DIR [BIN_DIR]     (REPS=N alternating repetitions, default 9;
-#   PIN=0|1|auto core pinning, see below; SHM=1 adds the safe layer vs C over shm)
+#   PIN=0|1|auto core pinning, see below; SHM=1 adds the safe layer vs C over shm;
+#   FABRIC_MIN=BYTES the smallest size of the safe layer vs C, default 64)
 #   BIN_DIR defaults to target/release (built here with cargo); on a machine without Rust, pass
 #   a folder holding pshmrun, fabric-bench, datapath-bench and pshmem-perf.
 set -euo pipefail
@@ -50,7 +51,7 @@ else
 fi
 
 date -u +"== %H:%M:%S fabric-bench (tcp): safe layer vs C API on its endpoint"
-run2 "$BIN/fabric-bench" --provider tcp --min 64 --max $((64 << 20)) --reps "$REPS" --json "$OUT/fabric-bench-tcp.json"
+run2 "$BIN/fabric-bench" --provider tcp --min "${FABRIC_MIN:-64}" --max $((64 << 20)) --reps "$REPS" --json "$OUT/fabric-bench-tcp.json"
 if [ "${SHM:-0}" = 1 ]; then
   # Opt-in: no network stack, so the layer's own cost shows. On the GPU hosts' containers the
   # shm provider stalled at the first size (2026-11-23), so it is off by default there.

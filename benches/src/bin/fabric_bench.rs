@@ -105,12 +105,18 @@ struct Args {
     /// Writes in flight.
     #[arg(long, default_value_t = 64)]
     window: usize,
-    /// Repetitions per size and implementation (alternating).
+    /// Repetitions per size (each interleaves both sides chunk by chunk).
     #[arg(long, default_value_t = 5)]
     reps: usize,
-    /// Ping-pong iterations.
+    /// Ping-pong iterations per side and repetition.
     #[arg(long, default_value_t = 20000)]
     lat_iters: usize,
+    /// Blocks the ping-pongs of one repetition are split into, alternating between the sides.
+    #[arg(long, default_value_t = 10)]
+    lat_blocks: usize,
+    /// Bytes of one bandwidth chunk; chunks alternate between the sides within a repetition.
+    #[arg(long, default_value_t = 16 << 20)]
+    chunk: usize,
     /// Write results here as JSON.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -229,71 +235,90 @@ fn main() {
         );
     }
     for size in pow2_sizes(a.min, a.max) {
-        let count = (256usize << 20).div_ceil(size).clamp(8, 200_000);
+        // 256 MiB per side and repetition, between 8 and 20 000 writes (small sizes would
+        // otherwise take minutes), in chunks of about `--chunk` bytes that alternate between the
+        // two sides (ABBA) through the repetition: both see the same moments of the machine.
+        let count = (256usize << 20).div_ceil(size).clamp(8, 20_000);
+        let chunk = (a.chunk / size).clamp(1, count);
         let (mut rs, mut cs) = (Vec::new(), Vec::new());
         for rep in 0..a.reps {
-            // ABBA order: a drift over the run (warm-up, frequency) favours neither side.
-            for which in [rep % 2, 1 - rep % 2] {
-                barrier(&bs, &mut r, c, shared);
-                if rank == 0 {
-                    let secs = if which == 0 {
-                        r.bw(size, count, a.window)
-                    } else {
-                        // SAFETY: c is open.
-                        let s = unsafe { craw_bw(c, size, count, a.window) };
-                        if s <= 0.0 {
-                            // SAFETY: c is open; the error text is NUL-terminated.
-                            let why = unsafe { CStr::from_ptr(craw_error(c)) };
-                            panic!("C baseline: {}", why.to_string_lossy());
+            barrier(&bs, &mut r, c, shared);
+            if rank == 0 {
+                let (mut ts, mut tc, mut left, mut k) = (0.0, 0.0, count, rep);
+                while left > 0 {
+                    let n = chunk.min(left);
+                    for which in [k % 2, 1 - k % 2] {
+                        if which == 0 {
+                            ts += r.bw(size, n, a.window);
+                        } else {
+                            // SAFETY: c is open.
+                            let s = unsafe { craw_bw(c, size, n, a.window) };
+                            if s <= 0.0 {
+                                // SAFETY: c is open; the error text is NUL-terminated.
+                                let why = unsafe { CStr::from_ptr(craw_error(c)) };
+                                panic!("C baseline: {}", why.to_string_lossy());
+                            }
+                            tc += s;
                         }
-                        s
-                    };
-                    let gbps = (size * count) as f64 / secs / 1e9;
-                    if which == 0 {
-                        rs.push(gbps)
-                    } else {
-                        cs.push(gbps)
                     }
+                    left -= n;
+                    k += 1;
                 }
-                barrier(&bs, &mut r, c, shared);
+                let bytes = (size * count) as f64;
+                rs.push(bytes / ts / 1e9);
+                cs.push(bytes / tc / 1e9);
             }
+            barrier(&bs, &mut r, c, shared);
         }
         if rank == 0 {
             let (rm, cm, pr) = (median(&rs), median(&cs), paired_ratio(&rs, &cs));
             println!("| {} | {rm:.3} | {cm:.3} | {:.3} |", size_label(size), pr);
             rows.push(
                 serde_json::json!({"size": size, "safe_gbps": rm, "c_gbps": cm, "ratio": pr,
-                "safe_runs": rs, "c_runs": cs}),
+                "safe_runs": rs, "c_runs": cs, "chunk_writes": chunk, "writes": count}),
             );
         }
     }
+    // Latency: each repetition alternates blocks of ping-pongs between the two sides (ABBA);
+    // the cost is the median over repetitions of the paired difference.
+    let blocks = a.lat_blocks.max(1);
+    let per_block = a.lat_iters.div_ceil(blocks);
     let (mut rl, mut cl) = (Vec::new(), Vec::new());
     for rep in 0..a.reps {
-        for which in [rep % 2, 1 - rep % 2] {
-            barrier(&bs, &mut r, c, shared);
-            if which == 0 {
-                rl.push(r.lat(rank, a.lat_iters) * 1e6);
-            } else {
-                // SAFETY: c is open.
-                let s = unsafe { craw_lat(c, a.lat_iters) };
-                assert!(s > 0.0, "C latency failed");
-                cl.push(s * 1e6);
+        barrier(&bs, &mut r, c, shared);
+        let (mut ts, mut tc) = (0.0, 0.0);
+        for k in 0..blocks {
+            for which in [(rep + k) % 2, 1 - (rep + k) % 2] {
+                if which == 0 {
+                    ts += r.lat(rank, per_block);
+                } else {
+                    // SAFETY: c is open.
+                    let s = unsafe { craw_lat(c, per_block) };
+                    assert!(s > 0.0, "C latency failed");
+                    tc += s;
+                }
             }
         }
+        rl.push(ts / blocks as f64 * 1e6);
+        cl.push(tc / blocks as f64 * 1e6);
     }
     barrier(&bs, &mut r, c, shared);
     if rank == 0 {
         let (rm, cm) = (median(&rl), median(&cl));
+        let diffs: Vec<f64> = rl.iter().zip(&cl).map(|(x, y)| x - y).collect();
+        let diff = median(&diffs);
         println!(
-            "\n8-byte write ping-pong, half round trip: safe layer {rm:.2} µs, C API {cm:.2} µs, difference {:+.2} µs",
-            rm - cm
+            "\n8-byte write ping-pong, half round trip: safe layer {rm:.2} µs, C API {cm:.2} µs, \
+             paired difference {diff:+.2} µs"
         );
         if let Some(path) = &a.json {
             let doc = serde_json::json!({
                 "benchmark": "fabric-bench", "machine": machine(), "transport": caps.name,
                 "baseline": if shared { "shared endpoint" } else { "separate endpoint" },
                 "window": a.window, "reps": a.reps, "bandwidth": rows,
-                "latency": {"safe_us": rm, "c_us": cm, "diff_us": rm - cm, "safe_runs": rl, "c_runs": cl, "iters": a.lat_iters},
+                "interleave_bytes": a.chunk,
+                "latency": {"safe_us": rm, "c_us": cm, "diff_us": diff, "diff_of_medians_us": rm - cm,
+                    "safe_runs": rl, "c_runs": cl, "iters": a.lat_iters, "blocks": blocks},
             });
             std::fs::write(path, serde_json::to_string_pretty(&doc).expect("json"))
                 .expect("write json");
