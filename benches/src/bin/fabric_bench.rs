@@ -1,7 +1,9 @@
 //! `pshmrun -n 2 -- fabric-bench [--provider tcp]`: write bandwidth (64 B … 64 MiB) and 8-byte
 //! write latency through the safe transport layer, beside the same operations written against
-//! libfabric's C API (c/fabric_raw.c), interleaved size by size in one run. The ceiling the
-//! runtime will be compared to.
+//! libfabric's C API (c/fabric_raw.c), in one run. The ceiling the runtime will be compared to.
+//! Within each repetition of a size the two sides alternate chunk by chunk (ABBA, about 16 MiB a
+//! chunk), and the latency ping-pongs in alternating blocks, so that both sides see the same
+//! moments of a noisy machine; ratios and differences are medians over repetitions of the pairs.
 //!
 //! By default (`--baseline shared`) the C code posts on the endpoint the safe layer opened: the
 //! same connection, completion queue and registered buffer, so the two differ only in the code
