@@ -95,6 +95,17 @@ enum OpRef {
     Fast(u64),
 }
 
+/// Copies an event out of the transport's poll callback for [`Engine::dispatch`].
+fn keep(events: &mut Vec<Ev>, msgs: &mut Vec<Vec<u8>>, e: Event<'_>) {
+    match e {
+        Event::Recv { data } => msgs.push(data.to_vec()),
+        Event::Done { ctx } => events.push(Ev::Done(ctx, None)),
+        Event::Fetched { ctx, value } => events.push(Ev::Done(ctx, Some(value))),
+        Event::Failed { ctx, error } => events.push(Ev::Failed(ctx, error.to_string(), error.pe())),
+        Event::RemoteWrite { data } => events.push(Ev::Tagged(data)),
+    }
+}
+
 /// Whether a completion context is a single-part operation's (not a send's, not a job's).
 #[inline]
 fn is_fast_ctx(ctx: u64) -> bool {
@@ -1365,13 +1376,7 @@ impl Engine {
                 fast_done(chans, inflight, ctx);
                 fast += 1;
             }
-            Event::Recv { data } => msgs.push(data.to_vec()),
-            Event::Done { ctx } => events.push(Ev::Done(ctx, None)),
-            Event::Fetched { ctx, value } => events.push(Ev::Done(ctx, Some(value))),
-            Event::Failed { ctx, error } => {
-                events.push(Ev::Failed(ctx, error.to_string(), error.pe()))
-            }
-            Event::RemoteWrite { data } => events.push(Ev::Tagged(data)),
+            e => keep(&mut events, &mut msgs, e),
         });
         if let Err(e) = r {
             self.fault(

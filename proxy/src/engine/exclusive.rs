@@ -12,7 +12,7 @@ use std::sync::{
 
 use pshmem_transport::{Event, LocalRef, MrId, PostError, RemoteMrId, RemoteRef, Transport};
 
-use super::{Ev, FAST, SEND};
+use super::{Ev, FAST, SEND, keep};
 use crate::mem::{HeapMem, MemError};
 
 /// Marks a job's transport contexts: FAST with bit 61, which fast contexts (channel in bits
@@ -177,13 +177,7 @@ impl Exclusive<'_> {
                 mine += 1;
                 done(ctx & mask, Some(error.to_string()));
             }
-            Event::Recv { data } => msgs.push(data.to_vec()),
-            Event::Done { ctx } => events.push(Ev::Done(ctx, None)),
-            Event::Fetched { ctx, value } => events.push(Ev::Done(ctx, Some(value))),
-            Event::Failed { ctx, error } => {
-                events.push(Ev::Failed(ctx, error.to_string(), error.pe()))
-            }
-            Event::RemoteWrite { data } => events.push(Ev::Tagged(data)),
+            e => keep(events, msgs, e),
         })?;
         self.outstanding -= mine.min(self.outstanding);
         Ok(mine)
