@@ -38,15 +38,12 @@ impl std::fmt::Debug for RawPair {
 
 impl RawPair {
     /// Opens `provider` (libfabric name) on `node`, registers `len` bytes and exchanges them
-    /// with the other rank of a 2-rank job. Collective over the bootstrap. `huge` asks for
-    /// transparent huge pages on the buffer, as the runtime does for its heap, so that a
-    /// comparison with the runtime compares the data paths and not the page sizes.
+    /// with the other rank of a 2-rank job. Collective over the bootstrap.
     pub fn open(
         bs: &Bootstrap,
         provider: &str,
         node: Option<&str>,
         len: usize,
-        huge: bool,
     ) -> Result<Self, TransportError> {
         let mut cfg = OfiConfig::from_env(Some(provider))?;
         cfg.node = node.map(str::to_string);
@@ -58,10 +55,6 @@ impl RawPair {
         // SAFETY: non-zero size. Never freed: the registration refers to it until process exit.
         let base = unsafe { std::alloc::alloc(layout) }.cast::<u64>();
         assert!(!base.is_null(), "out of memory");
-        if huge {
-            // SAFETY: advice on our own fresh allocation; contents are unaffected.
-            unsafe { libc::madvise(base.cast(), len, libc::MADV_HUGEPAGE) };
-        }
         // Touch every page, as the C side's memset does: untouched zeroed memory would read as
         // the kernel's shared zero page (a source that is always in cache) until written.
         // SAFETY: `base` is a fresh allocation of `len` writable bytes.

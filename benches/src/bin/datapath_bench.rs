@@ -22,7 +22,7 @@ use pshmem::{Cmp, Config, Pshmem, SymPtr};
 use pshmem_benches::{machine, median, paired_ratio, pow2_sizes, size_label};
 use pshmem_bootstrap::Bootstrap;
 use pshmem_gpu_queue::{Desc, Producer, Ring, WaitLimit};
-use pshmem_proxy::standalone::InstantProxy;
+use pshmem_proxy::{Exclusive, standalone::InstantProxy};
 
 #[derive(Parser)]
 struct Args {
@@ -98,13 +98,28 @@ fn release_peer(s: &Pshmem, flag: SymPtr, epoch: u64) {
 /// How long a raw measurement on the proxy thread may take.
 const JOB_LIMIT: Duration = Duration::from_secs(300);
 
+/// Polls a job's transport; any failed write of the job is an error.
+fn poll_job(x: &mut Exclusive<'_>) -> Result<usize, String> {
+    let mut failed = None;
+    let n = x
+        .poll(&mut |_, e| {
+            if let Some(e) = e {
+                failed.get_or_insert(e);
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    match failed {
+        Some(e) => Err(format!("write failed: {e}")),
+        None => Ok(n),
+    }
+}
+
 /// The raw transport, on PE 0's proxy thread with the runtime's own endpoint to itself:
 /// seconds for `count` writes of `size` bytes from `src` to PE 1's `dst`, at most `window` in
 /// flight.
 fn raw_bw(s: &Pshmem, src: u64, dst: u64, size: usize, count: usize, window: usize) -> f64 {
     s.exclusive(0, JOB_LIMIT, move |x| -> Result<f64, String> {
         let (mut posted, mut done) = (0, 0);
-        let mut failed = None;
         let t0 = Instant::now();
         while done < count {
             while posted < count && posted - done < window {
@@ -114,16 +129,7 @@ fn raw_bw(s: &Pshmem, src: u64, dst: u64, size: usize, count: usize, window: usi
                     Err(e) => return Err(format!("write: {e}")),
                 }
             }
-            done += x
-                .poll(&mut |_, e| {
-                    if let Some(e) = e {
-                        failed.get_or_insert(e);
-                    }
-                })
-                .map_err(|e| e.to_string())?;
-            if let Some(e) = failed.take() {
-                return Err(format!("write failed: {e}"));
-            }
+            done += poll_job(x)?;
         }
         Ok(t0.elapsed().as_secs_f64())
     })
@@ -140,14 +146,9 @@ fn raw_lat(s: &Pshmem, word: u64, from: u64, base: u64, iters: usize) -> f64 {
         let e = |e: pshmem_proxy::ExclusiveError| e.to_string();
         let mut t0 = Instant::now();
         let deadline = Instant::now() + JOB_LIMIT / 2;
-        let wait = |x: &mut pshmem_proxy::Exclusive<'_>, v: u64| -> Result<(), String> {
+        let wait = |x: &mut Exclusive<'_>, v: u64| -> Result<(), String> {
             while x.load(word).map_err(e)? < v {
-                x.poll(&mut |_, err| {
-                    if let Some(err) = err {
-                        panic!("raw ping-pong write failed: {err}");
-                    }
-                })
-                .map_err(e)?;
+                poll_job(x)?;
                 if Instant::now() > deadline {
                     return Err(format!("PE {me}: no ping-pong value {v} from PE {peer}"));
                 }
@@ -164,7 +165,7 @@ fn raw_lat(s: &Pshmem, word: u64, from: u64, base: u64, iters: usize) -> f64 {
             }
             x.store(from, v).map_err(e)?;
             while !x.write(peer, from, word, 8, i).map_err(e)? {
-                x.poll(&mut |_, _| {}).map_err(e)?;
+                poll_job(x)?;
             }
             if me == 0 {
                 wait(x, v)?;
@@ -172,7 +173,7 @@ fn raw_lat(s: &Pshmem, word: u64, from: u64, base: u64, iters: usize) -> f64 {
         }
         let us = t0.elapsed().as_secs_f64() * 1e6 / (2.0 * iters as f64);
         while x.outstanding() > 0 {
-            x.poll(&mut |_, _| {}).map_err(e)?;
+            poll_job(x)?;
         }
         Ok(us)
     })

@@ -172,7 +172,7 @@ fn main() {
 
     // Our safe layer.
     let len = a.max.max(4096);
-    let mut r = RawPair::open(&bs, &prov, node.as_deref(), len, false).expect("raw transport");
+    let mut r = RawPair::open(&bs, &prov, node.as_deref(), len).expect("raw transport");
     let caps = r.caps().clone();
 
     // The C baseline.
