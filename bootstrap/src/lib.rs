@@ -27,6 +27,7 @@ pub mod env;
 pub mod error;
 pub mod frame;
 mod net;
+mod port;
 mod uid;
 
 use std::{
@@ -40,6 +41,7 @@ use bytes::Bytes;
 pub use config::BootstrapConfig;
 pub use error::{BootstrapError, Result};
 pub use net::PeerInfo;
+pub use port::free_loopback_port;
 pub use uid::{UNIQUE_ID_LEN, UniqueId};
 
 use frame::{CollOp, CollTag, Kind, Reader, Writer};

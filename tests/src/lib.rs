@@ -10,20 +10,17 @@
 use std::{
     collections::HashMap,
     io::Read,
-    net::TcpListener,
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
     thread,
     time::{Duration, Instant},
 };
 
-/// A free TCP port on loopback (released before use; a collision shows up as a clear
-/// "address in use" failure, not a hang).
+/// A free TCP port on loopback for rank 0, below the ephemeral range so that the outgoing
+/// connections of tests running alongside cannot take it first (see
+/// [`pshmem_bootstrap::free_loopback_port`]).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    pshmem_bootstrap::free_loopback_port().expect("free port")
 }
 
 /// What one rank did.

@@ -338,9 +338,10 @@ fn garbage_wrong_secret_bad_version_and_huge_frames_do_not_disturb_the_job() {
 
 #[test]
 fn address_in_use_is_reported() {
-    let spec = job(2, &["bs-init"]);
-    let _holder = std::net::TcpListener::bind(&spec.addr).unwrap();
-    let mut spec = spec;
+    // The holder takes its port first, so nothing can come between choosing it and holding it.
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut spec = job(2, &["bs-init"]);
+    spec.addr = holder.local_addr().unwrap().to_string();
     spec.ranks = vec![0];
     let res = spec.launch().wait();
     let f = err_fields(&res[0]);

@@ -9,7 +9,6 @@
 
 use std::{
     io::{BufRead, BufReader, Read, Write},
-    net::TcpListener,
     os::unix::process::{CommandExt, ExitStatusExt},
     process::{Child, Command, ExitStatus, Stdio},
     sync::{
@@ -133,10 +132,11 @@ fn run(args: Args) -> i32 {
         }
     });
 
-    // A free port on loopback for rank 0. Another process could take it before rank 0 binds;
-    // rank 0 then fails with a clear "address in use" error rather than hanging.
-    let port = match TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
-        Ok(a) => a.port(),
+    // A free port on loopback for rank 0, chosen below the ephemeral range so that no outgoing
+    // connection can take it first. Another program binding it in the meantime makes rank 0 fail
+    // with a clear "address in use" error rather than hang.
+    let port = match pshmem_bootstrap::free_loopback_port() {
+        Ok(p) => p,
         Err(e) => {
             eprintln!("pshmrun: cannot find a free port on 127.0.0.1: {e}");
             return 1;
