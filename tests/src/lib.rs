@@ -16,13 +16,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// A free TCP port on loopback for rank 0, below the ephemeral range so that the outgoing
-/// connections of tests running alongside cannot take it first (see
-/// [`pshmem_bootstrap::free_loopback_port`]).
-pub fn free_port() -> u16 {
-    pshmem_bootstrap::free_loopback_port().expect("free port")
-}
-
 /// What one rank did.
 #[derive(Debug)]
 pub struct RankResult {
@@ -101,7 +94,12 @@ impl JobSpec {
                 format!("{:x}", rand::random::<u64>()),
             )],
             rank_env: HashMap::new(),
-            addr: format!("127.0.0.1:{}", free_port()),
+            // Below the ephemeral range, so that the outgoing connections of tests running
+            // alongside cannot take it first.
+            addr: format!(
+                "127.0.0.1:{}",
+                pshmem_bootstrap::free_loopback_port().expect("a free port on 127.0.0.1")
+            ),
             timeout: Duration::from_secs(120),
             rank_vars: true,
         }
