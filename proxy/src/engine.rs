@@ -1703,3 +1703,27 @@ fn pin(cpu: usize) {
         tracing::warn!("could not pin the proxy thread to core {cpu}: {e}");
     }
 }
+
+#[cfg(test)]
+mod ctx_tests {
+    use super::*;
+
+    /// A part's slab slot reused 2^28 times gets a generation with bit 28 set, which is bit 60
+    /// of its key. The send of a request (an AMO, a signal, a staged get) carries `SEND | key`
+    /// as its context; its completion must still be read as a request's send, never as the
+    /// completion of a staged write (whose chunk it would free a second time).
+    #[test]
+    fn reused_slab_slot_is_never_read_as_staged_write() {
+        let mut parts = GenSlab::new();
+        let mut key = parts.insert(());
+        for _ in 0..1u64 << 28 {
+            parts.remove(key);
+            key = parts.insert(());
+        }
+        let send = SEND | key;
+        assert!(
+            !staged::is_stage_ctx(send),
+            "the send of request {key:#x} is classified as a staged write"
+        );
+    }
+}
