@@ -251,15 +251,6 @@ impl HeapMem {
     }
 }
 
-/// Writes an 8-byte result to a process address (a fetching AMO's result cell).
-///
-/// # Safety
-/// `addr` must be valid for an 8-byte write (any alignment).
-pub unsafe fn write_result(addr: u64, value: u64) {
-    // SAFETY: the caller vouches for the address.
-    unsafe { std::ptr::write_unaligned(addr as *mut u64, value) };
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

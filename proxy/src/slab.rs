@@ -1,13 +1,13 @@
 //! A slab whose keys carry a generation, so that a late completion for a freed entry can never
-//! be mistaken for the entry that reused its slot. Keys fit in 63 bits (the transport context's
-//! top three bits mark the proxy's own kinds of context).
+//! be mistaken for the entry that reused its slot. The key's layout (and the generation's width)
+//! belongs to [`crate::engine::ctx::SlabKey`].
 
-/// Generations use 29 bits, so keys leave the top three bits of a context free.
-const GEN_MASK: u32 = 0x1fff_ffff;
+use crate::engine::ctx::SlabKey;
 
 /// A generational slab.
 #[derive(Debug)]
 pub(crate) struct GenSlab<T> {
+    /// Each slot's current generation and entry.
     entries: Vec<(u32, Option<T>)>,
     free: Vec<u32>,
     len: usize,
@@ -22,37 +22,37 @@ impl<T> GenSlab<T> {
         }
     }
 
-    fn key(generation: u32, idx: u32) -> u64 {
-        (u64::from(generation & GEN_MASK) << 32) | u64::from(idx)
-    }
-
-    pub(crate) fn insert(&mut self, v: T) -> u64 {
+    pub(crate) fn insert(&mut self, v: T) -> SlabKey {
         self.len += 1;
         if let Some(i) = self.free.pop() {
             let e = &mut self.entries[i as usize];
-            e.0 = e.0.wrapping_add(1) & GEN_MASK;
+            e.0 = SlabKey::next_generation(e.0);
             e.1 = Some(v);
-            Self::key(e.0, i)
+            SlabKey::new(i, e.0)
         } else {
             self.entries.push((0, Some(v)));
-            Self::key(0, self.entries.len() as u32 - 1)
+            SlabKey::new(self.entries.len() as u32 - 1, 0)
         }
     }
 
-    fn slot(&self, key: u64) -> Option<usize> {
-        let (generation, idx) = ((key >> 32) as u32, key as u32 as usize);
+    fn slot(&self, key: SlabKey) -> Option<usize> {
+        let idx = key.index() as usize;
         self.entries
             .get(idx)
-            .filter(|e| e.0 == generation && e.1.is_some())
+            .filter(|e| e.0 == key.generation() && e.1.is_some())
             .map(|_| idx)
     }
 
-    pub(crate) fn get_mut(&mut self, key: u64) -> Option<&mut T> {
+    pub(crate) fn get(&self, key: SlabKey) -> Option<&T> {
+        self.entries[self.slot(key)?].1.as_ref()
+    }
+
+    pub(crate) fn get_mut(&mut self, key: SlabKey) -> Option<&mut T> {
         let i = self.slot(key)?;
         self.entries[i].1.as_mut()
     }
 
-    pub(crate) fn remove(&mut self, key: u64) -> Option<T> {
+    pub(crate) fn remove(&mut self, key: SlabKey) -> Option<T> {
         let i = self.slot(key)?;
         self.len -= 1;
         self.free.push(i as u32);
@@ -78,7 +78,23 @@ mod tests {
         assert_eq!(s.get_mut(a), None);
         assert_eq!(s.remove(a), None);
         assert_eq!(s.get_mut(b), Some(&mut 2));
+        assert_eq!(s.get(b), Some(&2));
         assert_eq!(s.len(), 1);
-        assert!(b >> 61 == 0);
+    }
+
+    #[test]
+    fn a_slot_wraps_to_generation_zero() {
+        let mut s = GenSlab::new();
+        let mut k = s.insert(0u8);
+        let mut reused = 0u64;
+        while k.generation() != SlabKey::MAX_GENERATION {
+            s.remove(k);
+            k = s.insert(0);
+            reused += 1;
+        }
+        assert_eq!(reused, u64::from(SlabKey::MAX_GENERATION));
+        s.remove(k);
+        let wrapped = s.insert(1);
+        assert_eq!((wrapped.index(), wrapped.generation()), (k.index(), 0));
     }
 }

@@ -64,6 +64,20 @@ pub struct Request {
     pub kind: RequestKind,
 }
 
+impl Request {
+    /// A request at heap offset `offset` (its id and tag are filled in when it is sent).
+    pub fn new(offset: u64, operand: u64, compare: u64, kind: RequestKind) -> Self {
+        Self {
+            id: 0,
+            offset,
+            operand,
+            compare,
+            tag: 0,
+            kind,
+        }
+    }
+}
+
 /// Outcome of a request at the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]

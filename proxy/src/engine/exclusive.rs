@@ -12,19 +12,16 @@ use std::sync::{
 
 use pshmem_transport::{Event, LocalRef, MrId, PostError, RemoteMrId, RemoteRef, Transport};
 
-use super::{Ev, FAST, SEND, keep};
+use super::{
+    complete::keep,
+    ctx::{self, Ctx},
+    work::Ev,
+};
 use crate::mem::{HeapMem, MemError};
 
-/// Marks a job's transport contexts: FAST with bit 61, which fast contexts (channel in bits
-/// 52..61 of 9 bits), slab keys (never bits 61..63) and sends (bit 63) never carry.
-const JOB: u64 = FAST | 1 << 61;
-/// Bits of a context a job chooses.
+/// Bits of a context a job chooses (the rest of the word says it is a job's: see `ctx`).
 pub const JOB_CTX_BITS: u32 = 52;
-
-/// Whether a completion context is a job's.
-pub(super) fn is_job_ctx(ctx: u64) -> bool {
-    ctx & (SEND | JOB) == JOB
-}
+const _: () = assert!(JOB_CTX_BITS <= ctx::PAYLOAD_BITS);
 
 /// A job for a proxy thread.
 pub(crate) type Job = Box<dyn FnOnce(&mut Exclusive<'_>) + Send>;
@@ -133,7 +130,7 @@ impl Exclusive<'_> {
         };
         // SAFETY: the source lies in this PE's heap (checked above), registered for as long as
         // the transport lives; the engine owns both and drops the transport first.
-        match unsafe { self.t.write(pe, local, remote, len, JOB | ctx) } {
+        match unsafe { self.t.write(pe, local, remote, len, Ctx::Job(ctx).encode()) } {
             Ok(()) => {
                 self.outstanding += 1;
                 Ok(true)
@@ -165,19 +162,26 @@ impl Exclusive<'_> {
         &mut self,
         done: &mut dyn FnMut(u64, Option<String>),
     ) -> Result<usize, ExclusiveError> {
-        let mask = (1u64 << JOB_CTX_BITS) - 1;
         let (events, msgs) = (&mut *self.events, &mut *self.msgs);
         let mut mine = 0;
-        self.t.poll(&mut |e| match e {
-            Event::Done { ctx } | Event::Fetched { ctx, .. } if is_job_ctx(ctx) => {
-                mine += 1;
-                done(ctx & mask, None);
+        self.t.poll(&mut |e| {
+            let job = match &e {
+                Event::Done { ctx } | Event::Fetched { ctx, .. } | Event::Failed { ctx, .. } => {
+                    ctx::job(*ctx)
+                }
+                _ => None,
+            };
+            match (job, e) {
+                (Some(j), Event::Failed { error, .. }) => {
+                    mine += 1;
+                    done(j, Some(error.to_string()));
+                }
+                (Some(j), _) => {
+                    mine += 1;
+                    done(j, None);
+                }
+                (None, e) => keep(events, msgs, e),
             }
-            Event::Failed { ctx, error } if is_job_ctx(ctx) => {
-                mine += 1;
-                done(ctx & mask, Some(error.to_string()));
-            }
-            e => keep(events, msgs, e),
         })?;
         self.outstanding -= mine.min(self.outstanding);
         Ok(mine)

@@ -22,49 +22,32 @@
 //!
 //! `p`, AMOs and signals are requests applied by the target's proxy (stores by copy, AMOs and
 //! signals by kernel), acked. Ordering: every operation finishes only when its effect is in the
-//! target's GPU memory (the ack), so put-with-signal and fence are gates on the (channel, PE)
-//! queue: the signal is requested only after every data chunk was acked, and work after a fence
-//! waits for everything before it. This is correct on ordered and unordered transports alike.
+//! target's GPU memory (the ack), so the engine runs this path in the gated signal mode:
+//! put-with-signal and fence are gates on the (ring, PE) queue, correct on ordered and
+//! unordered transports alike.
 
 use std::collections::VecDeque;
 
-use pshmem_gpu_queue::{AmoOp, Desc, Local, layout::error as code};
-use pshmem_transport::{LocalRef, PostError, RemoteRef};
+use pshmem_gpu_queue::{Local, layout::error as code};
+use pshmem_transport::{LocalRef, RemoteRef};
 
-use super::{Engine, OpRef, Part, SEND, Work};
-use crate::{
-    DeviceMem,
-    mem::MemError,
-    wire::{Request, RequestKind},
+use super::{
+    Engine,
+    ctx::{Ctx, LandingData},
+    issue::Post,
+    work::{Posted, Xfer},
 };
+use crate::wire::{Request, RequestKind};
 
 /// Bytes of a landing slot's header: ack id, address (destination offset or address), length,
 /// kind. A landing slot (and a staging chunk on this path) is `PSHMEM_STAGING_CHUNK` + HDR bytes.
 pub const HDR: usize = 32;
-/// Marks the context of a staged write: its completion frees the staging chunk in the low 32
-/// bits; bits 32..52 name the target PE (for errors).
-pub(super) const STAGE_CTX: u64 = SEND | 1 << 60;
-/// Whether a completion context is a staged write's (never a fast part's, whose channel bits
-/// may overlap bit 60).
-pub(super) fn is_stage_ctx(ctx: u64) -> bool {
-    ctx & STAGE_CTX == STAGE_CTX && ctx & super::FAST == 0
-}
 
 const KIND_PUT: u64 = 1;
 const KIND_REPLY: u64 = 2;
 
-/// The GPU heap of a proxy's PE, and the host-staged path's state when the heap is not
-/// registered with the transport.
-pub(crate) struct Staged {
-    dev: Box<dyn DeviceMem>,
-    /// Device address and length of this PE's GPU heap.
-    base: u64,
-    len: u64,
-    /// The host-staged path (None: the GPU heap is registered, data moves by RMA).
-    landing: Option<Landing>,
-}
-
-struct Landing {
+/// The landing slots of the host-staged path.
+pub(crate) struct Landing {
     slot: usize,
     per_group: u32,
     /// Free slots of this PE's group at each PE (at this PE itself: reply slots for gets).
@@ -73,104 +56,31 @@ struct Landing {
     waiting: VecDeque<(u32, Request)>,
 }
 
-impl Staged {
-    /// A GPU heap reached through `dev`; with `landing_len` bytes of landing area (`slot` bytes
-    /// per slot) for the host-staged path, or none when the heap itself is registered.
-    pub(crate) fn new(
-        dev: Box<dyn DeviceMem>,
-        landing_len: Option<usize>,
-        slot: usize,
-        n: usize,
-    ) -> Result<Self, String> {
-        let landing = match landing_len {
-            None => None,
-            Some(bytes) => {
-                let per_group = bytes / slot.max(1) / n.max(1);
-                if slot <= HDR || per_group == 0 {
-                    return Err(format!(
-                        "a landing area of {bytes} bytes cannot hold {n} groups of {slot}-byte slots"
-                    ));
-                }
-                Some(Landing {
-                    slot,
-                    per_group: per_group.min(u32::MAX as usize) as u32,
-                    free: (0..n)
-                        .map(|_| (0..per_group as u32).rev().collect())
-                        .collect(),
-                    waiting: VecDeque::new(),
-                })
-            }
-        };
-        let (base, len) = dev.heap();
+impl Landing {
+    /// `n` groups of `slot`-byte slots in a landing area of `bytes`.
+    pub(super) fn new(bytes: usize, slot: usize, n: usize) -> Result<Self, String> {
+        let per_group = bytes / slot.max(1) / n.max(1);
+        if slot <= HDR || per_group == 0 {
+            return Err(format!(
+                "a landing area of {bytes} bytes cannot hold {n} groups of {slot}-byte slots"
+            ));
+        }
         Ok(Self {
-            dev,
-            base,
-            len,
-            landing,
+            slot,
+            per_group: per_group.min(u32::MAX as usize) as u32,
+            free: (0..n)
+                .map(|_| (0..per_group as u32).rev().collect())
+                .collect(),
+            waiting: VecDeque::new(),
         })
     }
 
-    fn check(&self, off: u64, len: u64) -> Result<u64, MemError> {
-        match off.checked_add(len) {
-            Some(end) if end <= self.len => Ok(self.base + off),
-            end => Err(MemError::OutOfBounds {
-                offset: off,
-                end: end.unwrap_or(u64::MAX),
-                len: self.len,
-            }),
-        }
-    }
-
-    /// An AMO at heap offset `off`, by the GPU.
-    pub(super) fn amo(
-        &mut self,
-        off: u64,
-        wide: bool,
-        op: AmoOp,
-        operand: u64,
-        compare: u64,
-    ) -> Result<u64, MemError> {
-        let width = if wide { 8 } else { 4 };
-        let at = self.check(off, width)?;
-        if off % width != 0 {
-            return Err(MemError::Misaligned { offset: off, width });
-        }
-        self.dev
-            .amo(at, op, wide, operand, compare)
-            .map_err(|detail| MemError::Device { detail })
-    }
-
-    /// A copy between device or host addresses.
-    ///
-    /// # Safety
-    /// As [`DeviceMem::copy`].
-    pub(super) unsafe fn copy(&mut self, dst: u64, src: u64, len: usize) -> Result<(), MemError> {
-        // SAFETY: forwarded.
-        unsafe { self.dev.copy(dst, src, len) }.map_err(|detail| MemError::Device { detail })
-    }
-
-    /// A descriptor's local side as a heap offset where it lies in the GPU heap (registered
-    /// mode: RMA straight from the registration).
-    fn localize(&self, l: Local, len: u64) -> Local {
-        match l {
-            Local::Raw(a) if a >= self.base && a.saturating_add(len) <= self.base + self.len => {
-                Local::Heap(a - self.base)
-            }
-            other => other,
-        }
-    }
-
-    fn landing(&mut self) -> &mut Landing {
-        self.landing.as_mut().expect("host-staged path")
-    }
-}
-
-impl Landing {
     fn offset(&self, group: u32, slot: u32) -> usize {
         (group as usize * self.per_group as usize + slot as usize) * self.slot
     }
 }
 
+/// A slot header: ack id, address, length, kind.
 fn header(id: u64, addr: u64, len: u64, kind: u64) -> [u8; HDR] {
     let mut h = [0u8; HDR];
     for (i, w) in [id, addr, len, kind].into_iter().enumerate() {
@@ -180,427 +90,108 @@ fn header(id: u64, addr: u64, len: u64, kind: u64) -> [u8; HDR] {
 }
 
 impl Engine {
-    fn st(&mut self) -> &mut Staged {
-        self.staged.as_mut().expect("GPU heap")
-    }
-
     fn ld(&mut self) -> &mut Landing {
-        self.st().landing()
+        self.landing.as_mut().expect("the host-staged path")
     }
 
     /// The device or host address of a descriptor's local side.
     fn staged_addr(&self, l: Local) -> u64 {
         match l {
-            Local::Heap(off) => self.staged.as_ref().map_or(0, |s| s.base) + off,
+            Local::Heap(off) => self.device.as_ref().map_or(0, |d| d.base) + off,
             Local::Raw(a) => a,
         }
     }
 
-    /// Whether this PE's heap is GPU memory reached through host staging.
-    pub(super) fn staging_path(&self) -> bool {
-        self.staged.as_ref().is_some_and(|s| s.landing.is_some())
+    /// Fills staging chunk `ch` with a header and `n` bytes from `src` (device or host).
+    fn fill_chunk(&mut self, ch: u32, h: [u8; HDR], src: u64, n: usize) -> Result<(), String> {
+        let at = self.staging.chunk_ptr(ch);
+        // SAFETY: the chunk is ours (taken from the free list) and holds `staging.chunk` >=
+        // HDR + n bytes.
+        unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), at, HDR) };
+        // SAFETY: as above; the source is valid for `n` bytes (the producer's contract, or
+        // inside this PE's heap).
+        unsafe { self.copy_raw(at as u64 + HDR as u64, src, n) }.map_err(|e| e.to_string())
     }
 
-    /// `accept` for a GPU heap: operations on itself (by the GPU), and on the staged path the
-    /// data operations. Returns false for what the common path handles (fence, AMOs, signals;
-    /// everything but the PE itself in registered mode, with local sides in the heap turned
-    /// into offsets), after rewriting `d`.
-    pub(super) fn accept_staged(&mut self, chan: u16, seq: u64, d: &mut Desc) -> bool {
-        let d = match self.staging_path() {
-            true => *d,
-            false if d.pe() == Some(self.me) => *d,
-            false => {
-                let st = self.staged.as_ref().expect("GPU heap");
-                match d {
-                    Desc::Put { local, len, .. }
-                    | Desc::Get { local, len, .. }
-                    | Desc::PutSignal { local, len, .. } => *local = st.localize(*local, *len),
-                    _ => {}
-                }
-                return false;
-            }
+    /// Posts the next chunk of a staged put into a free landing slot at `pe`; returns its
+    /// payload bytes, or `None` when blocked (no slot, no chunk, back-pressure, failure).
+    pub(super) fn post_staged_put(&mut self, r: u16, pe: u32, x: &Xfer) -> Option<u64> {
+        let ld = self.ld();
+        let room = ld.slot - HDR;
+        let slot = ld.free[pe as usize].pop()?;
+        let n = (x.len - x.issued).min(room.min(self.staging.chunk - HDR) as u64);
+        let Some(ch) = self.staging.free.pop() else {
+            self.free_landing(pe, slot);
+            return None;
         };
-        if d.pe() == Some(self.me) {
-            let r = self.apply_local_staged(&d);
-            match r {
-                Ok(()) => self.chans[chan as usize].done.finish(seq),
-                Err(e) => self.fault(
-                    code::OP_FAILED,
-                    Some(self.me as usize),
-                    format!("PE {}: {d:?} on itself: {e}", self.me),
-                ),
-            }
-            return true;
+        let part = self.new_part(x.op, pe, r, Posted::Landing { owner: pe, slot });
+        let h = header(Ctx::Part(part).encode(), x.remote + x.issued, n, KIND_PUT);
+        let src = self.staged_addr(x.local) + x.issued;
+        if let Err(e) = self.fill_chunk(ch, h, src, n as usize) {
+            self.staging.free.push(ch);
+            self.drop_part(part);
+            self.fault(
+                code::OP_FAILED,
+                Some(self.me as usize),
+                format!("PE {}: staging a put to PE {pe}: {e}", self.me),
+            );
+            return None;
         }
-        let empty = matches!(d, Desc::Put { len: 0, .. } | Desc::Get { len: 0, .. });
-        if empty {
-            self.chans[chan as usize].done.finish(seq);
-            return true;
-        }
-        match d {
-            Desc::Fence | Desc::Amo { .. } | Desc::Signal { .. } => return false,
-            Desc::Put {
-                pe,
-                remote,
-                local,
-                len,
-            } => {
-                let OpRef::Slab(op) = self.new_op(chan, seq, 0) else {
-                    unreachable!()
-                };
-                let src = self.staged_addr(local);
-                self.enqueue(
-                    chan,
-                    pe,
-                    Work::SPut {
-                        op,
-                        remote,
-                        src,
-                        len,
-                        issued: 0,
-                        last: true,
-                    },
-                );
-            }
-            Desc::Get {
-                pe,
-                remote,
-                local,
-                len,
-            } => {
-                let OpRef::Slab(op) = self.new_op(chan, seq, 0) else {
-                    unreachable!()
-                };
-                let dst = self.staged_addr(local);
-                self.enqueue(
-                    chan,
-                    pe,
-                    Work::SGet {
-                        op,
-                        remote,
-                        dst,
-                        len,
-                        issued: 0,
-                    },
-                );
-            }
-            Desc::P {
-                pe,
-                remote,
-                value,
-                width,
-            } => {
-                let op = OpRef::Fast(seq);
-                self.enqueue(
-                    chan,
-                    pe,
-                    Work::Store {
-                        op,
-                        remote,
-                        value,
-                        width,
-                    },
-                );
-            }
-            Desc::PutSignal {
-                pe,
-                remote,
-                local,
-                len,
-                sig,
-                value,
-                op: sop,
-            } => {
-                let opref = self.new_op(chan, seq, 0);
-                let OpRef::Slab(op) = opref else {
-                    unreachable!()
-                };
-                let src = self.staged_addr(local);
-                self.enqueue(
-                    chan,
-                    pe,
-                    Work::SPut {
-                        op,
-                        remote,
-                        src,
-                        len,
-                        issued: 0,
-                        last: false,
-                    },
-                );
-                // The signal only once every data chunk is in the target's GPU memory.
-                self.enqueue(chan, pe, Work::Gate);
-                self.enqueue(
-                    chan,
-                    pe,
-                    Work::Signal {
-                        op: opref,
-                        remote: sig,
-                        value,
-                        sop,
-                        tag: None,
-                    },
-                );
-            }
-        }
-        true
-    }
-
-    /// An operation on this PE's own GPU heap, at once and in order (by the GPU).
-    fn apply_local_staged(&mut self, d: &Desc) -> Result<(), MemError> {
-        let st = self.st();
-        let local = |st: &Staged, l: Local, len: u64| match l {
-            Local::Heap(o) => st.check(o, len),
-            Local::Raw(a) => Ok(a),
+        let lref = LocalRef {
+            mr: self.staging.mr,
+            offset: self.staging.chunk_offset(ch),
         };
-        match *d {
-            Desc::Put {
-                remote,
-                local: l,
-                len,
-                ..
-            } => {
-                let (dst, src) = (st.check(remote, len)?, local(st, l, len)?);
-                // SAFETY: the destination is inside the heap (checked); the producer keeps the
-                // source valid until the operation completes.
-                unsafe { st.copy(dst, src, len as usize) }
-            }
-            Desc::Get {
-                remote,
-                local: l,
-                len,
-                ..
-            } => {
-                let (src, dst) = (st.check(remote, len)?, local(st, l, len)?);
-                // SAFETY: as above, the other way round.
-                unsafe { st.copy(dst, src, len as usize) }
-            }
-            Desc::P {
-                remote,
-                value,
-                width,
-                ..
-            } => {
-                let dst = st.check(remote, u64::from(width))?;
-                let v = value.to_le_bytes();
-                // SAFETY: the destination is inside the heap; `v` is live.
-                unsafe { st.copy(dst, v.as_ptr() as u64, width as usize) }
-            }
-            Desc::Amo {
-                remote,
-                op,
-                wide,
-                operand,
-                compare,
-                result,
-                ..
-            } => {
-                let old = st.amo(remote, wide, op, operand, compare)?;
-                if result != 0 {
-                    let v = old.to_le_bytes();
-                    // SAFETY: the producer keeps the result cell valid until the operation
-                    // completes (API contract), which is after this write.
-                    unsafe { st.copy(result, v.as_ptr() as u64, 8) }?;
-                }
-                Ok(())
-            }
-            Desc::Signal {
-                remote, value, op, ..
-            } => st.amo(remote, true, op.as_amo(), value, 0).map(|_| ()),
-            Desc::PutSignal {
-                remote,
-                local: l,
-                len,
-                sig,
-                value,
-                op,
-                ..
-            } => {
-                let (dst, src) = (st.check(remote, len)?, local(st, l, len)?);
-                // SAFETY: as for Put.
-                unsafe { st.copy(dst, src, len as usize) }?;
-                st.amo(sig, true, op.as_amo(), value, 0).map(|_| ())
-            }
-            Desc::Fence => Ok(()),
+        let me = self.me;
+        let rref = RemoteRef {
+            mr: self.remote[pe as usize],
+            offset: self.ld().offset(me, slot) as u64,
+        };
+        let data = LandingData { group: me, slot }.encode();
+        let ctx = Ctx::Staged { pe, chunk: ch }.encode();
+        // SAFETY: the chunk stays untouched until the write completes (its completion returns
+        // it to the free list).
+        let res = unsafe {
+            self.t
+                .write_data(pe as usize, lref, rref, HDR + n as usize, data, ctx)
+        };
+        if res.is_err() {
+            self.staging.free.push(ch);
         }
+        // The part (the target's ack) is in flight from now on.
+        (self.posted(res, part, pe, "staged put") == Post::Done).then_some(n)
     }
 
-    /// Issues staged work. `Ok(true)`: fully issued; `Err(())`: blocked (or failing).
-    pub(super) fn issue_staged(&mut self, c: u16, pe: u32, w: &mut Work) -> Result<bool, ()> {
-        match w {
-            Work::SPut {
-                op,
-                remote,
-                src,
-                len,
-                issued,
-                ..
-            } => {
-                while *issued < *len {
-                    if self.inflight >= self.cfg.max_inflight {
-                        return Err(());
-                    }
-                    let payload = (self.ld().slot - HDR).min(self.staging.chunk - HDR) as u64;
-                    let n = (*len - *issued).min(payload);
-                    let Some(slot) = self.ld().free[pe as usize].pop() else {
-                        return Err(());
-                    };
-                    let Some(ch) = self.staging.free.pop() else {
-                        self.ld().free[pe as usize].push(slot);
-                        return Err(());
-                    };
-                    let part = self.parts.insert(Part {
-                        op: *op,
-                        pe,
-                        chan: c,
-                        chunk: None,
-                        copy_out: None,
-                        landing: Some((pe, slot)),
-                    });
-                    let h = header(part, *remote + *issued, n, KIND_PUT);
-                    let at = self.staging.chunk_ptr(ch);
-                    // SAFETY: the chunk is ours (taken from the free list) and holds
-                    // `staging.chunk` >= HDR + n bytes.
-                    unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), at, HDR) };
-                    // SAFETY: as above; the producer keeps the source valid until the
-                    // operation completes.
-                    let copied = unsafe {
-                        self.st()
-                            .dev
-                            .copy(at as u64 + HDR as u64, *src + *issued, n as usize)
-                    };
-                    if let Err(e) = copied {
-                        self.parts.remove(part);
-                        self.staging.free.push(ch);
-                        self.fault(
-                            code::OP_FAILED,
-                            Some(self.me as usize),
-                            format!("PE {}: staging a put to PE {pe}: {e}", self.me),
-                        );
-                        return Err(());
-                    }
-                    let lref = LocalRef {
-                        mr: self.staging.mr,
-                        offset: ch as usize * self.staging.chunk,
-                    };
-                    let me = self.me;
-                    let rref = RemoteRef {
-                        mr: self.remote[pe as usize],
-                        offset: self.ld().offset(me, slot) as u64,
-                    };
-                    let data = u64::from(self.me) << 32 | u64::from(slot);
-                    // SAFETY: the chunk stays untouched until the write completes (its
-                    // completion returns it to the free list).
-                    let r = unsafe {
-                        self.t.write_data(
-                            pe as usize,
-                            lref,
-                            rref,
-                            HDR + n as usize,
-                            data,
-                            STAGE_CTX | u64::from(pe) << 32 | u64::from(ch),
-                        )
-                    };
-                    match r {
-                        Ok(()) => {
-                            // The ack part is in flight from now on.
-                            self.posted(Ok(()), part, pe, "staged put")?;
-                            *issued += n;
-                        }
-                        Err(PostError::Retry) => {
-                            self.parts.remove(part);
-                            self.staging.free.push(ch);
-                            self.ld().free[pe as usize].push(slot);
-                            return Err(());
-                        }
-                        Err(e) => {
-                            self.staging.free.push(ch);
-                            self.posted(Err(e), part, pe, "staged put")?;
-                        }
-                    }
-                }
-                Ok(true)
-            }
-            Work::SGet {
-                op,
-                remote,
-                dst,
-                len,
-                issued,
-            } => {
-                while *issued < *len {
-                    if self.inflight >= self.cfg.max_inflight {
-                        return Err(());
-                    }
-                    let payload = (self.ld().slot - HDR) as u64;
-                    let n = (*len - *issued).min(payload);
-                    let me = self.me as usize;
-                    let Some(slot) = self.ld().free[me].pop() else {
-                        return Err(());
-                    };
-                    let part = self.parts.insert(Part {
-                        op: *op,
-                        pe,
-                        chan: c,
-                        chunk: None,
-                        copy_out: None,
-                        landing: Some((self.me, slot)),
-                    });
-                    let req = Request {
-                        id: part,
-                        offset: *remote + *issued,
-                        operand: n,
-                        compare: *dst + *issued,
-                        tag: 0,
-                        kind: RequestKind::GetData { slot },
-                    };
-                    let msg = crate::wire::encode_request(self.me, &req);
-                    let r = self.t.send(pe as usize, &msg, SEND | part);
-                    if !self.posted(r, part, pe, "staged get")? {
-                        self.ld().free[me].push(slot);
-                        return Err(());
-                    }
-                    *issued += n;
-                }
-                Ok(true)
-            }
-            Work::Store {
-                op,
-                remote,
-                value,
-                width,
-            } => {
-                let req = Request {
-                    id: 0,
-                    offset: *remote,
-                    operand: *value,
-                    compare: 0,
-                    tag: 0,
-                    kind: RequestKind::Store { width: *width },
-                };
-                self.request(c, pe, *op, req)
-            }
-            _ => unreachable!("not staged work"),
-        }
+    /// Asks `pe` for the next chunk of a staged get, into a free slot of this PE's group;
+    /// returns its bytes, or `None` when blocked.
+    pub(super) fn post_staged_get(&mut self, r: u16, pe: u32, x: &Xfer) -> Option<u64> {
+        let me = self.me;
+        let ld = self.ld();
+        let n = (x.len - x.issued).min((ld.slot - HDR) as u64);
+        let slot = ld.free[me as usize].pop()?;
+        let part = self.new_part(x.op, pe, r, Posted::Landing { owner: me, slot });
+        let dst = self.staged_addr(x.local) + x.issued;
+        let mut req = Request::new(x.remote + x.issued, n, dst, RequestKind::GetData { slot });
+        req.id = Ctx::Part(part).encode();
+        let msg = crate::wire::encode_request(me, &req);
+        let res = self.t.send(pe as usize, &msg, Ctx::Request(part).encode());
+        (self.posted(res, part, pe, "staged get") == Post::Done).then_some(n)
     }
 
     /// A peer's staged store or get request against this PE's GPU heap.
     pub(super) fn serve_staged(&mut self, src: u32, req: Request) {
-        let st = self.st();
         let r = match req.kind {
-            RequestKind::Store { width } => st.check(req.offset, u64::from(width)).and_then(|at| {
-                let v = req.operand.to_le_bytes();
-                // SAFETY: inside the heap (checked); `v` is live.
-                unsafe { st.copy(at, v.as_ptr() as u64, width as usize) }.map(|()| 0)
-            }),
-            RequestKind::GetData { .. } => match st.check(req.offset, req.operand) {
-                Ok(_) => {
-                    st.landing().waiting.push_back((src, req));
-                    self.serve_waiting();
-                    return;
+            RequestKind::Store { width } => self.store(req.offset, req.operand, width).map(|()| 0),
+            RequestKind::GetData { .. } => {
+                let dev = self.device.as_ref().expect("a GPU heap");
+                match dev.check(req.offset, req.operand) {
+                    Ok(_) => {
+                        self.ld().waiting.push_back((src, req));
+                        self.serve_waiting();
+                        return;
+                    }
+                    Err(e) => Err(e),
                 }
-                Err(e) => Err(e),
-            },
+            }
             _ => unreachable!("served by the common path"),
         };
         self.ack(src, req.id, r);
@@ -617,49 +208,45 @@ impl Engine {
             let Some(ch) = self.staging.free.pop() else {
                 break;
             };
-            let at = self.staging.chunk_ptr(ch);
             let n = req.operand as usize;
             let h = header(req.id, req.compare, req.operand, KIND_REPLY);
-            // SAFETY: the chunk is ours and holds HDR + n bytes (the initiator sized n to its
-            // slot, and every PE uses the same slot and chunk sizes).
-            unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), at, HDR) };
-            let src_addr = self.st().base + req.offset;
-            // SAFETY: the source is inside the heap (checked when queued); the chunk is ours.
-            if let Err(e) = unsafe { self.st().copy(at as u64 + HDR as u64, src_addr, n) } {
+            // The source is inside the heap (checked when queued); the initiator sized `n` to
+            // its slot, and every PE uses the same slot and chunk sizes.
+            let from = self.staged_addr(Local::Heap(req.offset));
+            if let Err(e) = self.fill_chunk(ch, h, from, n) {
                 self.staging.free.push(ch);
-                self.mem_fault(src, e);
+                self.fault(
+                    code::OP_FAILED,
+                    Some(self.me as usize),
+                    format!("PE {}: replying to a get of PE {src}: {e}", self.me),
+                );
                 return served;
             }
             let lref = LocalRef {
                 mr: self.staging.mr,
-                offset: ch as usize * self.staging.chunk,
+                offset: self.staging.chunk_offset(ch),
             };
             let rref = RemoteRef {
                 mr: self.remote[src as usize],
                 offset: self.ld().offset(src, slot) as u64,
             };
-            let data = u64::from(src) << 32 | u64::from(slot);
+            let data = LandingData { group: src, slot }.encode();
+            let ctx = Ctx::Staged { pe: src, chunk: ch }.encode();
             // SAFETY: the chunk stays untouched until the write completes.
-            let r = unsafe {
-                self.t.write_data(
-                    src as usize,
-                    lref,
-                    rref,
-                    HDR + n,
-                    data,
-                    STAGE_CTX | u64::from(src) << 32 | u64::from(ch),
-                )
+            let res = unsafe {
+                self.t
+                    .write_data(src as usize, lref, rref, HDR + n, data, ctx)
             };
-            match r {
+            match res {
                 Ok(()) => {
                     self.ld().waiting.pop_front();
                     served += 1;
                 }
-                Err(PostError::Retry) => {
+                Err(pshmem_transport::PostError::Retry) => {
                     self.staging.free.push(ch);
                     break;
                 }
-                Err(PostError::Failed(e)) => {
+                Err(pshmem_transport::PostError::Failed(e)) => {
                     self.staging.free.push(ch);
                     self.fault(
                         code::OP_FAILED,
@@ -676,7 +263,53 @@ impl Engine {
     /// A staged write landed here: a put's chunk (copy to the GPU heap, ack) or a get's reply
     /// (copy to the destination, finish the part).
     pub(super) fn landed(&mut self, data: u64) {
-        let (group, slot) = ((data >> 32) as u32 & 0xf_ffff, data as u32);
+        let LandingData { group, slot } = LandingData::decode(data);
+        let Some(SlotHeader {
+            id,
+            addr,
+            len,
+            kind,
+            payload,
+        }) = self.read_slot(group, slot, data)
+        else {
+            return;
+        };
+        match kind {
+            KIND_PUT => {
+                let dev = self.device.as_mut().expect("a GPU heap");
+                // SAFETY: the destination is inside the GPU heap (checked); the payload is in
+                // the landing slot, which the initiator does not reuse before our ack.
+                let r = dev
+                    .check(addr, len)
+                    .and_then(|dst| unsafe { dev.copy(dst, payload, len as usize) });
+                self.ack(group, id, r.map(|()| 0));
+            }
+            KIND_REPLY => {
+                // SAFETY: the destination is the initiator's own (its producer keeps it valid
+                // until the operation completes); the payload is in our own slot.
+                if let Err(e) = unsafe { self.copy_raw(addr, payload, len as usize) } {
+                    self.mem_fault(group, e);
+                    return;
+                }
+                match Ctx::decode(id) {
+                    Some(Ctx::Part(p)) => self.part_done(p, None),
+                    _ => self.fault(
+                        code::OP_FAILED,
+                        Some(group as usize),
+                        format!("PE {}: a staged reply with a foreign id {id:#x}", self.me),
+                    ),
+                }
+            }
+            kind => self.fault(
+                code::OP_FAILED,
+                Some(group as usize),
+                format!("PE {}: a staged write of unknown kind {kind}", self.me),
+            ),
+        }
+    }
+
+    /// The header of a landed slot, or `None` after faulting on a bad slot or length.
+    fn read_slot(&mut self, group: u32, slot: u32, data: u64) -> Option<SlotHeader> {
         let n = self.n;
         let ld = self.ld();
         let (off, per_group, payload_max) = (ld.offset(group, slot), ld.per_group, ld.slot - HDR);
@@ -684,18 +317,17 @@ impl Engine {
         if group as usize >= n
             || slot >= per_group
             // SAFETY: `h` is a live buffer of HDR bytes; the range is checked by the call.
-            || unsafe { self.heap.read_to_raw(off as u64, h.as_mut_ptr(), HDR) }.is_err()
+            || unsafe { self.region.read_to_raw(off as u64, h.as_mut_ptr(), HDR) }.is_err()
         {
             self.fault(
                 code::OP_FAILED,
                 Some(group as usize),
                 format!("PE {}: a staged write into a bad slot ({data:#x})", self.me),
             );
-            return;
+            return None;
         }
-        let w = |i: usize| u64::from_le_bytes(h[i * 8..i * 8 + 8].try_into().expect("8"));
+        let w = |i: usize| u64::from_le_bytes(h[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
         let (id, addr, len, kind) = (w(0), w(1), w(2), w(3));
-        let payload = self.heap.base() as u64 + (off + HDR) as u64;
         if len as usize > payload_max {
             self.fault(
                 code::OP_FAILED,
@@ -705,33 +337,15 @@ impl Engine {
                     self.me
                 ),
             );
-            return;
+            return None;
         }
-        match kind {
-            KIND_PUT => {
-                let st = self.st();
-                // SAFETY: the destination is inside the GPU heap (checked); the payload is in
-                // the landing slot, which the initiator does not reuse before our ack.
-                let r = st
-                    .check(addr, len)
-                    .and_then(|dst| unsafe { st.copy(dst, payload, len as usize) });
-                self.ack(group, id, r.map(|()| 0));
-            }
-            KIND_REPLY => {
-                // SAFETY: the destination is the initiator's own (its producer keeps it valid
-                // until the operation completes); the payload is in our own slot.
-                if let Err(e) = unsafe { self.st().copy(addr, payload, len as usize) } {
-                    self.mem_fault(group, e);
-                    return;
-                }
-                self.part_done(id, None);
-            }
-            _ => self.fault(
-                code::OP_FAILED,
-                Some(group as usize),
-                format!("PE {}: a staged write of unknown kind {kind}", self.me),
-            ),
-        }
+        Some(SlotHeader {
+            id,
+            addr,
+            len,
+            kind,
+            payload: self.region.base() as u64 + (off + HDR) as u64,
+        })
     }
 
     /// A finished part's landing slot returns to its free list.
@@ -741,9 +355,18 @@ impl Engine {
 
     /// Whether staged work is still pending (waiting get requests).
     pub(super) fn staged_busy(&self) -> bool {
-        self.staged
-            .as_ref()
-            .and_then(|s| s.landing.as_ref())
-            .is_some_and(|l| !l.waiting.is_empty())
+        self.landing.as_ref().is_some_and(|l| !l.waiting.is_empty())
     }
+}
+
+/// A landed slot's header, and where its payload is.
+struct SlotHeader {
+    /// The ack id (puts) or the part's id (replies).
+    id: u64,
+    /// Destination: a heap offset (puts) or an address (replies).
+    addr: u64,
+    len: u64,
+    kind: u64,
+    /// Address of the payload in the landing slot.
+    payload: u64,
 }

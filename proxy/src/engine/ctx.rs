@@ -1,0 +1,480 @@
+//! Every bit of the words the proxy packs: the **context** it gives the transport with each post
+//! (and gets back with the completion), the **ids** its requests carry to a peer and back in the
+//! acks, and the **remote CQ data** its writes carry to the target. No other file shifts or
+//! masks these words; they are built and read through the types below.
+//!
+//! A context word: `kind` in the top [`KIND_BITS`] bits, a payload below, laid out per kind:
+//!
+//! | kind | payload (bit ranges) | what completes |
+//! | --- | --- | --- |
+//! | `Part(Tracked)` | slab key: index 0..32, generation 32..61 | a write or read of a part in the part slab |
+//! | `Part(Fast)` | sequence (low 32 bits) 0..32, PE 32..52, ring 52..61 | the one part of a single-part operation |
+//! | `Request(Tracked)`, `Request(Fast)` | as the part it belongs to | the send of a request (its ack finishes the part) |
+//! | `Ack` | destination PE 0..32 | the send of a batch of acks |
+//! | `Staged` | staging chunk 0..32, target PE 32..52 | a staged write (frees its chunk) |
+//! | `Job` | the job's own bits, 0..61 | an exclusive job's write |
+//!
+//! Kind 0 is no kind at all, so a zeroed word never decodes. The widths are named, their
+//! disjointness is checked at compile time, and `tests` round-trips every kind at the extreme
+//! values of every field (the slab generation among them: its top bit once collided with a
+//! staged write's tag, when bits were claimed in several files).
+
+/// Bits of the kind field, at the top of a context word.
+const KIND_BITS: u32 = 3;
+/// Bits of a context word below its kind.
+pub(crate) const PAYLOAD_BITS: u32 = 64 - KIND_BITS;
+
+const KIND_PART: u64 = 1;
+const KIND_FAST: u64 = 2;
+const KIND_REQUEST_PART: u64 = 3;
+const KIND_REQUEST_FAST: u64 = 4;
+const KIND_ACK: u64 = 5;
+const KIND_STAGED: u64 = 6;
+const KIND_JOB: u64 = 7;
+const _: () = assert!(KIND_JOB < 1 << KIND_BITS, "every kind fits the kind field");
+
+/// One field of a packed word: `bits` wide, starting at bit `shift`.
+#[derive(Clone, Copy)]
+struct Field {
+    shift: u32,
+    bits: u32,
+}
+
+impl Field {
+    const fn mask(self) -> u64 {
+        if self.bits == 64 {
+            u64::MAX
+        } else {
+            (1 << self.bits) - 1
+        }
+    }
+    const fn end(self) -> u32 {
+        self.shift + self.bits
+    }
+    #[inline]
+    const fn get(self, word: u64) -> u64 {
+        (word >> self.shift) & self.mask()
+    }
+    /// `value` placed in the field (callers keep it within the width: checked in debug builds).
+    #[inline]
+    fn put(self, value: u64) -> u64 {
+        debug_assert!(
+            value <= self.mask(),
+            "{value:#x} exceeds a {}-bit field",
+            self.bits
+        );
+        (value & self.mask()) << self.shift
+    }
+    /// The fields are disjoint (one ends at or before the other starts).
+    const fn before(self, next: Field) -> bool {
+        self.end() <= next.shift
+    }
+}
+
+const KIND: Field = Field {
+    shift: PAYLOAD_BITS,
+    bits: KIND_BITS,
+};
+const KEY_INDEX: Field = Field { shift: 0, bits: 32 };
+const KEY_GENERATION: Field = Field {
+    shift: 32,
+    bits: 29,
+};
+const FAST_SEQ: Field = Field { shift: 0, bits: 32 };
+const FAST_PE: Field = Field {
+    shift: 32,
+    bits: 20,
+};
+const FAST_RING: Field = Field { shift: 52, bits: 9 };
+const ACK_PE: Field = Field { shift: 0, bits: 32 };
+const STAGED_CHUNK: Field = Field { shift: 0, bits: 32 };
+const STAGED_PE: Field = Field {
+    shift: 32,
+    bits: 20,
+};
+const JOB: Field = Field {
+    shift: 0,
+    bits: PAYLOAD_BITS,
+};
+
+const _: () = {
+    assert!(KIND.end() == 64);
+    assert!(KEY_INDEX.before(KEY_GENERATION) && KEY_GENERATION.end() <= PAYLOAD_BITS);
+    assert!(FAST_SEQ.before(FAST_PE) && FAST_PE.before(FAST_RING));
+    assert!(FAST_RING.end() <= PAYLOAD_BITS);
+    assert!(ACK_PE.end() <= PAYLOAD_BITS);
+    assert!(STAGED_CHUNK.before(STAGED_PE) && STAGED_PE.end() <= PAYLOAD_BITS);
+    assert!(JOB.end() == PAYLOAD_BITS);
+    // A fast part names any PE a staged write or an ack can name, and the reverse.
+    assert!(FAST_PE.bits == STAGED_PE.bits && ACK_PE.bits >= FAST_PE.bits);
+};
+
+/// Most rings one proxy thread can drain (a fast part names its ring).
+pub(crate) const MAX_RINGS: usize = 1 << FAST_RING.bits;
+/// Most PEs a job can have (a fast part and a staged write name their PE).
+pub(crate) const MAX_PES: usize = 1 << FAST_PE.bits;
+
+/// The key of a slab entry: its index and the generation of that slot, so that a late
+/// completion for a freed entry never reaches the entry that reused its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct SlabKey {
+    index: u32,
+    generation: u32,
+}
+
+impl SlabKey {
+    /// The largest generation; the next one after it is 0.
+    pub(crate) const MAX_GENERATION: u32 = KEY_GENERATION.mask() as u32;
+
+    /// The key of slot `index` at `generation` (at most [`SlabKey::MAX_GENERATION`]).
+    pub(crate) fn new(index: u32, generation: u32) -> Self {
+        debug_assert!(generation <= Self::MAX_GENERATION);
+        Self {
+            index,
+            generation: generation & Self::MAX_GENERATION,
+        }
+    }
+
+    /// The generation that follows `g`, wrapping within the field.
+    pub(crate) fn next_generation(g: u32) -> u32 {
+        g.wrapping_add(1) & Self::MAX_GENERATION
+    }
+
+    /// The slot.
+    pub(crate) fn index(self) -> u32 {
+        self.index
+    }
+
+    /// The slot's generation.
+    pub(crate) fn generation(self) -> u32 {
+        self.generation
+    }
+
+    fn pack(self) -> u64 {
+        KEY_INDEX.put(self.index.into()) | KEY_GENERATION.put(self.generation.into())
+    }
+
+    fn unpack(payload: u64) -> Self {
+        Self {
+            index: KEY_INDEX.get(payload) as u32,
+            generation: KEY_GENERATION.get(payload) as u32,
+        }
+    }
+}
+
+/// A single-part operation without a result: it needs no bookkeeping entry, because its
+/// context names where it came from (its ring, its target PE, the low bits of its sequence
+/// number in that ring's completion tracker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct FastOp {
+    /// The ring it was drained from.
+    pub ring: u16,
+    /// Its target PE.
+    pub pe: u32,
+    /// The low 32 bits of its sequence number.
+    pub seq_low: u32,
+}
+
+impl FastOp {
+    /// The fast operation `seq` of `ring` to `pe` (ring and PE within [`MAX_RINGS`] and
+    /// [`MAX_PES`], which the engine checks at start).
+    pub(crate) fn new(ring: u16, pe: u32, seq: u64) -> Self {
+        Self {
+            ring,
+            pe,
+            seq_low: seq as u32,
+        }
+    }
+
+    fn pack(self) -> u64 {
+        FAST_SEQ.put(self.seq_low.into())
+            | FAST_PE.put(self.pe.into())
+            | FAST_RING.put(self.ring.into())
+    }
+
+    fn unpack(payload: u64) -> Self {
+        Self {
+            ring: FAST_RING.get(payload) as u16,
+            pe: FAST_PE.get(payload) as u32,
+            seq_low: FAST_SEQ.get(payload) as u32,
+        }
+    }
+}
+
+/// One transport operation of an operation: tracked in the part slab, or a fast operation's
+/// only part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum PartRef {
+    /// An entry of the part slab.
+    Tracked(SlabKey),
+    /// The one part of a fast operation.
+    Fast(FastOp),
+}
+
+/// What a transport context (or a request id) stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Ctx {
+    /// A write or read of a part: its completion completes the part. Also the id a request
+    /// carries, which the peer's ack (or a staged write's header) returns.
+    Part(PartRef),
+    /// The send of a request for a part: nothing to do when it completes (the ack does).
+    Request(PartRef),
+    /// The send of acks to `pe`.
+    Ack {
+        /// The destination.
+        pe: u32,
+    },
+    /// A staged write to `pe` from staging chunk `chunk`, which its completion frees.
+    Staged {
+        /// The target PE.
+        pe: u32,
+        /// The staging chunk.
+        chunk: u32,
+    },
+    /// An exclusive job's write, with the job's own context (below 2^[`PAYLOAD_BITS`]).
+    Job(u64),
+}
+
+impl Ctx {
+    /// The word given to the transport.
+    pub(crate) fn encode(self) -> u64 {
+        let (kind, payload) = match self {
+            Ctx::Part(PartRef::Tracked(k)) => (KIND_PART, k.pack()),
+            Ctx::Part(PartRef::Fast(f)) => (KIND_FAST, f.pack()),
+            Ctx::Request(PartRef::Tracked(k)) => (KIND_REQUEST_PART, k.pack()),
+            Ctx::Request(PartRef::Fast(f)) => (KIND_REQUEST_FAST, f.pack()),
+            Ctx::Ack { pe } => (KIND_ACK, ACK_PE.put(pe.into())),
+            Ctx::Staged { pe, chunk } => (
+                KIND_STAGED,
+                STAGED_CHUNK.put(chunk.into()) | STAGED_PE.put(pe.into()),
+            ),
+            Ctx::Job(bits) => (KIND_JOB, JOB.put(bits)),
+        };
+        KIND.put(kind) | payload
+    }
+
+    /// What a word stands for; `None` for a word no context of this module produces.
+    pub(crate) fn decode(word: u64) -> Option<Self> {
+        let p = word & JOB.mask();
+        Some(match KIND.get(word) {
+            KIND_PART => Ctx::Part(PartRef::Tracked(SlabKey::unpack(p))),
+            KIND_FAST => Ctx::Part(PartRef::Fast(FastOp::unpack(p))),
+            KIND_REQUEST_PART => Ctx::Request(PartRef::Tracked(SlabKey::unpack(p))),
+            KIND_REQUEST_FAST => Ctx::Request(PartRef::Fast(FastOp::unpack(p))),
+            KIND_ACK => Ctx::Ack {
+                pe: ACK_PE.get(p) as u32,
+            },
+            KIND_STAGED => Ctx::Staged {
+                pe: STAGED_PE.get(p) as u32,
+                chunk: STAGED_CHUNK.get(p) as u32,
+            },
+            KIND_JOB => Ctx::Job(JOB.get(p)),
+            _ => return None,
+        })
+    }
+
+    /// The PE this context concerns, where it names one without the slab (a tracked part's PE
+    /// is in its slab entry).
+    pub(crate) fn pe(self) -> Option<u32> {
+        match self {
+            Ctx::Part(PartRef::Fast(f)) | Ctx::Request(PartRef::Fast(f)) => Some(f.pe),
+            Ctx::Ack { pe } | Ctx::Staged { pe, .. } => Some(pe),
+            Ctx::Part(PartRef::Tracked(_)) | Ctx::Request(PartRef::Tracked(_)) | Ctx::Job(_) => {
+                None
+            }
+        }
+    }
+}
+
+/// The completion of a fast part, decoded without going through [`Ctx::decode`] (the hottest
+/// event of the proxy: checked inside the transport's poll callback).
+#[inline]
+pub(crate) fn fast_part(word: u64) -> Option<FastOp> {
+    (KIND.get(word) == KIND_FAST).then(|| FastOp::unpack(word))
+}
+
+/// A job's context, if `word` is one.
+#[inline]
+pub(crate) fn job(word: u64) -> Option<u64> {
+    (KIND.get(word) == KIND_JOB).then(|| JOB.get(word))
+}
+
+// ---- remote CQ data ---------------------------------------------------------------------------
+
+/// Bits of a put-with-signal tag (unordered transports with remote CQ data).
+pub(crate) const TAG_BITS: u32 = 40;
+const TAG: Field = Field {
+    shift: 0,
+    bits: TAG_BITS,
+};
+const TAG_SRC: Field = Field {
+    shift: TAG_BITS,
+    bits: 64 - TAG_BITS,
+};
+const LANDING_SLOT: Field = Field { shift: 0, bits: 32 };
+const LANDING_GROUP: Field = Field {
+    shift: 32,
+    bits: FAST_PE.bits,
+};
+const _: () = {
+    assert!(TAG.before(TAG_SRC) && TAG_SRC.end() == 64 && TAG_SRC.bits >= FAST_PE.bits);
+    assert!(LANDING_SLOT.before(LANDING_GROUP) && LANDING_GROUP.end() <= 64);
+};
+
+/// The remote CQ data of a write of put-with-signal's data: the initiator and its tag (the
+/// target counts these writes per (source, tag) before it applies the signal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct TagData {
+    /// The initiating PE.
+    pub src: u32,
+    /// The put-with-signal's tag (below 2^[`TAG_BITS`]).
+    pub tag: u64,
+}
+
+impl TagData {
+    /// The tag after `tag`, wrapping within its field.
+    pub(crate) fn next_tag(tag: u64) -> u64 {
+        tag.wrapping_add(1) & TAG.mask()
+    }
+
+    pub(crate) fn encode(self) -> u64 {
+        TAG_SRC.put(self.src.into()) | TAG.put(self.tag)
+    }
+
+    pub(crate) fn decode(data: u64) -> Self {
+        Self {
+            src: TAG_SRC.get(data) as u32,
+            tag: TAG.get(data),
+        }
+    }
+}
+
+/// The remote CQ data of a host-staged write: which landing slot it filled (group = the
+/// initiator of the transfer, whose slots those are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LandingData {
+    /// The slot group (an initiating PE).
+    pub group: u32,
+    /// The slot within the group.
+    pub slot: u32,
+}
+
+impl LandingData {
+    pub(crate) fn encode(self) -> u64 {
+        LANDING_GROUP.put(self.group.into()) | LANDING_SLOT.put(self.slot.into())
+    }
+
+    pub(crate) fn decode(data: u64) -> Self {
+        Self {
+            group: LANDING_GROUP.get(data) as u32,
+            slot: LANDING_SLOT.get(data) as u32,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> Vec<SlabKey> {
+        let mut v = Vec::new();
+        for index in [0, 1, u32::MAX] {
+            for generation in [0, 1, 1 << 27, 1 << 28, SlabKey::MAX_GENERATION] {
+                v.push(SlabKey::new(index, generation));
+            }
+        }
+        v
+    }
+
+    fn fasts() -> Vec<FastOp> {
+        let mut v = Vec::new();
+        for ring in [0, 1, MAX_RINGS as u16 - 1] {
+            for pe in [0, 1, MAX_PES as u32 - 1] {
+                for seq in [0, 1, u64::from(u32::MAX), u64::MAX] {
+                    v.push(FastOp::new(ring, pe, seq));
+                }
+            }
+        }
+        v
+    }
+
+    fn every_ctx() -> Vec<Ctx> {
+        let parts: Vec<PartRef> = keys()
+            .into_iter()
+            .map(PartRef::Tracked)
+            .chain(fasts().into_iter().map(PartRef::Fast))
+            .collect();
+        let mut v: Vec<Ctx> = parts.iter().map(|&p| Ctx::Part(p)).collect();
+        v.extend(parts.iter().map(|&p| Ctx::Request(p)));
+        for pe in [0, 1, MAX_PES as u32 - 1, u32::MAX] {
+            v.push(Ctx::Ack { pe });
+        }
+        for pe in [0, 1, MAX_PES as u32 - 1] {
+            for chunk in [0, 1, u32::MAX] {
+                v.push(Ctx::Staged { pe, chunk });
+            }
+        }
+        for bits in [0, 1, (1 << PAYLOAD_BITS) - 1] {
+            v.push(Ctx::Job(bits));
+        }
+        v
+    }
+
+    #[test]
+    fn every_kind_round_trips_at_the_extremes() {
+        let all = every_ctx();
+        for &c in &all {
+            let w = c.encode();
+            assert_eq!(Ctx::decode(w), Some(c), "{c:?} as {w:#x}");
+            assert_eq!(
+                fast_part(w),
+                matches!(c, Ctx::Part(PartRef::Fast(_))).then(|| {
+                    let Ctx::Part(PartRef::Fast(f)) = c else {
+                        unreachable!()
+                    };
+                    f
+                })
+            );
+            assert_eq!(job(w), if let Ctx::Job(b) = c { Some(b) } else { None });
+        }
+        // Distinct contexts give distinct words (no two kinds or fields share a word).
+        let distinct: std::collections::HashSet<Ctx> = all.iter().copied().collect();
+        let words: std::collections::HashSet<u64> = distinct.iter().map(|c| c.encode()).collect();
+        assert_eq!(words.len(), distinct.len());
+    }
+
+    #[test]
+    fn fast_ops_keep_the_low_sequence_bits() {
+        let f = FastOp::new(3, 7, 0x1234_5678_9abc_def0);
+        assert_eq!(f.seq_low, 0x9abc_def0);
+    }
+
+    #[test]
+    fn zero_and_foreign_words_do_not_decode() {
+        assert_eq!(Ctx::decode(0), None);
+        assert_eq!(Ctx::decode(0x1234), None);
+        assert_eq!(fast_part(0), None);
+        assert_eq!(job(0), None);
+    }
+
+    #[test]
+    fn generations_wrap_within_their_field() {
+        assert_eq!(SlabKey::next_generation(SlabKey::MAX_GENERATION), 0);
+        assert_eq!(SlabKey::next_generation(5), 6);
+    }
+
+    #[test]
+    fn remote_data_round_trips() {
+        for src in [0, 1, MAX_PES as u32 - 1] {
+            for tag in [0, 1, (1 << TAG_BITS) - 1] {
+                let d = TagData { src, tag };
+                assert_eq!(TagData::decode(d.encode()), d);
+            }
+            for slot in [0, 1, u32::MAX] {
+                let d = LandingData { group: src, slot };
+                assert_eq!(LandingData::decode(d.encode()), d);
+            }
+        }
+        assert_eq!(TagData::next_tag((1 << TAG_BITS) - 1), 0);
+    }
+}

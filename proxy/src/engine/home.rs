@@ -1,0 +1,261 @@
+//! This PE's own heap, as the engine touches it: operations a ring sends to this PE itself
+//! (applied at once, in order), peers' AMOs and signals, and copies between raw addresses.
+//! A host heap is reached through its mapping (CPU copies and atomics); a GPU heap through
+//! [`DeviceMem`] (CUDA copies on the proxy's own stream, AMOs by a one-thread kernel: the CPU
+//! never touches GPU memory itself).
+
+use pshmem_gpu_queue::{AmoOp, Desc, Local, layout::error as code};
+
+use super::Engine;
+use crate::{DeviceMem, mem::MemError};
+
+/// A GPU heap reached through its device.
+pub(crate) struct DeviceHeap {
+    dev: Box<dyn DeviceMem>,
+    /// Device address and length of this PE's GPU heap.
+    pub(super) base: u64,
+    len: u64,
+}
+
+impl DeviceHeap {
+    pub(super) fn new(dev: Box<dyn DeviceMem>) -> Self {
+        let (base, len) = dev.heap();
+        Self { dev, base, len }
+    }
+
+    /// The device address of `off..off + len` in the heap, or why not.
+    pub(super) fn check(&self, off: u64, len: u64) -> Result<u64, MemError> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => Ok(self.base + off),
+            end => Err(MemError::OutOfBounds {
+                offset: off,
+                end: end.unwrap_or(u64::MAX),
+                len: self.len,
+            }),
+        }
+    }
+
+    /// A descriptor's local side as a device or host address.
+    fn addr(&self, l: Local, len: u64) -> Result<u64, MemError> {
+        match l {
+            Local::Heap(o) => self.check(o, len),
+            Local::Raw(a) => Ok(a),
+        }
+    }
+
+    /// An AMO at heap offset `off`, by the GPU.
+    fn amo(
+        &mut self,
+        off: u64,
+        wide: bool,
+        op: AmoOp,
+        operand: u64,
+        compare: u64,
+    ) -> Result<u64, MemError> {
+        let width = if wide { 8 } else { 4 };
+        let at = self.check(off, width)?;
+        if off % width != 0 {
+            return Err(MemError::Misaligned { offset: off, width });
+        }
+        self.dev
+            .amo(at, op, wide, operand, compare)
+            .map_err(|detail| MemError::Device { detail })
+    }
+
+    /// A copy between device or host addresses.
+    ///
+    /// # Safety
+    /// As [`DeviceMem::copy`].
+    pub(super) unsafe fn copy(&mut self, dst: u64, src: u64, len: usize) -> Result<(), MemError> {
+        // SAFETY: forwarded.
+        unsafe { self.dev.copy(dst, src, len) }.map_err(|detail| MemError::Device { detail })
+    }
+
+    /// Page-locks host memory for faster copies.
+    ///
+    /// # Safety
+    /// As [`DeviceMem::pin`].
+    pub(super) unsafe fn pin(&mut self, ptr: *mut u8, len: usize) {
+        // SAFETY: forwarded.
+        unsafe { self.dev.pin(ptr, len) }
+    }
+
+    /// A descriptor's local side as a heap offset where it lies in the GPU heap (registered
+    /// mode: RMA straight from the registration).
+    fn localize(&self, l: Local, len: u64) -> Local {
+        match l {
+            Local::Raw(a) if a >= self.base && a.saturating_add(len) <= self.base + self.len => {
+                Local::Heap(a - self.base)
+            }
+            other => other,
+        }
+    }
+}
+
+impl Engine {
+    /// Applies an operation to this PE's own heap, at once and in order.
+    pub(super) fn apply_self(&mut self, d: &Desc) -> Result<(), MemError> {
+        match *d {
+            Desc::Put {
+                remote, local, len, ..
+            } => self.copy_into_heap(remote, local, len),
+            Desc::Get {
+                remote, local, len, ..
+            } => self.copy_from_heap(remote, local, len),
+            Desc::P {
+                remote,
+                value,
+                width,
+                ..
+            } => self.store(remote, value, width),
+            Desc::Amo {
+                remote,
+                op,
+                wide,
+                operand,
+                compare,
+                result,
+                ..
+            } => {
+                let old = self.heap_amo(remote, wide, op, operand, compare)?;
+                if result == 0 {
+                    return Ok(());
+                }
+                let b = old.to_le_bytes();
+                // SAFETY: the producer keeps the result cell valid until the operation
+                // completes (API contract), which is after this write.
+                unsafe { self.copy_raw(result, b.as_ptr() as u64, 8) }
+            }
+            Desc::Signal {
+                remote, value, op, ..
+            } => self.heap_amo(remote, true, op.as_amo(), value, 0).map(drop),
+            Desc::PutSignal {
+                remote,
+                local,
+                len,
+                sig,
+                value,
+                op,
+                ..
+            } => {
+                self.copy_into_heap(remote, local, len)?;
+                self.heap_amo(sig, true, op.as_amo(), value, 0).map(drop)
+            }
+            Desc::Fence => Ok(()),
+        }
+    }
+
+    /// Copies `len` bytes from a local side into this PE's heap at `dst`.
+    fn copy_into_heap(&mut self, dst: u64, src: Local, len: u64) -> Result<(), MemError> {
+        match &mut self.device {
+            Some(d) => {
+                let (to, from) = (d.check(dst, len)?, d.addr(src, len)?);
+                // SAFETY: the destination is inside the heap (checked); the producer keeps
+                // the source valid until the operation completes.
+                unsafe { d.copy(to, from, len as usize) }
+            }
+            None => {
+                let h = self.region;
+                match src {
+                    Local::Heap(off) => h.copy_from(dst, &h, off, len),
+                    // SAFETY: the producer keeps raw sources valid until the operation
+                    // completes.
+                    Local::Raw(a) => unsafe { h.write_from_raw(dst, a as *const u8, len as usize) },
+                }
+            }
+        }
+    }
+
+    /// Copies `len` bytes from this PE's heap at `src` to a local side.
+    fn copy_from_heap(&mut self, src: u64, dst: Local, len: u64) -> Result<(), MemError> {
+        match &mut self.device {
+            Some(d) => {
+                let (from, to) = (d.check(src, len)?, d.addr(dst, len)?);
+                // SAFETY: as for `copy_into_heap`, the other way round.
+                unsafe { d.copy(to, from, len as usize) }
+            }
+            None => {
+                let h = self.region;
+                match dst {
+                    Local::Heap(off) => h.copy_from(off, &h, src, len),
+                    // SAFETY: the producer keeps raw destinations valid until the operation
+                    // completes.
+                    Local::Raw(a) => unsafe { h.read_to_raw(src, a as *mut u8, len as usize) },
+                }
+            }
+        }
+    }
+
+    /// Stores the low `width` bytes of `value` at heap offset `off`.
+    pub(super) fn store(&mut self, off: u64, value: u64, width: u8) -> Result<(), MemError> {
+        match &mut self.device {
+            Some(d) => {
+                let at = d.check(off, u64::from(width))?;
+                let v = value.to_le_bytes();
+                // SAFETY: the destination is inside the heap (checked); `v` is live.
+                unsafe { d.copy(at, v.as_ptr() as u64, width as usize) }
+            }
+            None => self.region.store(off, value, width),
+        }
+    }
+
+    /// An AMO on this PE's heap: CPU atomics on a host heap, the GPU's own atomics (a kernel)
+    /// on a GPU heap.
+    pub(super) fn heap_amo(
+        &mut self,
+        off: u64,
+        wide: bool,
+        op: AmoOp,
+        operand: u64,
+        compare: u64,
+    ) -> Result<u64, MemError> {
+        match self.device.as_mut() {
+            Some(d) => d.amo(off, wide, op, operand, compare),
+            None => self.region.amo(off, wide, op, operand, compare),
+        }
+    }
+
+    /// Copies between process (or, with a GPU heap, device) addresses.
+    ///
+    /// # Safety
+    /// Both ranges must be valid and not in use by anything else meanwhile.
+    pub(super) unsafe fn copy_raw(
+        &mut self,
+        dst: u64,
+        src: u64,
+        len: usize,
+    ) -> Result<(), MemError> {
+        match self.device.as_mut() {
+            // SAFETY: forwarded.
+            Some(d) => unsafe { d.copy(dst, src, len) },
+            None => {
+                // SAFETY: forwarded; the ranges are distinct (staging memory is the proxy's).
+                unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
+                Ok(())
+            }
+        }
+    }
+
+    /// In registered GPU mode, local sides inside the GPU heap become heap offsets (RMA from
+    /// the registration instead of staging through chunks).
+    pub(super) fn localize(&self, mut d: Desc) -> Desc {
+        if let (Some(dev), None) = (&self.device, &self.landing) {
+            match &mut d {
+                Desc::Put { local, len, .. }
+                | Desc::Get { local, len, .. }
+                | Desc::PutSignal { local, len, .. } => *local = dev.localize(*local, *len),
+                _ => {}
+            }
+        }
+        d
+    }
+
+    /// A local memory failure while handling an operation with `pe`: the job fails.
+    pub(super) fn mem_fault(&mut self, pe: u32, e: MemError) {
+        self.fault(
+            code::OP_FAILED,
+            Some(self.me as usize),
+            format!("PE {}: an operation with PE {pe}: {e}", self.me),
+        );
+    }
+}
