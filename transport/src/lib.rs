@@ -8,13 +8,16 @@
 //! - [`sim`]: a simulated fabric across processes (Unix sockets) that can deliver out of order,
 //!   delay, throttle and lose peers, so that EFA-SRD-like behaviour is testable without EFA;
 //! - [`instant`]: a transport that completes every operation at once without moving data, to
-//!   measure the proxy machinery alone.
+//!   measure the proxy machinery alone;
+//! - [`inproc`]: a deterministic in-process fabric stepped by its caller, reordering and
+//!   delaying by a seed, for unit tests of the proxy engine without sockets or threads.
 //!
 //! Capabilities are data ([`Caps`]) that the proxy reads, never provider-name branches.
 //! Endpoint addresses and memory keys are exchanged through the bootstrap ([`establish`],
 //! [`exchange_mr`]).
 
 pub mod error;
+pub mod inproc;
 pub mod instant;
 pub mod ofi;
 pub mod sim;
