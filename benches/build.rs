@@ -1,4 +1,5 @@
-//! Compiles the raw libfabric baseline (c/fabric_raw.c) that fabric-bench runs beside the safe layer.
+//! Compiles the raw libfabric baseline (c/fabric_raw.c) that fabric-bench runs beside the safe layer,
+//! and pshmem-perf's device-initiated kernels (cuda/perf.cu).
 fn main() {
     let lib = pkg_config::Config::new()
         .atleast_version("1.17")
@@ -11,4 +12,5 @@ fn main() {
         cc.include(p);
     }
     cc.compile("pshmem_fabric_raw");
+    pshmem_cuda_build::fatbins("cuda");
 }

@@ -18,7 +18,7 @@ OUT="${1:?usage: scripts/bench-host.sh OUT_DIR [BIN_DIR]}"
 BIN="${2:-target/release}"
 if [ "$BIN" = target/release ]; then
   bash scripts/setup.sh
-  cargo build --release --quiet -p pshmem-bootstrap -p pshmem-benches
+  cargo build --release --quiet -p pshmem-tools -p pshmem-benches
 fi
 mkdir -p "$OUT"
 export PSHMEM_SYMMETRIC_SIZE="${PSHMEM_SYMMETRIC_SIZE:-512M}" PSHMEM_PROVIDER=tcp

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 N="${1:-2}"
-cargo build --release --quiet -p pshmem-bootstrap -p pshmem-benches
+cargo build --release --quiet -p pshmem-tools -p pshmem-benches
 export PSHMEM_SYMMETRIC_SIZE="${PSHMEM_SYMMETRIC_SIZE:-256M}"
 run() {
   ./target/release/pshmrun -n "$N" --timeout 600 -- ./target/release/pshmem-perf all -b 8 -e 4194304 -f 4 -n 50 -w 5

@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo test --workspace --release --quiet
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-  cargo test --release --quiet -p pshmem-gpu-queue --test loom
+  cargo test --release --quiet -p pshmem-ring --test loom

@@ -99,7 +99,7 @@ fn timed(st: &Arc<CudaStream>, spin: &CudaFunction, launch: impl FnOnce() -> R<(
 pub fn run(s: &Pshmem, plan: &GpuPlan<'_>) -> R<Vec<GpuRow>> {
     let g = s.gpu_init().map_err(err)?;
     let me = s.my_pe();
-    let m = g.load(pshmem_kernels::PERF).map_err(err)?;
+    let m = g.load(crate::PERF_KERNELS).map_err(err)?;
     // Every function fetched before any kernel runs (see Gpu::load).
     let f = |n: &str| m.load_function(n).map_err(err);
     let (k_bw, k_pp, k_amo, k_rate, k_bar, k_spin): (

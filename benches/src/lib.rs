@@ -9,6 +9,9 @@
 
 #![deny(unsafe_code)]
 
+/// pshmem-perf's device-initiated kernels (`cuda/perf.cu`, compiled by the build script).
+pub static PERF_KERNELS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf.fatbin"));
+
 pub mod gpu_perf;
 pub mod raw;
 

@@ -2,10 +2,9 @@
 
 use std::time::Duration;
 
-use crate::{
-    env::{self, fallback},
-    error::{BootstrapError, Result},
-};
+use pshmem_env::{self as env, EnvError, fallback};
+
+use crate::error::{BootstrapError, Result};
 
 /// Everything a rank needs to join a job.
 #[derive(Debug, Clone)]
@@ -49,11 +48,11 @@ impl BootstrapConfig {
         secret: u64,
     ) -> Result<Self> {
         if world_size == 0 {
-            return Err(BootstrapError::Config {
+            return Err(BootstrapError::Config(EnvError {
                 var: env::WORLD_SIZE.name.into(),
                 value: "0".into(),
                 reason: "the world size must be at least 1".into(),
-            });
+            }));
         }
         if rank >= world_size {
             return Err(BootstrapError::RankOutOfRange {
@@ -99,38 +98,42 @@ impl BootstrapConfig {
                         format!("unset (rank {})", r.unwrap_or(0)),
                     )
                 };
-                return Err(BootstrapError::Config {
+                return Err(BootstrapError::Config(EnvError {
                     var: var.into(),
                     value: val,
                     reason: "rank and world size must be set together".into(),
-                });
+                }));
             }
         };
         let root_addr = match env::BOOTSTRAP_ADDR.raw() {
             Some(a) => a,
             None => match (fallback("MASTER_ADDR"), fallback("MASTER_PORT")) {
                 (Some(host), Some(port)) => {
-                    let port: u16 = port.trim().parse().map_err(|_| BootstrapError::Config {
-                        var: "MASTER_PORT".into(),
-                        value: port.clone(),
-                        reason: "expected a port number".into(),
+                    let port: u16 = port.trim().parse().map_err(|_| {
+                        BootstrapError::Config(EnvError {
+                            var: "MASTER_PORT".into(),
+                            value: port.clone(),
+                            reason: "expected a port number".into(),
+                        })
                     })?;
                     let off = env::BOOTSTRAP_PORT_OFFSET.usize()?;
                     let p = usize::from(port) + off;
-                    let p = u16::try_from(p).map_err(|_| BootstrapError::Config {
-                        var: env::BOOTSTRAP_PORT_OFFSET.name.into(),
-                        value: off.to_string(),
-                        reason: format!("MASTER_PORT {port} + offset exceeds 65535"),
+                    let p = u16::try_from(p).map_err(|_| {
+                        BootstrapError::Config(EnvError {
+                            var: env::BOOTSTRAP_PORT_OFFSET.name.into(),
+                            value: off.to_string(),
+                            reason: format!("MASTER_PORT {port} + offset exceeds 65535"),
+                        })
                     })?;
                     format!("{host}:{p}")
                 }
                 _ if world == 1 => String::new(),
                 _ => {
-                    return Err(BootstrapError::Config {
+                    return Err(BootstrapError::Config(EnvError {
                         var: env::BOOTSTRAP_ADDR.name.into(),
                         value: "unset".into(),
                         reason: "a multi-rank job needs PSHMEM_BOOTSTRAP_ADDR (or MASTER_ADDR and MASTER_PORT)".into(),
-                    });
+                    }));
                 }
             },
         };
@@ -146,10 +149,12 @@ impl BootstrapConfig {
 pub fn parse_secret(text: &str) -> Result<u64> {
     let t = text.trim();
     let t = t.strip_prefix("0x").unwrap_or(t);
-    u64::from_str_radix(t, 16).map_err(|_| BootstrapError::Config {
-        var: env::JOB_SECRET.name.into(),
-        value: text.into(),
-        reason: "expected up to 16 hex digits".into(),
+    u64::from_str_radix(t, 16).map_err(|_| {
+        BootstrapError::Config(EnvError {
+            var: env::JOB_SECRET.name.into(),
+            value: text.into(),
+            reason: "expected up to 16 hex digits".into(),
+        })
     })
 }
 
@@ -161,14 +166,13 @@ fn int_var(ours: &str, theirs: &str) -> Result<Option<usize>> {
             None => return Ok(None),
         },
     };
-    val.trim()
-        .parse()
-        .map(Some)
-        .map_err(|_| BootstrapError::Config {
+    val.trim().parse().map(Some).map_err(|_| {
+        BootstrapError::Config(EnvError {
             var: name.into(),
             value: val,
             reason: "expected a non-negative integer".into(),
         })
+    })
 }
 
 /// This host's identity: `PSHMEM_HOST_ID`, else hostname + kernel boot id (so that two

@@ -10,15 +10,8 @@ use crate::frame::FrameError;
 #[non_exhaustive]
 pub enum BootstrapError {
     /// An environment variable holds a value that cannot be used.
-    #[error("bad value {value:?} for {var}: {reason}")]
-    Config {
-        /// The variable.
-        var: String,
-        /// Its value.
-        value: String,
-        /// What was expected.
-        reason: String,
-    },
+    #[error("bootstrap configuration: {0}")]
+    Config(#[from] pshmem_env::EnvError),
     /// Rank 0 could not listen because another process holds the port.
     #[error(
         "rank 0: bootstrap address {addr} is already in use (another job on this port?); \

@@ -13,8 +13,6 @@
 //! - **Failure detection** for the whole job: connections stay open after init, with heartbeats;
 //!   a dead rank fails every rank's pending or next call (and runs [`Bootstrap::on_failure`]
 //!   hooks, which the runtime uses to raise its error flag) within the peer timeout.
-//! - **The environment table** ([`env`]) of every variable the project reads.
-//! - **`pshmrun`**, the local launcher (binary in this crate).
 //!
 //! The I/O runs on a small private tokio runtime; the public API is blocking, with every wait
 //! bounded. Collectives are matched by order, like MPI's: every rank must call the same
@@ -23,7 +21,6 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
-pub mod env;
 pub mod error;
 pub mod frame;
 mod net;
@@ -568,17 +565,4 @@ impl Drop for Bootstrap {
             rt.shutdown_background();
         }
     }
-}
-
-/// Installs a tracing subscriber that honours `PSHMEM_LOG` (once per process; later calls are
-/// no-ops). Binaries and tests call it; the library never installs one by itself.
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_new(env::LOG.value())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr)
-        .try_init();
 }

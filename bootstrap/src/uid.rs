@@ -12,10 +12,9 @@ use std::{
     sync::Mutex,
 };
 
-use crate::{
-    env,
-    error::{BootstrapError, Result},
-};
+use pshmem_env::{self as env, EnvError};
+
+use crate::error::{BootstrapError, Result};
 
 /// Size of the opaque token in bytes (the size of `nvshmemx_uniqueid_t`'s storage).
 pub const UNIQUE_ID_LEN: usize = 128;
@@ -79,10 +78,12 @@ impl UniqueId {
 
     /// Parses a token, rejecting anything that was not made by [`UniqueId::to_bytes`].
     pub fn from_bytes(b: &[u8]) -> Result<Self> {
-        let bad = |reason: &str| BootstrapError::Config {
-            var: "unique id".into(),
-            value: format!("{} bytes", b.len()),
-            reason: reason.into(),
+        let bad = |reason: &str| {
+            BootstrapError::Config(EnvError {
+                var: "unique id".into(),
+                value: format!("{} bytes", b.len()),
+                reason: reason.into(),
+            })
         };
         if b.len() != UNIQUE_ID_LEN {
             return Err(bad("a unique id is exactly 128 bytes"));

@@ -1,6 +1,6 @@
 //! # pshmem-proxy
 //!
-//! Owns the proxy threads: each drains a set of command rings (channels), translates symmetric
+//! Owns the proxy threads: each drains a set of command rings, translates symmetric
 //! heap offsets into the transport's registrations, posts, polls completions and advances each
 //! ring's `completed` counter in order. It also serves the requests peers send to this PE's
 //! heap (AMOs and signal updates) and keeps the semantics that are easy to get wrong:
@@ -34,7 +34,7 @@ use std::{
     time::Duration,
 };
 
-use pshmem_gpu_queue::{Ring, layout::error as code};
+use pshmem_ring::{Ring, layout::error as code};
 use pshmem_transport::{MrId, RemoteMrId, Transport, TransportError};
 
 pub use engine::{
@@ -75,7 +75,7 @@ pub enum ProxyError {
         /// The transport's name.
         transport: String,
     },
-    /// More channels or PEs than the proxy's completion contexts can name.
+    /// More rings or PEs than the proxy's completion contexts can name.
     #[error("PE {pe}: {what}")]
     Limits {
         /// This PE.
@@ -113,7 +113,7 @@ pub enum ProxyError {
 /// The first failure of a PE's data path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fault {
-    /// Ring error code (see [`pshmem_gpu_queue::layout::error`]).
+    /// Ring error code (see [`pshmem_ring::layout::error`]).
     pub code: u32,
     /// The PE concerned.
     pub pe: Option<usize>,
@@ -251,7 +251,7 @@ pub trait DeviceMem: Send {
     fn amo(
         &mut self,
         addr: u64,
-        op: pshmem_gpu_queue::AmoOp,
+        op: pshmem_ring::AmoOp,
         wide: bool,
         operand: u64,
         compare: u64,
@@ -274,7 +274,7 @@ pub struct ProxySetup {
     /// Every PE's heap registration, imported into `transport`, in PE order.
     pub remote_heaps: Vec<RemoteMrId>,
     /// The rings this thread drains.
-    pub channels: Vec<Arc<Ring>>,
+    pub rings: Vec<Arc<Ring>>,
     /// When this PE's heap is GPU memory: the device. Unless `device_registered`, `heap` (with
     /// its registrations) is the pinned landing area of the host-staged path (see
     /// `engine::staged`).
@@ -289,7 +289,7 @@ impl std::fmt::Debug for ProxySetup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProxySetup")
             .field("transport", &self.transport.caps().name)
-            .field("channels", &self.channels.len())
+            .field("rings", &self.rings.len())
             .finish_non_exhaustive()
     }
 }

@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
 
-use pshmem_gpu_queue::AmoOp;
+use pshmem_ring::AmoOp;
 
 /// Why an access was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use pshmem_gpu_queue::Ring;
+use pshmem_ring::Ring;
 use pshmem_transport::{LocalMem, MemKind, Transport, instant::InstantTransport};
 
 use crate::{Health, HeapMem, Proxy, ProxyConfig, ProxyError, ProxySetup};
@@ -21,8 +21,8 @@ pub struct InstantProxy {
 }
 
 impl InstantProxy {
-    /// Starts a proxy draining `channels` (operations may target PE 0 or 1).
-    pub fn spawn(channels: Vec<Arc<Ring>>, cfg: ProxyConfig) -> Result<Self, ProxyError> {
+    /// Starts a proxy draining `rings` (operations may target PE 0 or 1).
+    pub fn spawn(rings: Vec<Arc<Ring>>, cfg: ProxyConfig) -> Result<Self, ProxyError> {
         let mut t: Box<dyn Transport> = Box::new(InstantTransport::new(0, 2));
         let mut heap = vec![0u64; 4096];
         // SAFETY: the heap lives in this struct and is dropped after the proxy (field order).
@@ -47,7 +47,7 @@ impl InstantProxy {
             .collect::<Result<Vec<_>, _>>()
             .map_err(setup_err)?;
         let health = Health::new();
-        health.watch(channels.iter().cloned());
+        health.watch(rings.iter().cloned());
         let proxy = Proxy::spawn(
             "pshmem-proxy-instant".into(),
             ProxySetup {
@@ -55,7 +55,7 @@ impl InstantProxy {
                 heap: mem,
                 heap_mr,
                 remote_heaps,
-                channels,
+                rings,
                 device: None,
                 device_registered: false,
             },
@@ -74,7 +74,7 @@ impl InstantProxy {
 mod tests {
     use std::time::Duration;
 
-    use pshmem_gpu_queue::{Desc, Producer, WaitLimit};
+    use pshmem_ring::{Desc, Producer, WaitLimit};
 
     use super::*;
     use crate::ExclusiveError;

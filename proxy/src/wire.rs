@@ -21,15 +21,15 @@ const ACK_ENTRY: usize = 17;
 pub enum RequestKind {
     /// An AMO; the ack carries the old value.
     Amo {
-        /// The AMO (gpu-queue encoding).
-        op: pshmem_gpu_queue::AmoOp,
+        /// The AMO (ring encoding).
+        op: pshmem_ring::AmoOp,
         /// 64-bit.
         wide: bool,
     },
     /// A signal update (64-bit), applied once `expect` tagged writes with `tag` have landed.
     Signal {
         /// Set or add.
-        op: pshmem_gpu_queue::SignalOp,
+        op: pshmem_ring::SignalOp,
         /// Tagged writes to wait for (0: apply at once).
         expect: u32,
     },
@@ -176,8 +176,8 @@ pub fn encode_acks(src: u32, acks: &[Ack]) -> Vec<u8> {
     b
 }
 
-fn amo_code(op: pshmem_gpu_queue::AmoOp) -> u8 {
-    use pshmem_gpu_queue::AmoOp::*;
+fn amo_code(op: pshmem_ring::AmoOp) -> u8 {
+    use pshmem_ring::AmoOp::*;
     match op {
         FetchAdd => 1,
         Add => 2,
@@ -188,8 +188,8 @@ fn amo_code(op: pshmem_gpu_queue::AmoOp) -> u8 {
     }
 }
 
-fn amo_of(c: u8) -> Option<pshmem_gpu_queue::AmoOp> {
-    use pshmem_gpu_queue::AmoOp::*;
+fn amo_of(c: u8) -> Option<pshmem_ring::AmoOp> {
+    use pshmem_ring::AmoOp::*;
     Some(match c {
         1 => FetchAdd,
         2 => Add,
@@ -201,10 +201,10 @@ fn amo_of(c: u8) -> Option<pshmem_gpu_queue::AmoOp> {
     })
 }
 
-fn signal_code(op: pshmem_gpu_queue::SignalOp) -> u8 {
+fn signal_code(op: pshmem_ring::SignalOp) -> u8 {
     match op {
-        pshmem_gpu_queue::SignalOp::Set => 0,
-        pshmem_gpu_queue::SignalOp::Add => 5,
+        pshmem_ring::SignalOp::Set => 0,
+        pshmem_ring::SignalOp::Add => 5,
     }
 }
 
@@ -242,8 +242,8 @@ pub fn decode(b: &[u8]) -> Result<Message, WireError> {
                 RequestKind::GetData { slot: expect }
             } else if flags & 2 != 0 {
                 let op = match code {
-                    0 => pshmem_gpu_queue::SignalOp::Set,
-                    5 => pshmem_gpu_queue::SignalOp::Add,
+                    0 => pshmem_ring::SignalOp::Set,
+                    5 => pshmem_ring::SignalOp::Add,
                     _ => return Err(bad("unknown signal op")),
                 };
                 RequestKind::Signal { op, expect }
@@ -299,7 +299,7 @@ pub fn decode(b: &[u8]) -> Result<Message, WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pshmem_gpu_queue::{AmoOp, SignalOp};
+    use pshmem_ring::{AmoOp, SignalOp};
 
     #[test]
     fn round_trips_and_rejections() {

@@ -1,9 +1,9 @@
-//! The runtime's configuration, read from the one environment table
-//! (`pshmem_bootstrap::env`), or built by the application.
+//! The runtime's configuration, read from the one environment table (`pshmem_env`), or built
+//! by the application.
 
 use std::time::Duration;
 
-use pshmem_bootstrap::{BootstrapError, env};
+use pshmem_env::{self as env, EnvError, parse_cpu_list};
 use pshmem_proxy::ProxyConfig;
 
 /// How the runtime sets up a PE.
@@ -15,8 +15,8 @@ pub struct Config {
     pub disable_p2p: bool,
     /// Proxy threads (`PSHMEM_PROXY_THREADS`); each opens its own transport.
     pub proxy_threads: usize,
-    /// Command rings (`PSHMEM_CHANNELS`), spread over the proxy threads.
-    pub channels: usize,
+    /// Command rings (`PSHMEM_RINGS`), spread over the proxy threads.
+    pub rings: usize,
     /// Slots per ring (`PSHMEM_RING_SLOTS`, a power of two).
     pub ring_slots: usize,
     /// Longest a quiet, barrier or wait blocks (`PSHMEM_OP_TIMEOUT`).
@@ -30,26 +30,22 @@ pub struct Config {
 
 impl Config {
     /// From the environment.
-    pub fn from_env() -> Result<Self, BootstrapError> {
+    pub fn from_env() -> Result<Self, EnvError> {
         let heap_size = {
             let v = env::SYMMETRIC_SIZE.value();
             env::parse_size(&v)
-                .ok_or_else(|| bad(&env::SYMMETRIC_SIZE, &v, "a byte count such as 1G"))?
+                .ok_or_else(|| env::SYMMETRIC_SIZE.bad(&v, "a byte count such as 1G"))?
         };
         let ring_slots = env::RING_SLOTS.usize()?;
         if !ring_slots.is_power_of_two() || ring_slots < 2 {
-            return Err(bad(
-                &env::RING_SLOTS,
-                &ring_slots.to_string(),
-                "a power of two >= 2",
-            ));
+            return Err(env::RING_SLOTS.bad(&ring_slots.to_string(), "a power of two >= 2"));
         }
         let proxy_cpus = match env::PROXY_CPU.raw().as_deref() {
             None => None,
             Some("none") => Some(Vec::new()),
             Some(list) => Some(
                 parse_cpu_list(list)
-                    .ok_or_else(|| bad(&env::PROXY_CPU, list, "'none' or a list such as 3,5-7"))?,
+                    .ok_or_else(|| env::PROXY_CPU.bad(list, "'none' or a list such as 3,5-7"))?,
             ),
         };
         let proxy = ProxyConfig {
@@ -66,51 +62,11 @@ impl Config {
             heap_size,
             disable_p2p: env::DISABLE_P2P.bool()?,
             proxy_threads: env::PROXY_THREADS.usize()?.max(1),
-            channels: env::CHANNELS.usize()?.max(1),
+            rings: env::RINGS.usize()?.max(1),
             ring_slots,
             op_timeout: env::OP_TIMEOUT.secs()?,
             proxy_cpus,
             proxy,
         })
-    }
-}
-
-fn bad(var: &env::EnvVar, value: &str, reason: &str) -> BootstrapError {
-    BootstrapError::Config {
-        var: var.name.into(),
-        value: value.into(),
-        reason: reason.into(),
-    }
-}
-
-/// Parses `3,5-7` into `[3, 5, 6, 7]`.
-pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-                if a > b {
-                    return None;
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(part.parse().ok()?),
-        }
-    }
-    (!out.is_empty()).then_some(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cpu_lists() {
-        assert_eq!(parse_cpu_list("3,5-7"), Some(vec![3, 5, 6, 7]));
-        assert_eq!(parse_cpu_list("1"), Some(vec![1]));
-        assert_eq!(parse_cpu_list("7-5"), None);
-        assert_eq!(parse_cpu_list("x"), None);
-        assert_eq!(parse_cpu_list(""), None);
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 pub use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
 use cudarc::driver::{DeviceRepr, sys};
-use pshmem_gpu_queue::{
+use pshmem_ring::{
     Ring,
     layout::{RingCtrl, Slot},
 };
@@ -26,7 +26,7 @@ pub struct CudaDevice {
 
 /// The CUDA devices of this machine in ordinal order, or why there are none.
 pub fn devices() -> Result<Vec<CudaDevice>, String> {
-    if pshmem_bootstrap::env::DISABLE_CUDA.bool().unwrap_or(false) {
+    if pshmem_env::DISABLE_CUDA.bool().unwrap_or(false) {
         return Err("CUDA disabled (PSHMEM_DISABLE_CUDA=1)".into());
     }
     // SAFETY: only probes whether the driver library can be loaded.
@@ -64,7 +64,8 @@ pub fn devices() -> Result<Vec<CudaDevice>, String> {
         .collect()
 }
 
-/// A kernel's view of a ring: `pshmem_ring_device_t` in `kernels/include/pshmem/ring_device.cuh`.
+/// A kernel's view of a ring: `pshmem_ring_device_t` in `kernels/include/pshmem/ring.h` (compared
+/// with the C compiler's layout by a test of `gpu`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct RingDeviceHandle {

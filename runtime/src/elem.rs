@@ -64,36 +64,8 @@ impl AmoElem for i64 {
     const WIDE: bool = true;
 }
 
-/// The comparison a wait ends on (NVSHMEM_CMP_*).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cmp {
-    /// Equal.
-    Eq,
-    /// Not equal.
-    Ne,
-    /// Greater than.
-    Gt,
-    /// Greater or equal.
-    Ge,
-    /// Less than.
-    Lt,
-    /// Less or equal.
-    Le,
-}
-
-impl Cmp {
-    /// Whether `value cmp target` holds.
-    pub fn holds<T: PartialOrd>(self, value: T, target: T) -> bool {
-        match self {
-            Cmp::Eq => value == target,
-            Cmp::Ne => value != target,
-            Cmp::Gt => value > target,
-            Cmp::Ge => value >= target,
-            Cmp::Lt => value < target,
-            Cmp::Le => value <= target,
-        }
-    }
-}
+/// The comparison a wait ends on (`NVSHMEM_CMP_*` codes): the shared table of `pshmem-abi`.
+pub use pshmem_abi::Cmp;
 
 #[cfg(test)]
 mod tests {

@@ -41,6 +41,9 @@ pub enum Error {
         /// Details.
         detail: String,
     },
+    /// An environment variable with a value it does not take.
+    #[error("configuration: {0}")]
+    Env(#[from] pshmem_env::EnvError),
     /// A bad configuration value.
     #[error("PE {me}: configuration: {detail}")]
     Config {

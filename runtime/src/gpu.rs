@@ -18,9 +18,10 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
     PushKernelArg, sys,
 };
+use pshmem_abi::{AMO_WIDE, AmoOp, error as code};
 use pshmem_bootstrap::Bootstrap;
-use pshmem_gpu_queue::{AmoOp, Ring, layout::error as code};
 use pshmem_proxy::{DeviceMem, Health, HeapMem, Proxy, ProxyConfig, ProxySetup};
+use pshmem_ring::Ring;
 use pshmem_transport::{LocalMem, MemKind};
 
 use crate::{
@@ -37,15 +38,11 @@ pub fn probe() -> std::result::Result<(), String> {
     }
 }
 
-/// Device-side error codes (PSHMEM_DEV_ERROR_* in device.cuh), beside the ring's.
-const DEV_ERROR_BAD_ADDRESS: u32 = 16;
-const DEV_ERROR_NO_CELLS: u32 = 17;
-const DEV_ERROR_TIMEOUT: u32 = 18;
-
 /// Result cells for ring gets and fetching AMOs (each claimed by one thread at a time).
 const CELLS: usize = 4096;
 
-/// `pshmem_device_state_t` (kernels/include/pshmem/device.cuh).
+/// `pshmem_device_state_t` (kernels/include/pshmem/state.h; every offset is compared with the C
+/// compiler's by `device_state_matches_the_c_header`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 struct DeviceState {
@@ -281,7 +278,7 @@ impl DeviceMem for CudaDeviceMem {
         compare: u64,
     ) -> std::result::Result<u64, String> {
         let s = self.stream()?;
-        let sub: u32 = u32::from(amo_code(op)) | if wide { 0x10 } else { 0 };
+        let sub = u32::from(op.code() | if wide { AMO_WIDE } else { 0 });
         let mut dev_result = 0u64;
         // SAFETY: the cell was allocated with DEVICEMAP; out-pointer for its device address.
         let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev_result, self.result.ptr, 0) };
@@ -331,17 +328,6 @@ impl Drop for CudaDeviceMem {
                 let _ = sys::cuMemHostUnregister(p as *mut c_void);
             }
         }
-    }
-}
-
-fn amo_code(op: AmoOp) -> u8 {
-    match op {
-        AmoOp::FetchAdd => 1,
-        AmoOp::Add => 2,
-        AmoOp::Swap => 3,
-        AmoOp::CompareSwap => 4,
-        AmoOp::Fetch => 5,
-        AmoOp::Set => 6,
     }
 }
 
@@ -427,7 +413,7 @@ impl Gpu {
                 detail: "no CUDA device".into(),
             });
         }
-        let ordinal = match pshmem_bootstrap::env::CUDA_DEVICE.opt_usize()? {
+        let ordinal = match pshmem_env::CUDA_DEVICE.opt_usize()? {
             Some(d) if d < devs.len() => d,
             Some(d) => {
                 return Err(Error::Cuda {
@@ -634,7 +620,7 @@ impl Gpu {
                 heap: region,
                 heap_mr: mr,
                 remote_heaps: remotes,
-                channels: vec![ring.clone()],
+                rings: vec![ring.clone()],
                 device: Some(Box::new(dev)),
                 device_registered: registered,
             },
@@ -894,7 +880,7 @@ impl Gpu {
             .map_err(|e| self.cuda(op, e.to_string()))?;
         self.sync_copy(&mut word as *mut u64 as u64, self.state.dev_error, 8, op)?;
         let ring = match self.ring.error() {
-            Some(pshmem_gpu_queue::RingError::Raised { code: c, pe }) => {
+            Some(pshmem_ring::RingError::Raised { code: c, pe }) => {
                 (u64::from(c) << 32) | u64::from(pe.unwrap_or(u32::MAX))
             }
             _ => 0,
@@ -918,18 +904,18 @@ impl Gpu {
                 pe,
                 detail,
             },
-            DEV_ERROR_BAD_ADDRESS => Error::OpFailed {
+            code::BAD_ADDRESS => Error::OpFailed {
                 me: self.me,
                 op,
                 pe,
                 detail: "a device call used an address outside the GPU symmetric heap".into(),
             },
-            DEV_ERROR_TIMEOUT => Error::Timeout {
+            code::TIMEOUT => Error::Timeout {
                 me: self.me,
                 op,
                 waited: std::time::Duration::from_nanos(self.state.timeout_ns),
             },
-            DEV_ERROR_NO_CELLS => Error::OpFailed {
+            code::NO_CELLS => Error::OpFailed {
                 me: self.me,
                 op,
                 pe,
@@ -959,5 +945,61 @@ impl Gpu {
             Some(p) => p.stop().map_err(Error::from),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::{offset_of, size_of};
+
+    use pshmem_abi::probe::value;
+
+    use super::{DeviceState, RingDeviceHandle};
+
+    #[test]
+    fn device_state_matches_the_c_header() {
+        let t = "pshmem_device_state_t";
+        let rust = [
+            ("my_pe", offset_of!(DeviceState, my_pe)),
+            ("n_pes", offset_of!(DeviceState, n_pes)),
+            ("heap_base", offset_of!(DeviceState, heap_base)),
+            ("heap_size", offset_of!(DeviceState, heap_size)),
+            ("peer_base", offset_of!(DeviceState, peer_base)),
+            ("ring", offset_of!(DeviceState, ring)),
+            ("cell_owner", offset_of!(DeviceState, cell_owner)),
+            ("cells", offset_of!(DeviceState, cells)),
+            ("n_cells", offset_of!(DeviceState, n_cells)),
+            ("any_ring", offset_of!(DeviceState, any_ring)),
+            ("barrier_epoch", offset_of!(DeviceState, barrier_epoch)),
+            ("barrier_off", offset_of!(DeviceState, barrier_off)),
+            ("dev_error", offset_of!(DeviceState, dev_error)),
+            ("timeout_ns", offset_of!(DeviceState, timeout_ns)),
+        ];
+        for (f, off) in rust {
+            assert_eq!(value(&format!("{t}.{f}")), off as u64, "{t}.{f}");
+        }
+        assert_eq!(
+            value(&format!("sizeof {t}")),
+            size_of::<DeviceState>() as u64
+        );
+    }
+
+    #[test]
+    fn ring_device_handle_matches_the_c_header() {
+        let t = "pshmem_ring_device_t";
+        let rust = [
+            ("slots", offset_of!(RingDeviceHandle, slots)),
+            ("ctrl", offset_of!(RingDeviceHandle, ctrl)),
+            ("head", offset_of!(RingDeviceHandle, head)),
+            ("tail_cache", offset_of!(RingDeviceHandle, tail_cache)),
+            ("capacity", offset_of!(RingDeviceHandle, capacity)),
+        ];
+        for (f, off) in rust {
+            assert_eq!(value(&format!("{t}.{f}")), off as u64, "{t}.{f}");
+        }
+        assert_eq!(
+            value(&format!("sizeof {t}")),
+            size_of::<RingDeviceHandle>() as u64
+        );
     }
 }

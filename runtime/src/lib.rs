@@ -54,11 +54,11 @@ use std::{
 };
 
 use pshmem_bootstrap::Bootstrap;
-pub use pshmem_gpu_queue::SignalOp;
-use pshmem_gpu_queue::{
+use pshmem_proxy::{Health, HeapMem, MemError, Proxy, ProxySetup};
+pub use pshmem_ring::SignalOp;
+use pshmem_ring::{
     AmoOp, Desc, Local, Producer, Ring, RingError, WaitLimit, layout::error as code,
 };
-use pshmem_proxy::{Health, HeapMem, MemError, Proxy, ProxySetup};
 use pshmem_transport::{LocalMem, MemKind};
 
 use crate::{alloc::Allocator, heap::Mapping};
@@ -102,10 +102,10 @@ enum Route {
 }
 
 thread_local! {
-    /// The channel this thread issues on (assigned round-robin at first use).
-    static CHANNEL: Cell<usize> = const { Cell::new(usize::MAX) };
+    /// The ring this thread issues on (assigned round-robin at first use).
+    static RING: Cell<usize> = const { Cell::new(usize::MAX) };
 }
-static NEXT_CHANNEL: AtomicUsize = AtomicUsize::new(0);
+static NEXT_RING: AtomicUsize = AtomicUsize::new(0);
 
 /// One PE of a proxyshmem job.
 pub struct Pshmem {
@@ -219,7 +219,7 @@ impl Pshmem {
         // The host-staged GPU path on a host heap (tests of its protocol without a GPU): each
         // proxy registers a landing area instead of the heap.
         // "registered": the heap registered as a GPU heap would be by DMA-BUF.
-        let emulate_mode = pshmem_bootstrap::env::EMULATE_GPU_HEAP.value();
+        let emulate_mode = pshmem_env::EMULATE_GPU_HEAP.value();
         let registered = emulate_mode == "registered";
         let emulate = registered
             || match emulate_mode.as_str() {
@@ -239,7 +239,7 @@ impl Pshmem {
             let mut t = pshmem_transport::open_from_env_on(&bs, &rails)
                 .map_err(terr("opening the transport"))?;
             let region = if emulate && !registered {
-                let slots = pshmem_bootstrap::env::GPU_LANDING_SLOTS.usize()?.max(1);
+                let slots = pshmem_env::GPU_LANDING_SLOTS.usize()?.max(1);
                 let slot = pshmem_proxy::landing_slot_bytes(cfg.proxy.staging_chunk);
                 let m = Mapping::anonymous(me, n * slots * slot)?;
                 let v = m.view();
@@ -277,7 +277,7 @@ impl Pshmem {
                 (None, false) => None,
             })
             .collect();
-        let rings: Vec<Arc<Ring>> = (0..cfg.channels)
+        let rings: Vec<Arc<Ring>> = (0..cfg.rings)
             .map(|_| Ring::new_host(cfg.ring_slots))
             .collect();
         let health = Health::new();
@@ -292,7 +292,7 @@ impl Pshmem {
         let threads = cfg.proxy_threads;
         let mut proxies = Vec::new();
         for (t, (transport, heap_mr, remote_heaps, region)) in setups.into_iter().enumerate() {
-            let channels = rings
+            let mine = rings
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| i % threads == t)
@@ -307,7 +307,7 @@ impl Pshmem {
                     heap: region,
                     heap_mr,
                     remote_heaps,
-                    channels,
+                    rings: mine,
                     device: emulate.then(|| {
                         Box::new(pshmem_proxy::mem::HostDevice::new(mem))
                             as Box<dyn pshmem_proxy::DeviceMem>
@@ -515,9 +515,9 @@ impl Pshmem {
 
     fn producer(&self) -> &Producer {
         let n = self.producers.len();
-        let i = CHANNEL.with(|c| {
+        let i = RING.with(|c| {
             if c.get() == usize::MAX {
-                c.set(NEXT_CHANNEL.fetch_add(1, Ordering::Relaxed));
+                c.set(NEXT_RING.fetch_add(1, Ordering::Relaxed));
             }
             c.get()
         });
@@ -528,7 +528,7 @@ impl Pshmem {
         WaitLimit::new(Some(self.cfg.op_timeout))
     }
 
-    /// Publishes an operation on this thread's channel; returns where it ends.
+    /// Publishes an operation on this thread's ring; returns where it ends.
     fn push(&self, op: &'static str, d: Desc) -> Result<(&Producer, u64)> {
         let p = self.producer();
         let (slots, n) = d.encode();
@@ -538,7 +538,7 @@ impl Pshmem {
         Ok((p, end))
     }
 
-    /// Publishes an operation and waits for it (and everything before it on the channel).
+    /// Publishes an operation and waits for it (and everything before it on the ring).
     fn push_wait(&self, op: &'static str, d: Desc) -> Result<()> {
         let (p, end) = self.push(op, d)?;
         p.ring()
@@ -683,13 +683,13 @@ impl Pshmem {
             return Ok(g);
         }
         let size = {
-            let v = pshmem_bootstrap::env::GPU_SYMMETRIC_SIZE.value();
-            pshmem_bootstrap::env::parse_size(&v).ok_or_else(|| Error::Config {
+            let v = pshmem_env::GPU_SYMMETRIC_SIZE.value();
+            pshmem_env::parse_size(&v).ok_or_else(|| Error::Config {
                 me: self.me,
                 detail: format!("PSHMEM_GPU_SYMMETRIC_SIZE={v} is not a byte count"),
             })?
         };
-        let landing_slots = pshmem_bootstrap::env::GPU_LANDING_SLOTS.usize()?.max(1);
+        let landing_slots = pshmem_env::GPU_LANDING_SLOTS.usize()?.max(1);
         let probe = gpu::probe();
         let rec = [
             size as u64,
@@ -1325,7 +1325,7 @@ impl Pshmem {
 
     // ---- ordering and synchronisation -------------------------------------------------------
 
-    /// Completes every operation this PE issued (on every channel): after it, their effects are
+    /// Completes every operation this PE issued (on every ring): after it, their effects are
     /// visible at their targets.
     pub fn quiet(&self) -> Result<()> {
         self.live("quiet")?;

@@ -3,7 +3,7 @@
 //! them. `pshmem-info` prints it; `Pshmem::init` pins its proxy threads (and, for RDMA
 //! providers, opens its rails) from it.
 
-use pshmem_bootstrap::env;
+use pshmem_env as env;
 use pshmem_topology::{DeviceKind, Machine, NicRef, PciAddr, Placement, PlacementInput, place};
 use pshmem_transport::ofi::{DEFAULT_PROVIDERS, DomainInfo, list_domains};
 

@@ -4,6 +4,9 @@
 //! binary `pshmem-testbin` N times with rank variables and a timeout, collects each rank's exit
 //! status and output, and asserts on them. The worker binary holds the scenarios; the tests in
 //! `tests/` choose sizes, faults and expectations.
+//!
+//! It also embeds the test kernels (`cuda/`, compiled by the build script) that
+//! `pshmem-gpu-tests` runs on a GPU.
 
 #![forbid(unsafe_code)]
 
@@ -15,6 +18,14 @@ use std::{
     thread,
     time::{Duration, Instant},
 };
+
+/// Ring tests and measurements (`cuda/ring_test.cu`): `pshmem_ring_stress`,
+/// `pshmem_ring_roundtrip`, `pshmem_ring_rate`, the mailbox floor.
+pub static RING_TEST_KERNELS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ring_test.fatbin"));
+
+/// Device API tests (`cuda/device_test.cu`).
+pub static DEVICE_TEST_KERNELS: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/device_test.fatbin"));
 
 /// What one rank did.
 #[derive(Debug)]

@@ -81,10 +81,10 @@ fn every_operation_over_shm_2_and_4_pes() {
 }
 
 #[test]
-fn several_proxy_threads_and_channels() {
+fn several_proxy_threads_and_rings() {
     let mut env = proxied("tcp");
     env.push(("PSHMEM_PROXY_THREADS", "2"));
-    env.push(("PSHMEM_CHANNELS", "3"));
+    env.push(("PSHMEM_RINGS", "3"));
     env.push(("PSHMEM_RING_SLOTS", "16"));
     let many = ops(4, &env);
     assert_eq!(many, ops(4, &[("PSHMEM_PROVIDER", "tcp")]));

@@ -21,7 +21,7 @@ use std::{
 use rand::{Rng, SeedableRng, rngs::SmallRng, seq::SliceRandom};
 
 use crate::{
-    AtomicOp, AtomicWidth, Caps, Event, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId,
+    AmoOp, AtomicWidth, Caps, Event, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId,
     RemoteRef, Result, Transport, TransportError, check_bounds,
 };
 
@@ -500,7 +500,7 @@ impl Transport for InProcTransport {
     fn atomic(
         &mut self,
         _pe: Pe,
-        _op: AtomicOp,
+        _op: AmoOp,
         _width: AtomicWidth,
         _remote: RemoteRef,
         _operand: u64,

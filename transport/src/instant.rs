@@ -2,7 +2,7 @@
 //! (ring, batching, translation, completion accounting) measured alone.
 
 use crate::{
-    AtomicOp, AtomicWidth, Caps, Event, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId,
+    AmoOp, AtomicWidth, Caps, Event, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId,
     RemoteRef, Result, Transport,
 };
 
@@ -119,7 +119,7 @@ impl Transport for InstantTransport {
     fn atomic(
         &mut self,
         _pe: Pe,
-        op: AtomicOp,
+        op: AmoOp,
         _w: AtomicWidth,
         _r: RemoteRef,
         _a: u64,

@@ -84,29 +84,8 @@ pub struct RemoteRef {
     pub offset: u64,
 }
 
-/// Atomic operations (on 32- or 64-bit unsigned integers).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AtomicOp {
-    /// Add, return the old value.
-    FetchAdd,
-    /// Add.
-    Add,
-    /// Store, return the old value.
-    Swap,
-    /// Store `operand` if the value equals `compare`; return the old value.
-    CompareSwap,
-    /// Read.
-    Fetch,
-    /// Store.
-    Set,
-}
-
-impl AtomicOp {
-    /// Whether the operation returns the old value.
-    pub fn fetches(self) -> bool {
-        !matches!(self, AtomicOp::Add | AtomicOp::Set)
-    }
-}
+/// Atomic operations (on 32- or 64-bit unsigned integers): the shared table of `pshmem-abi`.
+pub use pshmem_abi::AmoOp;
 
 /// Operand width of an atomic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -271,7 +250,7 @@ pub trait Transport: Send {
     fn atomic(
         &mut self,
         pe: Pe,
-        op: AtomicOp,
+        op: AmoOp,
         width: AtomicWidth,
         remote: RemoteRef,
         operand: u64,
@@ -361,9 +340,9 @@ pub fn open_from_env(bs: &Bootstrap) -> Result<Box<dyn Transport>> {
 /// As [`open_from_env`], with the libfabric rails on `domains` (this PE's NICs, from
 /// placement) when not empty: one rail per domain unless `PSHMEM_RAILS` says otherwise.
 pub fn open_from_env_on(bs: &Bootstrap, domains: &[String]) -> Result<Box<dyn Transport>> {
-    let wanted = pshmem_bootstrap::env::PROVIDER
+    let wanted = pshmem_env::PROVIDER
         .raw()
-        .or_else(|| pshmem_bootstrap::env::fallback("FI_PROVIDER"));
+        .or_else(|| pshmem_env::fallback("FI_PROVIDER"));
     let mut t: Box<dyn Transport> = match wanted.as_deref() {
         Some("sim") => Box::new(sim::SimTransport::open(bs, sim::SimConfig::from_env()?)?),
         Some("instant") => Box::new(instant::InstantTransport::new(bs.rank(), bs.world_size())),
@@ -371,7 +350,7 @@ pub fn open_from_env_on(bs: &Bootstrap, domains: &[String]) -> Result<Box<dyn Tr
             let mut cfg = ofi::OfiConfig::from_env(other)?;
             if !domains.is_empty() {
                 cfg.domains = domains.to_vec();
-                if !pshmem_bootstrap::env::RAILS.is_set() {
+                if !pshmem_env::RAILS.is_set() {
                     cfg.rails = domains.len();
                 }
             }

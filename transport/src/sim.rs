@@ -32,11 +32,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use pshmem_bootstrap::{Bootstrap, env};
+use pshmem_bootstrap::Bootstrap;
+use pshmem_env as env;
 use rand::{Rng, SeedableRng, rngs::SmallRng, seq::SliceRandom};
 
 use crate::{
-    AtomicOp, AtomicWidth, Caps, Event, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId,
+    AmoOp, AtomicWidth, Caps, Event, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId,
     RemoteRef, Result, Transport, TransportError, check_bounds,
 };
 
@@ -54,7 +55,7 @@ pub struct SimConfig {
 impl SimConfig {
     /// From `PSHMEM_SIM_REORDER`, `PSHMEM_SIM_DELAY_US`, `PSHMEM_SIM_BANDWIDTH_GBPS`.
     pub fn from_env() -> Result<Self> {
-        let bad = |e: pshmem_bootstrap::BootstrapError| TransportError::InvalidArgument {
+        let bad = |e: pshmem_env::EnvError| TransportError::InvalidArgument {
             op: "simulated fabric configuration",
             reason: e.to_string(),
         };
@@ -186,17 +187,6 @@ impl Msg {
             data: q(5),
             payload,
         })
-    }
-}
-
-fn aop_code(op: AtomicOp) -> u8 {
-    match op {
-        AtomicOp::FetchAdd => 1,
-        AtomicOp::Add => 2,
-        AtomicOp::Swap => 3,
-        AtomicOp::CompareSwap => 4,
-        AtomicOp::Fetch => 5,
-        AtomicOp::Set => 6,
     }
 }
 
@@ -697,6 +687,9 @@ fn apply(shared: &Shared, m: &Msg, from: Pe) -> Msg {
             }
         }
         Some(Kind::Atomic) => {
+            let Some(op) = AmoOp::from_code(m.aop) else {
+                return fail(format!("unknown atomic operation {}", m.aop));
+            };
             let old = if m.width == 4 {
                 if at % 4 != 0 {
                     return fail("misaligned 32-bit atomic".into());
@@ -704,14 +697,14 @@ fn apply(shared: &Shared, m: &Msg, from: Pe) -> Msg {
                 // SAFETY: aligned, in bounds, in a live registration; all accesses to it by
                 // this NIC and by the owner's atomics are atomic.
                 let a = unsafe { std::sync::atomic::AtomicU32::from_ptr(at as *mut u32) };
-                u64::from(atomic_apply32(a, m.aop, m.operand as u32, m.compare as u32))
+                u64::from(atomic_apply32(a, op, m.operand as u32, m.compare as u32))
             } else {
                 if at % 8 != 0 {
                     return fail("misaligned 64-bit atomic".into());
                 }
                 // SAFETY: as above, for 64 bits.
                 let a = unsafe { AtomicU64::from_ptr(at as *mut u64) };
-                atomic_apply64(a, m.aop, m.operand, m.compare)
+                atomic_apply64(a, op, m.operand, m.compare)
             };
             Msg {
                 kind: Kind::Fetched as u8,
@@ -735,16 +728,17 @@ fn apply(shared: &Shared, m: &Msg, from: Pe) -> Msg {
 
 macro_rules! atomic_apply {
     ($name:ident, $atomic:ty, $int:ty) => {
-        fn $name(a: &$atomic, op: u8, operand: $int, compare: $int) -> $int {
+        fn $name(a: &$atomic, op: AmoOp, operand: $int, compare: $int) -> $int {
             // SeqCst: remote AMOs must be atomic and ordered with every other AMO on the cell.
             match op {
-                1 | 2 => a.fetch_add(operand, Ordering::SeqCst),
-                3 | 6 => a.swap(operand, Ordering::SeqCst),
-                4 => match a.compare_exchange(compare, operand, Ordering::SeqCst, Ordering::SeqCst)
-                {
-                    Ok(v) | Err(v) => v,
-                },
-                _ => a.load(Ordering::SeqCst),
+                AmoOp::FetchAdd | AmoOp::Add => a.fetch_add(operand, Ordering::SeqCst),
+                AmoOp::Swap | AmoOp::Set => a.swap(operand, Ordering::SeqCst),
+                AmoOp::CompareSwap => {
+                    match a.compare_exchange(compare, operand, Ordering::SeqCst, Ordering::SeqCst) {
+                        Ok(v) | Err(v) => v,
+                    }
+                }
+                AmoOp::Fetch => a.load(Ordering::SeqCst),
             }
         }
     };
@@ -968,7 +962,7 @@ impl Transport for SimTransport {
     fn atomic(
         &mut self,
         pe: Pe,
-        op: AtomicOp,
+        op: AmoOp,
         width: AtomicWidth,
         remote: RemoteRef,
         operand: u64,
@@ -987,7 +981,7 @@ impl Transport for SimTransport {
         let region = self.remote(remote, w, pe, "atomic")?;
         let msg = Msg {
             kind: Kind::Atomic as u8,
-            aop: aop_code(op),
+            aop: op.code(),
             width: w as u8,
             region,
             offset: remote.offset,

@@ -21,8 +21,8 @@ use clap::{Parser, Subcommand};
 use pshmem::{Cmp, Config, Pshmem, SymPtr};
 use pshmem_benches::{machine, median, paired_ratio, pow2_sizes, size_label};
 use pshmem_bootstrap::Bootstrap;
-use pshmem_gpu_queue::{Desc, Producer, Ring, WaitLimit};
 use pshmem_proxy::{Exclusive, standalone::InstantProxy};
+use pshmem_ring::{Desc, Producer, Ring, WaitLimit};
 
 #[derive(Parser)]
 struct Args {
@@ -64,7 +64,7 @@ enum Cmd {
 }
 
 fn main() {
-    pshmem_bootstrap::init_logging();
+    pshmem_tools::init_logging();
     let a = Args::parse();
     let doc = match a.cmd {
         Cmd::VsRaw {

@@ -150,7 +150,7 @@ fn barrier(bs: &Bootstrap, r: &mut RawPair, c: *mut Craw, shared: bool) {
 }
 
 fn main() {
-    pshmem_bootstrap::init_logging();
+    pshmem_tools::init_logging();
     let a = Args::parse();
     let bs = Bootstrap::from_env().expect("bootstrap");
     assert_eq!(

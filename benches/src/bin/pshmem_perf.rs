@@ -262,7 +262,7 @@ fn us(t: &[f64]) -> Vec<f64> {
 }
 
 fn main() {
-    pshmem_bootstrap::init_logging();
+    pshmem_tools::init_logging();
     let a = Args::parse();
     let wanted: Vec<String> = if a.tests.is_empty() || a.tests.iter().any(|t| t == "all") {
         TESTS.iter().map(|t| t.to_string()).collect()

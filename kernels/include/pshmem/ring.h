@@ -1,5 +1,5 @@
 /* proxyshmem command ring: the layout shared by GPU producers (device code), CPU producers and
- * the proxy. Rust mirror: gpu-queue/src/layout.rs. gpu-queue's build compiles this header with
+ * the proxy. Rust mirror: ring/src/layout.rs. pshmem-abi's build compiles this header with
  * the host C compiler and a test compares every size, offset and constant with the Rust side.
  *
  * A ring is `capacity` (a power of two) 32-byte slots in host memory that the GPU can write
@@ -22,19 +22,14 @@
  * carries steps 3 and 4). It copies the operation out, and stores ctrl->tail (release) in batches:
  * slots below tail may be overwritten. As operations finish (out of order) it stores
  * ctrl->completed (release) = the lowest index not yet finished; quiet waits until completed >=
- * the head it read. A nonzero ctrl->error (see PSHMEM_RING_ERROR_*) ends every wait.
+ * the head it read. A nonzero ctrl->error (an error word, see pshmem/abi.h) ends every wait.
  * No GPU atomic ever touches host memory: the only GPU atomic is the fetch-add on device memory.
  */
 #ifndef PSHMEM_RING_H
 #define PSHMEM_RING_H
 
 #include <stdint.h>
-
-#ifdef __cplusplus
-#define PSHMEM_STATIC_ASSERT static_assert
-#else
-#define PSHMEM_STATIC_ASSERT _Static_assert
-#endif
+#include "pshmem/abi.h"
 
 /* Operations (ctrl bits 0..7). Offsets are byte offsets into the symmetric heap. */
 enum pshmem_ring_op {
@@ -49,19 +44,7 @@ enum pshmem_ring_op {
     PSHMEM_OP_FENCE = 7       /* later operations to a PE land after earlier ones to that PE */
 };
 
-/* AMO sub-operations (ctrl sub, low nibble); PSHMEM_AMO_WIDE marks 64-bit operands. */
-enum pshmem_amo_op {
-    PSHMEM_AMO_FETCH_ADD = 1,
-    PSHMEM_AMO_ADD = 2,
-    PSHMEM_AMO_SWAP = 3,
-    PSHMEM_AMO_COMPARE_SWAP = 4,
-    PSHMEM_AMO_FETCH = 5,
-    PSHMEM_AMO_SET = 6
-};
-#define PSHMEM_AMO_WIDE 0x10u
-
-/* Signal operations (sub of SIGNAL / PUT_SIGNAL), numbered as NVSHMEM_SIGNAL_SET / _ADD. */
-enum pshmem_signal_op { PSHMEM_SIGNAL_SET = 0, PSHMEM_SIGNAL_ADD = 5 };
+/* AMO sub-operations and signal operations: pshmem/abi.h. */
 
 /* Flags (ctrl bits 8..15). */
 #define PSHMEM_FLAG_RAW_LOCAL 0x01u /* b is an address in the producer's process (not a heap
@@ -81,12 +64,7 @@ enum pshmem_signal_op { PSHMEM_SIGNAL_SET = 0, PSHMEM_SIGNAL_ADD = 5 };
 #define PSHMEM_RING_COMMIT_BIT(index, capacity) \
     ((((uint64_t)(index) / (uint64_t)(capacity)) & 1u) ? 0u : PSHMEM_CTRL_COMMIT)
 
-/* ctrl->error: 0 while healthy; otherwise (code << 32) | PE (0xffffffff: no PE). */
-#define PSHMEM_RING_ERROR_PEER_DEAD 1u  /* a peer died (PE named) */
-#define PSHMEM_RING_ERROR_OP_FAILED 2u  /* an operation to the PE failed at the transport */
-#define PSHMEM_RING_ERROR_PROXY 3u      /* the proxy failed or shut down */
-#define PSHMEM_RING_ERROR_CODE(e) ((uint32_t)((uint64_t)(e) >> 32))
-#define PSHMEM_RING_ERROR_PE(e)   ((uint32_t)(e))
+/* ctrl->error: 0 while healthy, else an error word (pshmem/abi.h, PSHMEM_ERROR_*). */
 
 typedef struct pshmem_slot {
     uint64_t a;
@@ -105,7 +83,7 @@ typedef struct pshmem_ring_ctrl {
     uint64_t _pad1[7];
     uint64_t completed; /* consumer: operations below this index have finished (release) */
     uint64_t _pad2[7];
-    uint64_t error;     /* consumer: sticky error word, see PSHMEM_RING_ERROR_* */
+    uint64_t error;     /* consumer: sticky error word, see pshmem/abi.h */
     uint64_t _pad3[7];
 } pshmem_ring_ctrl_t;
 
@@ -116,5 +94,17 @@ PSHMEM_STATIC_ASSERT(sizeof(pshmem_ring_ctrl_t) == 256, "ring ctrl is 4 lines");
 PSHMEM_STATIC_ASSERT(__builtin_offsetof(pshmem_ring_ctrl_t, tail) == 64, "tail at 64");
 PSHMEM_STATIC_ASSERT(__builtin_offsetof(pshmem_ring_ctrl_t, completed) == 128, "completed at 128");
 PSHMEM_STATIC_ASSERT(__builtin_offsetof(pshmem_ring_ctrl_t, error) == 192, "error at 192");
+
+/* What a kernel needs to produce into one ring (passed by value; Rust mirror:
+ * pshmem::cuda::RingDeviceHandle, checked against this by pshmem-abi's probe). */
+typedef struct pshmem_ring_device {
+    pshmem_slot_t *slots;           /* capacity slots, pinned host memory, device-mapped */
+    pshmem_ring_ctrl_t *ctrl;       /* control block, pinned host memory, device-mapped */
+    unsigned long long *head;       /* reservation counter, device memory */
+    unsigned long long *tail_cache; /* last tail seen by any producer, device memory */
+    unsigned long long capacity;    /* a power of two */
+} pshmem_ring_device_t;
+
+PSHMEM_STATIC_ASSERT(sizeof(pshmem_ring_device_t) == 40, "ring device handle is 40 bytes");
 
 #endif /* PSHMEM_RING_H */

@@ -1,6 +1,6 @@
 /* proxyshmem command ring, device side: a GPU producer of the protocol in ring.h.
  *
- * Memory ordering (the same chain as gpu-queue/src/ring.rs, with the GPU as producer):
+ * Memory ordering (the same chain as ring/src/ring.rs, with the GPU as producer):
  * 1. One lane reserves [idx, idx + n) with atomicAdd on the head counter in DEVICE memory (the
  *    only atomic the producer uses; no GPU atomic ever touches host memory).
  * 2. If idx + n - tail_cache > capacity, it re-reads ctrl->tail from host memory with
@@ -18,35 +18,8 @@
 #define PSHMEM_RING_DEVICE_CUH
 
 #include <stdint.h>
+#include "pshmem/ptx.cuh"
 #include "pshmem/ring.h"
-
-/* What a kernel needs to produce into one ring (passed by value; mirrored in Rust by
- * pshmem::cuda::RingDeviceHandle). */
-typedef struct pshmem_ring_device {
-    pshmem_slot_t *slots;           /* capacity slots, pinned host memory, device-mapped */
-    pshmem_ring_ctrl_t *ctrl;       /* control block, pinned host memory, device-mapped */
-    unsigned long long *head;       /* reservation counter, device memory */
-    unsigned long long *tail_cache; /* last tail seen by any producer, device memory */
-    unsigned long long capacity;    /* a power of two */
-} pshmem_ring_device_t;
-
-PSHMEM_STATIC_ASSERT(sizeof(pshmem_ring_device_t) == 40, "ring device handle is 40 bytes");
-
-__device__ __forceinline__ uint64_t pshmem_ld_acquire_sys(const uint64_t *p) {
-    uint64_t v;
-    asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ uint64_t pshmem_ld_relaxed_sys(const uint64_t *p) {
-    uint64_t v;
-    asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ void pshmem_st_release_sys_u64(uint64_t *p, uint64_t v) {
-    asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
 
 /* Writes a slot's first 24 bytes (a, b: one 16-byte store; c) with weak stores. Together with
  * the 8-byte word {pe, ctrl} that is three PCIe writes per slot instead of five. */

@@ -3,7 +3,7 @@
 //! parts) and the host-staged path (chunks through landing slots) differ only in how a part is
 //! posted ([`super::issue`]) and in the signal mode.
 
-use pshmem_gpu_queue::{Desc, Local, RawSlot, layout::ctrl_op, layout::error as code, layout::op};
+use pshmem_ring::{Desc, Local, RawSlot, layout::ctrl_op, layout::error as code, layout::op};
 use pshmem_transport::{LocalRef, PostError, RemoteRef};
 
 use super::{

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use pshmem_gpu_queue::layout::error as code;
+use pshmem_ring::layout::error as code;
 use pshmem_transport::Event;
 
 use super::{

@@ -4,7 +4,7 @@
 //! [`DeviceMem`] (CUDA copies on the proxy's own stream, AMOs by a one-thread kernel: the CPU
 //! never touches GPU memory itself).
 
-use pshmem_gpu_queue::{AmoOp, Desc, Local, layout::error as code};
+use pshmem_ring::{AmoOp, Desc, Local, layout::error as code};
 
 use super::Engine;
 use crate::{DeviceMem, mem::MemError};

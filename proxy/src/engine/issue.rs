@@ -3,7 +3,7 @@
 //! staging runs out, or a gate closes. Transfers go part by part: RMA parts here, host-staged
 //! chunks in [`super::staged`].
 
-use pshmem_gpu_queue::{Local, layout::error as code};
+use pshmem_ring::{Local, layout::error as code};
 use pshmem_transport::{LocalRef, PostError, RemoteRef};
 
 use super::{

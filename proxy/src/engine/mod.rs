@@ -26,7 +26,7 @@ use std::{
     time::Instant,
 };
 
-use pshmem_gpu_queue::{Completions, Consumer, layout::error as code};
+use pshmem_ring::{Completions, Consumer, layout::error as code};
 use pshmem_transport::{Caps, LocalMem, MemKind, MrId, RemoteMrId, Transport};
 
 mod accept;
@@ -143,7 +143,7 @@ impl Engine {
         let me = s.transport.my_pe();
         let n = s.transport.n_pes();
         let host_staged = s.device.is_some() && !s.device_registered;
-        let mut mode = Self::check_setup(&caps, me, n, s.channels.len(), host_staged)?;
+        let mut mode = Self::check_setup(&caps, me, n, s.rings.len(), host_staged)?;
         let mut staging = Staging::register(s.transport.as_mut(), &cfg, &caps, host_staged, me)?;
         let mut device = s.device.take().map(DeviceHeap::new);
         let mut landing = None;
@@ -161,7 +161,7 @@ impl Engine {
             }
         }
         let rings = s
-            .channels
+            .rings
             .into_iter()
             .map(|r| RingState {
                 cons: Some(Consumer::new(r)),

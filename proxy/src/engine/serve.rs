@@ -3,7 +3,7 @@
 //! finish this PE's parts; tagged writes are counted until the signal waiting for them can be
 //! applied; the acks gathered in a turn go out as one message per peer.
 
-use pshmem_gpu_queue::layout::error as code;
+use pshmem_ring::layout::error as code;
 use pshmem_transport::PostError;
 
 use super::{

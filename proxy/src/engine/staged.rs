@@ -28,7 +28,7 @@
 
 use std::collections::VecDeque;
 
-use pshmem_gpu_queue::{Local, layout::error as code};
+use pshmem_ring::{Local, layout::error as code};
 use pshmem_transport::{LocalRef, RemoteRef};
 
 use super::{

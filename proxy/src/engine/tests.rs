@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use pshmem_gpu_queue::{AmoOp, Desc, Local, Producer, Ring, SignalOp, WaitLimit, layout::error};
+use pshmem_ring::{AmoOp, Desc, Local, Producer, Ring, SignalOp, WaitLimit, layout::error};
 use pshmem_transport::{
     LocalMem, MemKind, Transport,
     inproc::{InProcConfig, InProcFabric},
@@ -77,7 +77,7 @@ impl World {
                 heap: heaps[pe],
                 heap_mr: mrs[pe],
                 remote_heaps,
-                channels: vec![ring.clone()],
+                rings: vec![ring.clone()],
                 device: None,
                 device_registered: false,
             };

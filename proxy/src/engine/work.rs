@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use pshmem_gpu_queue::{AmoOp, Completions, Consumer, Local, SignalOp};
+use pshmem_ring::{AmoOp, Completions, Consumer, Local, SignalOp};
 use pshmem_transport::MrId;
 
 use super::ctx::SlabKey;

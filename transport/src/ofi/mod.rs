@@ -19,7 +19,8 @@ pub mod fabric;
 
 use std::{ffi::c_void, mem::size_of, sync::Arc};
 
-use pshmem_bootstrap::{Bootstrap, env};
+use pshmem_bootstrap::Bootstrap;
+use pshmem_env as env;
 use pshmem_libfabric_sys as sys;
 
 use self::fabric::{
@@ -27,8 +28,8 @@ use self::fabric::{
     strerror,
 };
 use crate::{
-    AtomicOp, AtomicWidth, Caps, Event, LocalMem, LocalRef, MemKind, MrId, Pe, PostError,
-    RemoteMrId, RemoteRef, Result, Transport, TransportError, check_bounds, slab::Slab,
+    AmoOp, AtomicWidth, Caps, Event, LocalMem, LocalRef, MemKind, MrId, Pe, PostError, RemoteMrId,
+    RemoteRef, Result, Transport, TransportError, check_bounds, slab::Slab,
 };
 
 /// Provider preference when none is named.
@@ -62,7 +63,7 @@ impl OfiConfig {
     /// Defaults for `provider` (or the preference order), with `PSHMEM_FABRIC_IFACE` and
     /// `PSHMEM_RAILS` from the environment.
     pub fn from_env(provider: Option<&str>) -> Result<Self> {
-        let bad = |e: pshmem_bootstrap::BootstrapError| TransportError::InvalidArgument {
+        let bad = |e: pshmem_env::EnvError| TransportError::InvalidArgument {
             op: "transport configuration",
             reason: e.to_string(),
         };
@@ -1223,7 +1224,7 @@ impl Transport for OfiTransport {
     fn atomic(
         &mut self,
         pe: Pe,
-        op: AtomicOp,
+        op: AmoOp,
         width: AtomicWidth,
         remote: RemoteRef,
         operand: u64,
@@ -1267,10 +1268,10 @@ impl Transport for OfiTransport {
             sys::fi_datatype_FI_UINT64
         };
         let fop = match op {
-            AtomicOp::FetchAdd | AtomicOp::Add => sys::fi_op_FI_SUM,
-            AtomicOp::Swap | AtomicOp::Set => sys::fi_op_FI_ATOMIC_WRITE,
-            AtomicOp::Fetch => sys::fi_op_FI_ATOMIC_READ,
-            AtomicOp::CompareSwap => sys::fi_op_FI_CSWAP,
+            AmoOp::FetchAdd | AmoOp::Add => sys::fi_op_FI_SUM,
+            AmoOp::Swap | AmoOp::Set => sys::fi_op_FI_ATOMIC_WRITE,
+            AmoOp::Fetch => sys::fi_op_FI_ATOMIC_READ,
+            AmoOp::CompareSwap => sys::fi_op_FI_CSWAP,
         };
         let desc = r.internal_mr.desc;
         let dest = r.peers[pe];
@@ -1285,7 +1286,7 @@ impl Transport for OfiTransport {
                 base_ptr.add(16).cast::<c_void>(),
             );
             match op {
-                AtomicOp::CompareSwap => sys::fi_compare_atomic(
+                AmoOp::CompareSwap => sys::fi_compare_atomic(
                     ep, buf, 1, desc, cmp, desc, res, desc, dest, addr, key, dt, fop, context,
                 ),
                 _ if fetch => sys::fi_fetch_atomic(

@@ -105,7 +105,7 @@ pub fn ops_rank(s: &Pshmem) -> R<()> {
     let g = s.gpu_init().map_err(e)?;
     let (me, n) = (s.my_pe(), s.n_pes());
     let (peer, prev) = ((me + 1) % n, (me + n - 1) % n);
-    let m = g.load(pshmem_kernels::DEVICE_TEST).map_err(e)?;
+    let m = g.load(pshmem_tests::DEVICE_TEST_KERNELS).map_err(e)?;
     let c = Ctx {
         s,
         g,
@@ -368,7 +368,7 @@ pub fn ops_rank(s: &Pshmem) -> R<()> {
 pub fn kill_rank(s: &Pshmem, victim: usize) -> R<()> {
     let g = s.gpu_init().map_err(e)?;
     let me = s.my_pe();
-    let m = g.load(pshmem_kernels::DEVICE_TEST).map_err(e)?;
+    let m = g.load(pshmem_tests::DEVICE_TEST_KERNELS).map_err(e)?;
     let sig = s.gpu_calloc(8).map_err(e)?;
     s.barrier_all().map_err(e)?;
     if me == victim {

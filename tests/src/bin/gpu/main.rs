@@ -29,8 +29,8 @@ use std::{
 use clap::{Parser, Subcommand};
 use cudarc::driver::PushKernelArg;
 use pshmem::cuda::{self, LaunchConfig, RingDeviceHandle};
-use pshmem_gpu_queue::{Completions, Consumer, Ring, layout::error as code};
 use pshmem_proxy::{ProxyConfig, standalone::InstantProxy};
+use pshmem_ring::{Completions, Consumer, Ring, layout::error as code};
 
 #[derive(Parser)]
 struct Cli {
@@ -68,7 +68,7 @@ enum Cmd {
         /// Proxy threads (the blocks are split between their rings).
         #[arg(long, default_value_t = 1)]
         proxies: usize,
-        /// Rings per proxy thread (one thread drains several channels).
+        /// Rings per proxy thread (one thread drains several rings).
         #[arg(long, default_value_t = 1)]
         rings_per_proxy: usize,
     },
@@ -259,7 +259,7 @@ fn verify(ring: Arc<Ring>, warps: u64, per_warp: u64, done: Arc<AtomicBool>) -> 
 
 fn ring_stress(dev: usize, blocks: u32, threads: u32, per_warp: u64, slots: usize) -> R<String> {
     let ctx = cuda::open(dev)?;
-    let module = cuda::load(&ctx, pshmem_kernels::RING_TEST)?;
+    let module = cuda::load(&ctx, pshmem_tests::RING_TEST_KERNELS)?;
     let f = module
         .load_function("pshmem_ring_stress")
         .map_err(|e| e.to_string())?;
@@ -314,7 +314,7 @@ fn ring_rate(
     rings_per_proxy: usize,
 ) -> R<String> {
     let ctx = cuda::open(dev)?;
-    let module = cuda::load(&ctx, pshmem_kernels::RING_TEST)?;
+    let module = cuda::load(&ctx, pshmem_tests::RING_TEST_KERNELS)?;
     let f = module
         .load_function("pshmem_ring_rate")
         .map_err(|e| e.to_string())?;
@@ -377,7 +377,7 @@ fn ring_rate(
 fn mailbox(dev: usize, iters: u64) -> R<String> {
     use cudarc::driver::sys;
     let ctx = cuda::open(dev)?;
-    let module = cuda::load(&ctx, pshmem_kernels::RING_TEST)?;
+    let module = cuda::load(&ctx, pshmem_tests::RING_TEST_KERNELS)?;
     let f = module
         .load_function("pshmem_mailbox")
         .map_err(|e| e.to_string())?;
@@ -457,7 +457,7 @@ fn clock_khz(dev: usize) -> R<i32> {
 
 fn ring_latency(dev: usize, iters: u64) -> R<String> {
     let ctx = cuda::open(dev)?;
-    let module = cuda::load(&ctx, pshmem_kernels::RING_TEST)?;
+    let module = cuda::load(&ctx, pshmem_tests::RING_TEST_KERNELS)?;
     let f = module
         .load_function("pshmem_ring_roundtrip")
         .map_err(|e| e.to_string())?;
@@ -509,7 +509,7 @@ fn ring_latency(dev: usize, iters: u64) -> R<String> {
 }
 
 fn main() -> ExitCode {
-    pshmem_bootstrap::init_logging();
+    pshmem_tools::init_logging();
     let cli = Cli::parse();
     let dev = cli.device;
     if let Err(why) = cuda::devices().and_then(|d| {

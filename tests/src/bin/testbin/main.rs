@@ -280,7 +280,7 @@ fn run_runtime(cmd: &Cmd, bs: Bootstrap) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    pshmem_bootstrap::init_logging();
+    pshmem_tools::init_logging();
     let cli = Cli::parse();
     let bs = match &cli.cmd {
         Cmd::BsUid { file } => uid_init(file),

@@ -12,7 +12,7 @@ use std::{
 use pshmem_bootstrap::Bootstrap;
 use pshmem_tests::{epoch_ms, pattern};
 use pshmem_transport::{
-    AtomicOp, AtomicWidth, Event, LocalMem, LocalRef, MemKind, PostError, RemoteMrId, RemoteRef,
+    AmoOp, AtomicWidth, Event, LocalMem, LocalRef, MemKind, PostError, RemoteMrId, RemoteRef,
     Transport, TransportError, establish, exchange_mr,
     ofi::{OfiConfig, OfiTransport},
     sim::{SimConfig, SimTransport},
@@ -373,7 +373,7 @@ pub fn atomics(bs: &Bootstrap, w: &Which, iters: usize) -> Result<(), String> {
         };
         for i in 0..iters {
             post(t.as_mut(), &mut seen, |t| {
-                t.atomic(0, AtomicOp::FetchAdd, width, r, 1, 0, i as u64)
+                t.atomic(0, AmoOp::FetchAdd, width, r, 1, 0, i as u64)
             })
             .map_err(|e| e.to_string())?;
             let v = wait(t.as_mut(), i as u64, &mut seen, Duration::from_secs(30))
@@ -423,7 +423,7 @@ pub fn atomics(bs: &Bootstrap, w: &Which, iters: usize) -> Result<(), String> {
             post(t.as_mut(), &mut seen, |t| {
                 t.atomic(
                     0,
-                    AtomicOp::CompareSwap,
+                    AmoOp::CompareSwap,
                     AtomicWidth::U64,
                     r,
                     me as u64 + 1,
@@ -439,15 +439,7 @@ pub fn atomics(bs: &Bootstrap, w: &Which, iters: usize) -> Result<(), String> {
             }
             // A failing compare leaves the value alone.
             post(t.as_mut(), &mut seen, |t| {
-                t.atomic(
-                    0,
-                    AtomicOp::CompareSwap,
-                    AtomicWidth::U64,
-                    r,
-                    999,
-                    12345,
-                    10,
-                )
+                t.atomic(0, AmoOp::CompareSwap, AtomicWidth::U64, r, 999, 12345, 10)
             })
             .map_err(|e| e.to_string())?;
             wait(t.as_mut(), 10, &mut seen, Duration::from_secs(30)).map_err(|e| e.to_string())?;
@@ -455,7 +447,7 @@ pub fn atomics(bs: &Bootstrap, w: &Which, iters: usize) -> Result<(), String> {
         barrier(bs, t.as_mut(), &mut seen);
     }
     post(t.as_mut(), &mut seen, |t| {
-        t.atomic(0, AtomicOp::Fetch, AtomicWidth::U64, r, 0, 0, 11)
+        t.atomic(0, AmoOp::Fetch, AtomicWidth::U64, r, 0, 0, 11)
     })
     .map_err(|e| e.to_string())?;
     let v = wait(t.as_mut(), 11, &mut seen, Duration::from_secs(30)).map_err(|e| e.to_string())?;

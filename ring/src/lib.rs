@@ -1,4 +1,4 @@
-//! # pshmem-gpu-queue
+//! # pshmem-ring
 //!
 //! Owns the GPU→CPU command ring that carries one-sided operations from their producers (GPU
 //! threads, or CPU threads in host mode) to the proxy:
@@ -23,20 +23,3 @@ pub use desc::{AmoOp, DecodeError, Desc, Local, SignalOp};
 pub use layout::RawSlot;
 pub use ring::{Consumer, Producer, Ring, RingError, WaitLimit, decode_error};
 pub use tracker::Completions;
-
-/// The C layout probe (compiled from `kernels/include/pshmem/ring.h` by the build script).
-#[cfg(not(loom))]
-pub mod probe {
-    unsafe extern "C" {
-        fn pshmem_ring_layout_probe(n: *mut usize) -> *const u64;
-    }
-
-    /// The values the C compiler computed for the header, in the order of `layout_probe.c`.
-    pub fn values() -> Vec<u64> {
-        let mut n = 0usize;
-        // SAFETY: the probe returns a pointer to a static array and writes its length to `n`.
-        let p = unsafe { pshmem_ring_layout_probe(&mut n) };
-        // SAFETY: `p` points to `n` u64s of static storage.
-        unsafe { std::slice::from_raw_parts(p, n) }.to_vec()
-    }
-}

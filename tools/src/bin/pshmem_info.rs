@@ -6,7 +6,7 @@
 
 use clap::Parser;
 use pshmem::placement::{HostPlan, host_plan};
-use pshmem_bootstrap::env;
+use pshmem_env as env;
 use pshmem_topology::{DeviceKind, Machine};
 use pshmem_transport::ofi::{DEFAULT_PROVIDERS, fabric::runtime_version, list_domains};
 
@@ -186,7 +186,7 @@ fn mapping(p: &HostPlan, threads: usize) {
 }
 
 fn main() {
-    pshmem_bootstrap::init_logging();
+    pshmem_tools::init_logging();
     let a = Args::parse();
     let threads = a
         .proxy_threads

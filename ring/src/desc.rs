@@ -1,8 +1,10 @@
 //! Typed operations and their slot encoding (the table in `kernels/include/pshmem/ring.h`),
 //! shared by CPU producers and the proxy so that both sides agree by construction.
 
+pub use pshmem_abi::{AMO_WIDE, AmoOp, SignalOp};
+
 use crate::layout::{
-    FLAG_RAW_LOCAL, RawSlot, amo, ctrl_flags, ctrl_make, ctrl_nslots, ctrl_op, ctrl_sub, op, signal,
+    FLAG_RAW_LOCAL, RawSlot, ctrl_flags, ctrl_make, ctrl_nslots, ctrl_op, ctrl_sub, op,
 };
 
 /// The local side of a transfer.
@@ -12,98 +14,6 @@ pub enum Local {
     Heap(u64),
     /// An address in the producer's process, outside the heap (the proxy stages it).
     Raw(u64),
-}
-
-/// Atomic memory operations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AmoOp {
-    /// Add, return the old value.
-    FetchAdd,
-    /// Add.
-    Add,
-    /// Store, return the old value.
-    Swap,
-    /// Store `operand` if the value equals `compare`, return the old value.
-    CompareSwap,
-    /// Read.
-    Fetch,
-    /// Store.
-    Set,
-}
-
-impl AmoOp {
-    fn code(self) -> u8 {
-        match self {
-            AmoOp::FetchAdd => amo::FETCH_ADD,
-            AmoOp::Add => amo::ADD,
-            AmoOp::Swap => amo::SWAP,
-            AmoOp::CompareSwap => amo::COMPARE_SWAP,
-            AmoOp::Fetch => amo::FETCH,
-            AmoOp::Set => amo::SET,
-        }
-    }
-
-    fn from_code(c: u8) -> Option<Self> {
-        Some(match c {
-            amo::FETCH_ADD => AmoOp::FetchAdd,
-            amo::ADD => AmoOp::Add,
-            amo::SWAP => AmoOp::Swap,
-            amo::COMPARE_SWAP => AmoOp::CompareSwap,
-            amo::FETCH => AmoOp::Fetch,
-            amo::SET => AmoOp::Set,
-            _ => return None,
-        })
-    }
-
-    /// Whether the old value is returned.
-    pub fn fetches(self) -> bool {
-        !matches!(self, AmoOp::Add | AmoOp::Set)
-    }
-
-    /// Applies the operation to `old`, giving the new value (truncated to the width by the
-    /// caller).
-    pub fn apply(self, old: u64, operand: u64, compare: u64) -> u64 {
-        match self {
-            AmoOp::FetchAdd | AmoOp::Add => old.wrapping_add(operand),
-            AmoOp::Swap | AmoOp::Set => operand,
-            AmoOp::CompareSwap if old == compare => operand,
-            AmoOp::CompareSwap | AmoOp::Fetch => old,
-        }
-    }
-}
-
-/// Signal operations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SignalOp {
-    /// Store the value.
-    Set,
-    /// Add the value.
-    Add,
-}
-
-impl SignalOp {
-    fn code(self) -> u8 {
-        match self {
-            SignalOp::Set => signal::SET,
-            SignalOp::Add => signal::ADD,
-        }
-    }
-
-    fn from_code(c: u8) -> Option<Self> {
-        match c {
-            signal::SET => Some(SignalOp::Set),
-            signal::ADD => Some(SignalOp::Add),
-            _ => None,
-        }
-    }
-
-    /// The AMO that applies this signal to a 64-bit word.
-    pub fn as_amo(self) -> AmoOp {
-        match self {
-            SignalOp::Set => AmoOp::Set,
-            SignalOp::Add => AmoOp::Add,
-        }
-    }
 }
 
 /// One operation as producers publish it and the proxy executes it.
@@ -289,7 +199,7 @@ impl Desc {
                 compare,
                 result,
             } => {
-                let sub = aop.code() | if wide { amo::WIDE } else { 0 };
+                let sub = aop.code() | if wide { AMO_WIDE } else { 0 };
                 let n = set(pe, remote, operand, compare, op::AMO, 0, sub, 2);
                 s[1] = continuation(pe, result, 0);
                 n
@@ -372,8 +282,8 @@ impl Desc {
                 Desc::Amo {
                     pe,
                     remote: s[0].a,
-                    op: AmoOp::from_code(sub & 0x0f).ok_or_else(|| bad("unknown AMO"))?,
-                    wide: sub & amo::WIDE != 0,
+                    op: AmoOp::from_code(sub & !AMO_WIDE).ok_or_else(|| bad("unknown AMO"))?,
+                    wide: sub & AMO_WIDE != 0,
                     operand: s[0].b,
                     compare: s[0].c,
                     result: s[1].a,

@@ -5,7 +5,7 @@
 #![cfg(loom)]
 
 use loom::{sync::Arc, thread};
-use pshmem_gpu_queue::{
+use pshmem_ring::{
     Completions, Consumer, Producer, RawSlot, Ring, WaitLimit,
     layout::{ctrl_make, op},
 };

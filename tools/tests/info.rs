@@ -38,7 +38,7 @@ fn on_this_machine_every_section_is_printed() {
 fn the_p5_topology_maps_each_gpu_to_its_four_nics() {
     let xml = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/topology/tests/topologies/p5.48xlarge.xml"
+        "/../runtime/topology/tests/topologies/p5.48xlarge.xml"
     );
     let s = info(
         &[("PSHMEM_TOPOLOGY_XML", xml)],

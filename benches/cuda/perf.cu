@@ -23,7 +23,7 @@ extern "C" __global__ void perf_bw(char *dst, const char *src, unsigned long lon
 extern "C" __global__ void perf_p_pingpong(uint64_t *flag, int iters, int me, uint64_t base,
                                            unsigned long long *ns) {
     int peer = 1 - me;
-    uint64_t t0 = pshmem_i_now();
+    uint64_t t0 = pshmem_globaltimer();
     for (int i = 1; i <= iters; ++i) {
         uint64_t v = base + (uint64_t)i;
         if (me == 0) {
@@ -34,15 +34,15 @@ extern "C" __global__ void perf_p_pingpong(uint64_t *flag, int iters, int me, ui
             pshmem_uint64_p(flag, v, peer);
         }
     }
-    if (me == 0) *ns = pshmem_i_now() - t0;
+    if (me == 0) *ns = pshmem_globaltimer() - t0;
 }
 
 /* `iters` fetch_adds on `pe`'s word, one after the other (one thread). */
 extern "C" __global__ void perf_amo(uint64_t *word, int iters, int pe, unsigned long long *ns) {
-    uint64_t t0 = pshmem_i_now();
+    uint64_t t0 = pshmem_globaltimer();
     uint64_t sum = 0;
     for (int i = 0; i < iters; ++i) sum += pshmem_uint64_atomic_fetch_add(word, 1, pe);
-    *ns = pshmem_i_now() - t0 + (sum == ~0ull);
+    *ns = pshmem_globaltimer() - t0 + (sum == ~0ull);
 }
 
 /* Every thread sends `per_thread` 8-byte p's to `pe`, then quiet: message rate. */
@@ -54,16 +54,16 @@ extern "C" __global__ void perf_msg_rate(uint64_t *dst, int per_thread, int pe) 
 
 /* `iters` device barriers (one thread per PE). */
 extern "C" __global__ void perf_barrier(int iters, unsigned long long *ns) {
-    uint64_t t0 = pshmem_i_now();
+    uint64_t t0 = pshmem_globaltimer();
     for (int i = 0; i < iters; ++i) pshmem_barrier_all();
-    *ns = pshmem_i_now() - t0;
+    *ns = pshmem_globaltimer() - t0;
 }
 
 /* Keeps the GPU busy for `ns` nanoseconds. Launched before a timed kernel's start event, so the
  * event is processed only after the host has enqueued the timed kernel: host-side launch costs
  * then stay out of the measurement (both harnesses of the comparison do the same). */
 extern "C" __global__ void perf_spin(unsigned long long ns) {
-    uint64_t t0 = pshmem_i_now();
-    while (pshmem_i_now() - t0 < ns) {
+    uint64_t t0 = pshmem_globaltimer();
+    while (pshmem_globaltimer() - t0 < ns) {
     }
 }

@@ -24,7 +24,7 @@ use nix::{
     sys::signal::{Signal, killpg},
     unistd::Pid,
 };
-use pshmem_bootstrap::env;
+use pshmem_env as env;
 
 #[derive(Parser, Debug)]
 #[command(

@@ -9,7 +9,7 @@
 
 use std::{sync::Arc, thread, time::Instant};
 
-use pshmem_gpu_queue::{
+use pshmem_ring::{
     Completions, Consumer, Producer, RawSlot, Ring, WaitLimit,
     layout::{ctrl_make, op},
 };
@@ -154,14 +154,14 @@ fn a_raised_error_ends_a_producer_waiting_for_room() {
     let r2 = ring.clone();
     let t = thread::spawn(move || {
         thread::sleep(std::time::Duration::from_millis(50));
-        r2.raise(pshmem_gpu_queue::layout::error::PEER_DEAD, Some(3));
+        r2.raise(pshmem_ring::layout::error::PEER_DEAD, Some(3));
     });
     let err = prod.push(&s[..1], &limit).unwrap_err();
     t.join().unwrap();
     assert_eq!(
         err,
-        pshmem_gpu_queue::RingError::Raised {
-            code: pshmem_gpu_queue::layout::error::PEER_DEAD,
+        pshmem_ring::RingError::Raised {
+            code: pshmem_ring::layout::error::PEER_DEAD,
             pe: Some(3)
         }
     );
@@ -179,7 +179,7 @@ fn a_stalled_consumer_times_out_the_producer() {
     let t = Instant::now();
     let err = prod.push(&s[..1], &limit).unwrap_err();
     assert!(
-        matches!(err, pshmem_gpu_queue::RingError::Timeout { .. }),
+        matches!(err, pshmem_ring::RingError::Timeout { .. }),
         "{err}"
     );
     assert!(t.elapsed() < std::time::Duration::from_secs(5));
@@ -198,7 +198,7 @@ fn malformed_or_oversized_batches_are_refused() {
     assert!(
         matches!(
             err,
-            pshmem_gpu_queue::RingError::BatchTooLarge {
+            pshmem_ring::RingError::BatchTooLarge {
                 slots: 5,
                 capacity: 4
             }
@@ -210,7 +210,7 @@ fn malformed_or_oversized_batches_are_refused() {
     two.ctrl = ctrl_make(op::PUT, 0, 0, 2);
     let err = prod.push_many(&[one, two], &limit).unwrap_err();
     assert!(
-        matches!(err, pshmem_gpu_queue::RingError::BadSlotCount { nslots: 2 }),
+        matches!(err, pshmem_ring::RingError::BadSlotCount { nslots: 2 }),
         "{err}"
     );
     // Nothing was reserved by the refused batches.

@@ -1,6 +1,7 @@
 //! The ring's memory layout, mirroring `kernels/include/pshmem/ring.h` field for field (read the
 //! header's comment for the protocol). Sizes and offsets are asserted here at compile time and
-//! compared with the C compiler's view of the header by `tests/layout.rs`.
+//! compared with the C compiler's view of the header (`pshmem_abi::probe`) by `tests/layout.rs`.
+//! The AMO, signal and error codes the slots and the error word carry are `pshmem-abi`'s.
 //!
 //! Every field is an atomic: the slot's payload words are written and read with `Relaxed`
 //! (plain moves on x86-64, as the GPU's weak stores are), and only `ctrl` carries ordering.
@@ -27,32 +28,6 @@ pub mod op {
     pub const FENCE: u8 = 7;
 }
 
-/// AMO sub-operations (low nibble of sub) and the width bit.
-pub mod amo {
-    /// Add, return the old value.
-    pub const FETCH_ADD: u8 = 1;
-    /// Add.
-    pub const ADD: u8 = 2;
-    /// Store, return the old value.
-    pub const SWAP: u8 = 3;
-    /// Store if equal, return the old value.
-    pub const COMPARE_SWAP: u8 = 4;
-    /// Read.
-    pub const FETCH: u8 = 5;
-    /// Store.
-    pub const SET: u8 = 6;
-    /// Set in sub for 64-bit operands.
-    pub const WIDE: u8 = 0x10;
-}
-
-/// Signal operations (sub of SIGNAL and PUT_SIGNAL), numbered as NVSHMEM's.
-pub mod signal {
-    /// Store the value.
-    pub const SET: u8 = 0;
-    /// Add the value.
-    pub const ADD: u8 = 5;
-}
-
 /// `b` is an address in the producer's process, not a heap offset.
 pub const FLAG_RAW_LOCAL: u8 = 0x01;
 /// The commit bit of `ctrl`.
@@ -60,17 +35,8 @@ pub const CTRL_COMMIT: u32 = 0x8000_0000;
 /// Most slots one operation takes.
 pub const MAX_SLOTS: u32 = 2;
 
-/// Error codes of the ring's error word (`code << 32 | pe`).
-pub mod error {
-    /// A peer died.
-    pub const PEER_DEAD: u32 = 1;
-    /// An operation failed at the transport.
-    pub const OP_FAILED: u32 = 2;
-    /// The proxy failed or shut down.
-    pub const PROXY: u32 = 3;
-    /// The PE field when no PE is concerned.
-    pub const NO_PE: u32 = u32::MAX;
-}
+/// Codes of the ring's error word (`code << 32 | pe`): the shared table of `pshmem-abi`.
+pub use pshmem_abi::error;
 
 /// Packs a ctrl word without the commit bit.
 pub const fn ctrl_make(op: u8, flags: u8, sub: u8, nslots: u32) -> u32 {

@@ -1,0 +1,284 @@
+//! # pshmem-abi
+//!
+//! Owns the values that C, CUDA and Rust share, each written once here and in the C header
+//! `kernels/include/pshmem/abi.h`, with [`probe`] reporting the C compiler's view of that header
+//! (and of `ring.h` and `state.h`, whose Rust mirrors live with the ring and the runtime) so
+//! that tests compare every value by name:
+//!
+//! - [`AmoOp`]: the atomic operations (ring AMO sub-operations, proxy requests, the AMO kernel,
+//!   native fabric atomics);
+//! - [`SignalOp`]: what a signal does to its word, numbered as NVSHMEM 3.x numbers
+//!   `NVSHMEM_SIGNAL_SET` (9) and `NVSHMEM_SIGNAL_ADD` (10);
+//! - [`Cmp`]: the comparisons of waits, numbered as `NVSHMEM_CMP_*`;
+//! - [`error`]: the codes of the error words that rings and device calls raise.
+#![deny(unsafe_code)]
+
+pub mod probe;
+
+/// An atomic operation on a 32- or 64-bit word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum AmoOp {
+    /// Add, return the old value.
+    FetchAdd = 1,
+    /// Add.
+    Add = 2,
+    /// Store, return the old value.
+    Swap = 3,
+    /// Store the operand if the word equals the comparand; return the old value.
+    CompareSwap = 4,
+    /// Read.
+    Fetch = 5,
+    /// Store.
+    Set = 6,
+}
+
+/// Marks a 64-bit operand in an AMO's sub-operation byte (`PSHMEM_AMO_WIDE`).
+pub const AMO_WIDE: u8 = 0x10;
+
+impl AmoOp {
+    /// Every operation.
+    pub const ALL: [AmoOp; 6] = [
+        AmoOp::FetchAdd,
+        AmoOp::Add,
+        AmoOp::Swap,
+        AmoOp::CompareSwap,
+        AmoOp::Fetch,
+        AmoOp::Set,
+    ];
+
+    /// Its code (`PSHMEM_AMO_*`).
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The operation of a code.
+    pub fn from_code(code: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.code() == code)
+    }
+
+    /// Whether it returns the old value.
+    pub fn fetches(self) -> bool {
+        !matches!(self, AmoOp::Add | AmoOp::Set)
+    }
+
+    /// Applies the operation to `old`, giving the new value (truncate it to the width).
+    pub fn apply(self, old: u64, operand: u64, compare: u64) -> u64 {
+        match self {
+            AmoOp::FetchAdd | AmoOp::Add => old.wrapping_add(operand),
+            AmoOp::Swap | AmoOp::Set => operand,
+            AmoOp::CompareSwap if old == compare => operand,
+            AmoOp::CompareSwap | AmoOp::Fetch => old,
+        }
+    }
+}
+
+/// What a signal does to its 64-bit word (NVSHMEM 3.x codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum SignalOp {
+    /// Store the value.
+    Set = 9,
+    /// Add the value.
+    Add = 10,
+}
+
+impl SignalOp {
+    /// Its code (`PSHMEM_SIGNAL_*`, equal to `NVSHMEM_SIGNAL_*`).
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The operation of a code.
+    pub fn from_code(code: u8) -> Option<Self> {
+        [SignalOp::Set, SignalOp::Add]
+            .into_iter()
+            .find(|o| o.code() == code)
+    }
+
+    /// The AMO that applies this signal to a 64-bit word.
+    pub fn as_amo(self) -> AmoOp {
+        match self {
+            SignalOp::Set => AmoOp::Set,
+            SignalOp::Add => AmoOp::Add,
+        }
+    }
+}
+
+/// The comparison a wait ends on (`NVSHMEM_CMP_*` codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Cmp {
+    /// Equal.
+    Eq = 0,
+    /// Not equal.
+    Ne = 1,
+    /// Greater than.
+    Gt = 2,
+    /// Less or equal.
+    Le = 3,
+    /// Less than.
+    Lt = 4,
+    /// Greater or equal.
+    Ge = 5,
+}
+
+impl Cmp {
+    /// Every comparison.
+    pub const ALL: [Cmp; 6] = [Cmp::Eq, Cmp::Ne, Cmp::Gt, Cmp::Le, Cmp::Lt, Cmp::Ge];
+
+    /// Its code (`PSHMEM_CMP_*`, equal to `NVSHMEM_CMP_*`).
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The comparison of a code.
+    pub fn from_code(code: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.code() == code)
+    }
+
+    /// Whether `value cmp target` holds.
+    pub fn holds<T: PartialOrd>(self, value: T, target: T) -> bool {
+        match self {
+            Cmp::Eq => value == target,
+            Cmp::Ne => value != target,
+            Cmp::Gt => value > target,
+            Cmp::Ge => value >= target,
+            Cmp::Lt => value < target,
+            Cmp::Le => value <= target,
+        }
+    }
+}
+
+/// Error words: 0 while healthy, else `code << 32 | PE` (`PSHMEM_ERROR_*`). Rings carry the
+/// proxy's codes (below 16); device calls record theirs (16 and up) beside them.
+pub mod error {
+    /// A peer died.
+    pub const PEER_DEAD: u32 = 1;
+    /// An operation failed at the transport.
+    pub const OP_FAILED: u32 = 2;
+    /// The proxy failed or shut down.
+    pub const PROXY: u32 = 3;
+    /// A device call used an address outside the symmetric heap.
+    pub const BAD_ADDRESS: u32 = 16;
+    /// No free result cell for a ring get or fetching AMO.
+    pub const NO_CELLS: u32 = 17;
+    /// A device wait outlasted `PSHMEM_OP_TIMEOUT`.
+    pub const TIMEOUT: u32 = 18;
+    /// The PE field when no PE is concerned.
+    pub const NO_PE: u32 = u32::MAX;
+
+    /// The error word of `code` for `pe`.
+    pub const fn word(code: u32, pe: Option<u32>) -> u64 {
+        let pe = match pe {
+            Some(p) => p,
+            None => NO_PE,
+        };
+        (code as u64) << 32 | pe as u64
+    }
+
+    /// The code and PE of an error word (`None` for 0, the healthy word).
+    pub const fn split(word: u64) -> Option<(u32, Option<u32>)> {
+        if word == 0 {
+            return None;
+        }
+        let pe = word as u32;
+        Some((
+            (word >> 32) as u32,
+            if pe == NO_PE { None } else { Some(pe) },
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip() {
+        for o in AmoOp::ALL {
+            assert_eq!(AmoOp::from_code(o.code()), Some(o));
+            assert_eq!(o.code() & AMO_WIDE, 0, "the width bit is free");
+        }
+        for s in [SignalOp::Set, SignalOp::Add] {
+            assert_eq!(SignalOp::from_code(s.code()), Some(s));
+        }
+        for c in Cmp::ALL {
+            assert_eq!(Cmp::from_code(c.code()), Some(c));
+        }
+        assert_eq!(AmoOp::from_code(0), None);
+        assert_eq!(SignalOp::from_code(0), None);
+        assert_eq!(Cmp::from_code(6), None);
+    }
+
+    #[test]
+    fn error_words_round_trip() {
+        assert_eq!(error::split(0), None);
+        let w = error::word(error::OP_FAILED, Some(7));
+        assert_eq!(error::split(w), Some((error::OP_FAILED, Some(7))));
+        let w = error::word(error::PROXY, None);
+        assert_eq!(error::split(w), Some((error::PROXY, None)));
+    }
+
+    #[test]
+    fn comparisons_and_amos_compute() {
+        assert!(Cmp::Lt.holds(-1i64, 0));
+        assert!(Cmp::Ge.holds(3u32, 3));
+        assert!(!Cmp::Ne.holds(7u8, 7));
+        assert_eq!(AmoOp::CompareSwap.apply(5, 9, 5), 9);
+        assert_eq!(AmoOp::CompareSwap.apply(5, 9, 4), 5);
+        assert_eq!(AmoOp::FetchAdd.apply(u64::MAX, 2, 0), 1);
+    }
+
+    /// Every value above equals the C header's.
+    #[test]
+    fn rust_and_c_agree() {
+        let amo = [
+            ("PSHMEM_AMO_FETCH_ADD", AmoOp::FetchAdd),
+            ("PSHMEM_AMO_ADD", AmoOp::Add),
+            ("PSHMEM_AMO_SWAP", AmoOp::Swap),
+            ("PSHMEM_AMO_COMPARE_SWAP", AmoOp::CompareSwap),
+            ("PSHMEM_AMO_FETCH", AmoOp::Fetch),
+            ("PSHMEM_AMO_SET", AmoOp::Set),
+        ];
+        for (name, o) in amo {
+            assert_eq!(probe::value(name), u64::from(o.code()), "{name}");
+        }
+        assert_eq!(probe::value("PSHMEM_AMO_WIDE"), u64::from(AMO_WIDE));
+        assert_eq!(
+            probe::value("PSHMEM_SIGNAL_SET"),
+            u64::from(SignalOp::Set.code())
+        );
+        assert_eq!(
+            probe::value("PSHMEM_SIGNAL_ADD"),
+            u64::from(SignalOp::Add.code())
+        );
+        let cmp = [
+            ("PSHMEM_CMP_EQ", Cmp::Eq),
+            ("PSHMEM_CMP_NE", Cmp::Ne),
+            ("PSHMEM_CMP_GT", Cmp::Gt),
+            ("PSHMEM_CMP_LE", Cmp::Le),
+            ("PSHMEM_CMP_LT", Cmp::Lt),
+            ("PSHMEM_CMP_GE", Cmp::Ge),
+        ];
+        for (name, c) in cmp {
+            assert_eq!(probe::value(name), u64::from(c.code()), "{name}");
+        }
+        let errors = [
+            ("PSHMEM_ERROR_PEER_DEAD", error::PEER_DEAD),
+            ("PSHMEM_ERROR_OP_FAILED", error::OP_FAILED),
+            ("PSHMEM_ERROR_PROXY", error::PROXY),
+            ("PSHMEM_ERROR_BAD_ADDRESS", error::BAD_ADDRESS),
+            ("PSHMEM_ERROR_NO_CELLS", error::NO_CELLS),
+            ("PSHMEM_ERROR_TIMEOUT", error::TIMEOUT),
+            ("PSHMEM_ERROR_NO_PE", error::NO_PE),
+        ];
+        for (name, e) in errors {
+            assert_eq!(probe::value(name), u64::from(e), "{name}");
+        }
+        assert_eq!(
+            probe::value("PSHMEM_ERROR_WORD(PSHMEM_ERROR_OP_FAILED, 7)"),
+            error::word(error::OP_FAILED, Some(7))
+        );
+    }
+}

@@ -1,0 +1,56 @@
+/* Reports the C side of the shared headers (pshmem/abi.h, ring.h, state.h) to the Rust tests
+ * that compare it with their mirrors: every size, offset and constant by name. The headers'
+ * own static asserts also run here, on every build. */
+#include <stddef.h>
+#include "pshmem/abi.h"
+#include "pshmem/ring.h"
+#include "pshmem/state.h"
+
+struct pshmem_probe_entry {
+    const char *name;
+    unsigned long long value;
+};
+
+#define SIZE(t) {"sizeof " #t, sizeof(t)}
+#define OFF(t, f) {#t "." #f, offsetof(t, f)}
+#define VAL(v) {#v, (unsigned long long)(v)}
+
+static const struct pshmem_probe_entry probe[] = {
+    /* abi.h */
+    VAL(PSHMEM_AMO_FETCH_ADD), VAL(PSHMEM_AMO_ADD), VAL(PSHMEM_AMO_SWAP),
+    VAL(PSHMEM_AMO_COMPARE_SWAP), VAL(PSHMEM_AMO_FETCH), VAL(PSHMEM_AMO_SET), VAL(PSHMEM_AMO_WIDE),
+    VAL(PSHMEM_SIGNAL_SET), VAL(PSHMEM_SIGNAL_ADD),
+    VAL(PSHMEM_CMP_EQ), VAL(PSHMEM_CMP_NE), VAL(PSHMEM_CMP_GT), VAL(PSHMEM_CMP_LE),
+    VAL(PSHMEM_CMP_LT), VAL(PSHMEM_CMP_GE),
+    VAL(PSHMEM_ERROR_PEER_DEAD), VAL(PSHMEM_ERROR_OP_FAILED), VAL(PSHMEM_ERROR_PROXY),
+    VAL(PSHMEM_ERROR_BAD_ADDRESS), VAL(PSHMEM_ERROR_NO_CELLS), VAL(PSHMEM_ERROR_TIMEOUT),
+    VAL(PSHMEM_ERROR_NO_PE), VAL(PSHMEM_ERROR_WORD(PSHMEM_ERROR_OP_FAILED, 7)),
+    /* ring.h */
+    SIZE(pshmem_slot_t), OFF(pshmem_slot_t, a), OFF(pshmem_slot_t, b), OFF(pshmem_slot_t, c),
+    OFF(pshmem_slot_t, pe), OFF(pshmem_slot_t, ctrl),
+    SIZE(pshmem_ring_ctrl_t), OFF(pshmem_ring_ctrl_t, head), OFF(pshmem_ring_ctrl_t, tail),
+    OFF(pshmem_ring_ctrl_t, completed), OFF(pshmem_ring_ctrl_t, error),
+    VAL(PSHMEM_OP_PUT), VAL(PSHMEM_OP_GET), VAL(PSHMEM_OP_P), VAL(PSHMEM_OP_AMO),
+    VAL(PSHMEM_OP_SIGNAL), VAL(PSHMEM_OP_PUT_SIGNAL), VAL(PSHMEM_OP_FENCE),
+    VAL(PSHMEM_FLAG_RAW_LOCAL),
+    VAL(PSHMEM_CTRL_MAKE(PSHMEM_OP_PUT_SIGNAL, PSHMEM_FLAG_RAW_LOCAL, PSHMEM_SIGNAL_ADD, 2)),
+    VAL(PSHMEM_CTRL_COMMIT), VAL(PSHMEM_RING_COMMIT_BIT(5, 4)), VAL(PSHMEM_RING_COMMIT_BIT(9, 4)),
+    VAL(PSHMEM_RING_MAX_SLOTS),
+    SIZE(pshmem_ring_device_t), OFF(pshmem_ring_device_t, slots), OFF(pshmem_ring_device_t, ctrl),
+    OFF(pshmem_ring_device_t, head), OFF(pshmem_ring_device_t, tail_cache),
+    OFF(pshmem_ring_device_t, capacity),
+    /* state.h */
+    SIZE(pshmem_device_state_t), OFF(pshmem_device_state_t, my_pe),
+    OFF(pshmem_device_state_t, n_pes), OFF(pshmem_device_state_t, heap_base),
+    OFF(pshmem_device_state_t, heap_size), OFF(pshmem_device_state_t, peer_base),
+    OFF(pshmem_device_state_t, ring), OFF(pshmem_device_state_t, cell_owner),
+    OFF(pshmem_device_state_t, cells), OFF(pshmem_device_state_t, n_cells),
+    OFF(pshmem_device_state_t, any_ring), OFF(pshmem_device_state_t, barrier_epoch),
+    OFF(pshmem_device_state_t, barrier_off), OFF(pshmem_device_state_t, dev_error),
+    OFF(pshmem_device_state_t, timeout_ns),
+};
+
+const struct pshmem_probe_entry *pshmem_abi_probe(size_t *n) {
+    *n = sizeof(probe) / sizeof(probe[0]);
+    return probe;
+}

@@ -1,0 +1,495 @@
+//! # pshmem-env
+//!
+//! Owns the one table of environment variables that proxyshmem reads.
+//!
+//! Every variable any crate of the project reads is listed in [`VARS`] with its default, its
+//! [`Kind`] (what values it takes), the part that reads it and a description, so that
+//! `pshmem-info` can print the settings in force and the documentation has a single source
+//! (NVSHMEM's `env_defs.h` idea). Crates read variables only through the typed getters below,
+//! which reject malformed values with an [`EnvError`] naming the variable. A leaf crate (no
+//! tokio, no clap): the C ABI and the Python package read it too.
+
+use std::time::Duration;
+
+/// A value a variable does not accept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{var}={value:?}: {reason}")]
+pub struct EnvError {
+    /// The variable.
+    pub var: String,
+    /// The value given.
+    pub value: String,
+    /// What it should be.
+    pub reason: String,
+}
+
+/// What values a variable takes (the table's *kind* column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// An unsigned integer.
+    Count,
+    /// A byte count: an unsigned integer with an optional K, M, G or T suffix.
+    Size,
+    /// 0/1, true/false, yes/no, on/off.
+    Bool,
+    /// Seconds (fractions allowed).
+    Seconds,
+    /// Whole milliseconds.
+    Millis,
+    /// Whole microseconds.
+    Micros,
+    /// A non-negative decimal number.
+    Number,
+    /// 64 bits in hexadecimal.
+    Hex,
+    /// `host:port`.
+    Address,
+    /// A list of cores such as `3,5-7`, or `none`.
+    CpuList,
+    /// A file.
+    Path,
+    /// Free text (a name, a filter).
+    Text,
+    /// One of the listed words.
+    Choice(&'static [&'static str]),
+}
+
+impl Kind {
+    /// The kind's name in the table.
+    pub fn describe(self) -> String {
+        match self {
+            Kind::Count => "count".into(),
+            Kind::Size => "size".into(),
+            Kind::Bool => "bool".into(),
+            Kind::Seconds => "seconds".into(),
+            Kind::Millis => "milliseconds".into(),
+            Kind::Micros => "microseconds".into(),
+            Kind::Number => "number".into(),
+            Kind::Hex => "hex".into(),
+            Kind::Address => "host:port".into(),
+            Kind::CpuList => "core list".into(),
+            Kind::Path => "path".into(),
+            Kind::Text => "text".into(),
+            Kind::Choice(words) => words.join(" \\| "),
+        }
+    }
+}
+
+impl Kind {
+    /// Whether `value` is one of this kind's values (why not, if not).
+    pub fn check(self, value: &str) -> Result<(), &'static str> {
+        let v = value.trim();
+        let ok = match self {
+            Kind::Count | Kind::Size | Kind::Millis | Kind::Micros => parse_size(v).is_some(),
+            Kind::Bool => parse_bool(v).is_some(),
+            Kind::Seconds | Kind::Number => {
+                v.parse::<f64>().is_ok_and(|x| x.is_finite() && x >= 0.0)
+            }
+            Kind::Hex => u64::from_str_radix(v.trim_start_matches("0x"), 16).is_ok(),
+            Kind::Address => v
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()),
+            Kind::CpuList => v == "none" || parse_cpu_list(v).is_some(),
+            Kind::Path | Kind::Text => true,
+            Kind::Choice(words) => words.contains(&v),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(match self {
+                Kind::Count => "expected an unsigned integer (K/M/G suffix allowed)",
+                Kind::Size => "expected a byte count such as 1G",
+                Kind::Bool => "expected 0/1, true/false, yes/no or on/off",
+                Kind::Seconds => "expected a non-negative number of seconds",
+                Kind::Millis => "expected whole milliseconds",
+                Kind::Micros => "expected whole microseconds",
+                Kind::Number => "expected a non-negative number",
+                Kind::Hex => "expected 64 bits in hexadecimal",
+                Kind::Address => "expected host:port",
+                Kind::CpuList => "expected 'none' or a list such as 3,5-7",
+                Kind::Path | Kind::Text => "unreachable",
+                Kind::Choice(_) => "expected one of the listed values",
+            })
+        }
+    }
+}
+
+/// One environment variable: name, default (as text; empty means "unset"), kind, owner and
+/// meaning.
+#[derive(Debug, Clone, Copy)]
+pub struct EnvVar {
+    /// The variable's name.
+    pub name: &'static str,
+    /// The value used when it is unset ("" when unset means "absent").
+    pub default: &'static str,
+    /// What values it takes.
+    pub kind: Kind,
+    /// Which part of the runtime reads it.
+    pub component: &'static str,
+    /// What it does.
+    pub description: &'static str,
+}
+
+macro_rules! vars {
+    ($( $ident:ident = ($name:literal, $default:literal, $kind:expr, $comp:literal, $desc:literal); )*) => {
+        $(
+            #[doc = $desc]
+            pub const $ident: EnvVar = EnvVar {
+                name: $name,
+                default: $default,
+                kind: $kind,
+                component: $comp,
+                description: $desc,
+            };
+        )*
+        /// Every variable, in documentation order.
+        pub const VARS: &[EnvVar] = &[$($ident),*];
+    };
+}
+
+vars! {
+    RANK = ("PSHMEM_RANK", "", Kind::Count, "bootstrap",
+        "This process's rank (PE number). Falls back to RANK (torchrun); unset everywhere means a 1-PE job.");
+    WORLD_SIZE = ("PSHMEM_WORLD_SIZE", "", Kind::Count, "bootstrap",
+        "Number of PEs in the job. Falls back to WORLD_SIZE (torchrun).");
+    LOCAL_RANK = ("PSHMEM_LOCAL_RANK", "", Kind::Count, "bootstrap",
+        "Rank among the PEs of this host. Falls back to LOCAL_RANK; unset means computed from host ids at join.");
+    LOCAL_SIZE = ("PSHMEM_LOCAL_SIZE", "", Kind::Count, "bootstrap",
+        "Number of PEs on this host. Falls back to LOCAL_WORLD_SIZE; unset means computed at join.");
+    BOOTSTRAP_ADDR = ("PSHMEM_BOOTSTRAP_ADDR", "", Kind::Address, "bootstrap",
+        "host:port where rank 0 listens. Falls back to MASTER_ADDR:(MASTER_PORT + PSHMEM_BOOTSTRAP_PORT_OFFSET).");
+    BOOTSTRAP_PORT_OFFSET = ("PSHMEM_BOOTSTRAP_PORT_OFFSET", "1", Kind::Count, "bootstrap",
+        "Added to MASTER_PORT when the torchrun variables are used, because torch's own TCPStore listens on MASTER_PORT.");
+    JOB_SECRET = ("PSHMEM_JOB_SECRET", "0", Kind::Hex, "bootstrap",
+        "64-bit job secret (hex) carried by every bootstrap frame; connections with another secret are rejected. pshmrun sets a random one.");
+    BOOTSTRAP_TIMEOUT = ("PSHMEM_BOOTSTRAP_TIMEOUT", "60", Kind::Seconds, "bootstrap",
+        "Seconds to wait for every rank to join; the error names the ranks that never arrived.");
+    BOOTSTRAP_OP_TIMEOUT = ("PSHMEM_BOOTSTRAP_OP_TIMEOUT", "300", Kind::Seconds, "bootstrap",
+        "Seconds one bootstrap collective may wait for live but slow ranks before failing.");
+    HEARTBEAT_MS = ("PSHMEM_BOOTSTRAP_HEARTBEAT_MS", "500", Kind::Millis, "bootstrap",
+        "Interval between heartbeats on idle bootstrap connections, in milliseconds.");
+    PEER_TIMEOUT_MS = ("PSHMEM_BOOTSTRAP_PEER_TIMEOUT_MS", "4000", Kind::Millis, "bootstrap",
+        "A connection silent for this long (no data, no heartbeat) means the peer is dead.");
+    HOST_ID = ("PSHMEM_HOST_ID", "", Kind::Text, "bootstrap",
+        "Overrides the host identity (hostname + boot id) used to find same-host peers; tests use it to emulate several hosts.");
+    LOG = ("PSHMEM_LOG", "warn", Kind::Text, "all",
+        "tracing filter for proxyshmem's own log (e.g. info, debug, pshmem_proxy=trace).");
+    PROVIDER = ("PSHMEM_PROVIDER", "", Kind::Text, "transport",
+        "libfabric provider to use (e.g. efa, verbs;ofi_rxm, tcp;ofi_rxm, shm, or 'sim' for the simulated fabric). Falls back to FI_PROVIDER, then efa > verbs;ofi_rxm > tcp;ofi_rxm > shm.");
+    FABRIC_IFACE = ("PSHMEM_FABRIC_IFACE", "", Kind::Text, "transport",
+        "Network interface or address the tcp provider binds (default: loopback when all PEs share a host, else libfabric's choice).");
+    SIM_REORDER = ("PSHMEM_SIM_REORDER", "1", Kind::Bool, "transport",
+        "Simulated fabric: deliver operations to a peer out of order (1) or in order (0).");
+    SIM_DELAY_US = ("PSHMEM_SIM_DELAY_US", "0", Kind::Micros, "transport",
+        "Simulated fabric: extra delivery delay per operation in microseconds (random up to this value).");
+    SIM_BANDWIDTH_GBPS = ("PSHMEM_SIM_BANDWIDTH_GBPS", "0", Kind::Number, "transport",
+        "Simulated fabric: modelled link bandwidth in GB/s (0 = unlimited).");
+    SYMMETRIC_SIZE = ("PSHMEM_SYMMETRIC_SIZE", "1073741824", Kind::Size, "runtime",
+        "Bytes reserved for the symmetric heap of each PE (suffixes K, M, G accepted).");
+    DISABLE_P2P = ("PSHMEM_DISABLE_P2P", "0", Kind::Bool, "runtime",
+        "1 forces every operation through the ring and proxy, even to same-host PEs.");
+    PROXY_THREADS = ("PSHMEM_PROXY_THREADS", "1", Kind::Count, "proxy",
+        "Proxy threads per PE; the rings are spread over them.");
+    RINGS = ("PSHMEM_RINGS", "1", Kind::Count, "proxy",
+        "Command rings per PE for host-initiated operations (each application thread issues on one, assigned round-robin).");
+    RING_SLOTS = ("PSHMEM_RING_SLOTS", "4096", Kind::Count, "proxy",
+        "Descriptor slots per command ring (power of two).");
+    PROXY_BATCH = ("PSHMEM_PROXY_BATCH", "64", Kind::Count, "proxy",
+        "Most descriptors a proxy drains from one ring before posting and polling.");
+    PROXY_IDLE_US = ("PSHMEM_PROXY_IDLE_US", "200", Kind::Micros, "proxy",
+        "After this many microseconds without work, incoming traffic and anything in flight, the proxy stops spinning and blocks; traffic that wakes it restarts the count; 0 spins forever.");
+    PROXY_SLEEP_US = ("PSHMEM_PROXY_SLEEP_US", "50", Kind::Micros, "proxy",
+        "Longest an idle proxy blocks before looking at its rings again, in microseconds: on the transport's wait descriptor where it has one (incoming traffic wakes it at once), else asleep.");
+    PROXY_MAX_INFLIGHT = ("PSHMEM_PROXY_MAX_INFLIGHT", "256", Kind::Count, "proxy",
+        "Most transport operations a proxy thread keeps in flight; the rest wait in its queues (flow control towards the provider).");
+    PROXY_CPU = ("PSHMEM_PROXY_CPU", "", Kind::CpuList, "proxy",
+        "Cores for the proxy threads: 'none' disables pinning, or a list like 3,5-7; default from topology.");
+    OP_TIMEOUT = ("PSHMEM_OP_TIMEOUT", "120", Kind::Seconds, "runtime",
+        "Seconds a quiet, barrier or wait may block before failing with a timeout error (peer death fails sooner).");
+    STAGING_CHUNK = ("PSHMEM_STAGING_CHUNK", "1048576", Kind::Size, "proxy",
+        "Bytes per staging chunk: the registered bounce buffers through which the proxy moves sources and destinations outside the symmetric heap (larger transfers are pipelined chunk by chunk).");
+    STAGING_BUFFERS = ("PSHMEM_STAGING_BUFFERS", "8", Kind::Count, "proxy",
+        "Staging chunks per proxy thread (the pipelining depth of staged transfers).");
+    RAILS = ("PSHMEM_RAILS", "", Kind::Count, "transport",
+        "Endpoints (rails) per PE; default: the NICs chosen by topology, at least 1.");
+    TOPOLOGY_XML = ("PSHMEM_TOPOLOGY_XML", "", Kind::Path, "topology",
+        "Read the hwloc topology from this XML file instead of the running machine.");
+    CUDA_DEVICE = ("PSHMEM_CUDA_DEVICE", "", Kind::Count, "runtime",
+        "CUDA device ordinal for this PE, for the GPU path (not read in host mode; placement assumes local rank modulo the device count, as pshmem-info shows).");
+    DISABLE_CUDA = ("PSHMEM_DISABLE_CUDA", "0", Kind::Bool, "runtime",
+        "1 runs in host mode even where a CUDA driver and GPU are present.");
+    GPU_SYMMETRIC_SIZE = ("PSHMEM_GPU_SYMMETRIC_SIZE", "1073741824", Kind::Size, "runtime",
+        "Bytes of GPU symmetric heap (device memory) per PE, allocated by gpu_init (suffixes K, M, G accepted).");
+    EMULATE_GPU_HEAP = ("PSHMEM_EMULATE_GPU_HEAP", "0", Kind::Choice(&["0", "1", "staged", "registered"]), "runtime",
+        "Tests the GPU paths' protocols without a GPU (use with PSHMEM_DISABLE_P2P=1): 1 (or staged) runs the host heap through the host-staged path (landing area, target-side copies and AMOs); registered treats it as a registered GPU heap (RMA into it, AMOs and copies through the device interface), as DMA-BUF registration would.");
+    GPU_LANDING_SLOTS = ("PSHMEM_GPU_LANDING_SLOTS", "4", Kind::Count, "proxy",
+        "Host-staged GPU path: landing slots (of PSHMEM_STAGING_CHUNK bytes, pinned) each PE keeps for every initiator; the chunks of one transfer in flight per target.");
+}
+
+/// The torchrun variables read as fallbacks (documented with the table; not ours to default).
+pub const TORCHRUN_VARS: &[(&str, &str)] = &[
+    ("RANK", "fallback for PSHMEM_RANK"),
+    ("WORLD_SIZE", "fallback for PSHMEM_WORLD_SIZE"),
+    ("LOCAL_RANK", "fallback for PSHMEM_LOCAL_RANK"),
+    ("LOCAL_WORLD_SIZE", "fallback for PSHMEM_LOCAL_SIZE"),
+    (
+        "MASTER_ADDR",
+        "with MASTER_PORT, fallback for PSHMEM_BOOTSTRAP_ADDR",
+    ),
+    ("MASTER_PORT", "see PSHMEM_BOOTSTRAP_PORT_OFFSET"),
+    ("FI_PROVIDER", "fallback for PSHMEM_PROVIDER"),
+];
+
+impl EnvVar {
+    /// The raw value if set and not empty.
+    pub fn raw(&self) -> Option<String> {
+        std::env::var(self.name)
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+    }
+
+    /// The value in force: the set value, else the default.
+    pub fn value(&self) -> String {
+        self.raw().unwrap_or_else(|| self.default.to_string())
+    }
+
+    /// Whether the variable is explicitly set.
+    pub fn is_set(&self) -> bool {
+        self.raw().is_some()
+    }
+
+    /// The error for `value`, which this variable does not accept.
+    pub fn bad(&self, value: &str, reason: &str) -> EnvError {
+        EnvError {
+            var: self.name.to_string(),
+            value: value.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Parses the value in force as an unsigned integer (size suffixes K/M/G/T accepted).
+    pub fn usize(&self) -> Result<usize, EnvError> {
+        let v = self.value();
+        parse_size(&v)
+            .ok_or_else(|| self.bad(&v, "expected an unsigned integer (K/M/G suffix allowed)"))
+    }
+
+    /// Like [`EnvVar::usize`] but `None` when unset and without default.
+    pub fn opt_usize(&self) -> Result<Option<usize>, EnvError> {
+        match self.raw() {
+            None if self.default.is_empty() => Ok(None),
+            _ => self.usize().map(Some),
+        }
+    }
+
+    /// Parses a boolean: 1/0, true/false, yes/no, on/off.
+    pub fn bool(&self) -> Result<bool, EnvError> {
+        let v = self.value();
+        parse_bool(&v).ok_or_else(|| self.bad(&v, "expected 0/1, true/false, yes/no or on/off"))
+    }
+
+    /// The value in force, checked against the variable's kind.
+    pub fn checked(&self) -> Result<String, EnvError> {
+        let v = self.value();
+        if !v.is_empty() {
+            self.kind.check(&v).map_err(|why| self.bad(&v, why))?;
+        }
+        Ok(v)
+    }
+
+    /// Parses whole seconds (fractions allowed) as a duration.
+    pub fn secs(&self) -> Result<Duration, EnvError> {
+        let v = self.value();
+        v.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| self.bad(&v, "expected a non-negative number of seconds"))
+    }
+
+    /// Parses milliseconds as a duration.
+    pub fn millis(&self) -> Result<Duration, EnvError> {
+        self.usize().map(|ms| Duration::from_millis(ms as u64))
+    }
+
+    /// Parses microseconds as a duration.
+    pub fn micros(&self) -> Result<Duration, EnvError> {
+        self.usize().map(|us| Duration::from_micros(us as u64))
+    }
+}
+
+/// Reads a torchrun-style fallback variable, treating an empty value as unset.
+pub fn fallback(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// Parses 1/0, true/false, yes/no, on/off (any case; empty is false).
+pub fn parse_bool(text: &str) -> Option<bool> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" | "" => Some(false),
+        _ => None,
+    }
+}
+
+/// Parses `3,5-7` into `[3, 5, 6, 7]`.
+pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                if a > b {
+                    return None;
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().ok()?),
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// Parses `123`, `64K`, `16M`, `1G`, `2T` (binary multiples), ignoring surrounding spaces.
+pub fn parse_size(text: &str) -> Option<usize> {
+    let t = text.trim();
+    let (digits, mult) = match t.char_indices().last()? {
+        (i, c) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return None,
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let n: u64 = digits.trim().parse().ok()?;
+    usize::try_from(n.checked_mul(mult)?).ok()
+}
+
+/// Renders the table (name, value in force, default, description) for `pshmem-info`.
+pub fn render_table() -> String {
+    let mut out = String::new();
+    for v in VARS {
+        let now = v.raw();
+        let shown = match (&now, v.default) {
+            (Some(s), _) => format!("{s} (set)"),
+            (None, "") => "(unset)".to_string(),
+            (None, d) => format!("{d} (default)"),
+        };
+        out.push_str(&format!(
+            "  {:<34} {:<22} {:<13} {}\n",
+            v.name,
+            shown,
+            v.kind.describe().replace("\\|", "|"),
+            v.description
+        ));
+    }
+    out
+}
+
+/// Renders the table as the Markdown of `docs/ENVIRONMENT.md` (a test keeps the file current).
+pub fn render_markdown() -> String {
+    let mut out = String::from(
+        "# Environment variables\n\nGenerated from `env/src/lib.rs` (the one table); \
+         `PSHMEM_BLESS=1 cargo test -p pshmem-env env_doc` rewrites it.\n\n\
+         | variable | default | kind | read by | meaning |\n| --- | --- | --- | --- | --- |\n",
+    );
+    for v in VARS {
+        let d = if v.default.is_empty() {
+            "(unset)"
+        } else {
+            v.default
+        };
+        out.push_str(&format!(
+            "| `{}` | `{d}` | {} | {} | {} |\n",
+            v.name,
+            v.kind.describe(),
+            v.component,
+            v.description
+        ));
+    }
+    out.push_str("\nFallbacks read from other launchers and libraries:\n\n| variable | use |\n| --- | --- |\n");
+    for (n, d) in TORCHRUN_VARS {
+        out.push_str(&format!("| `{n}` | {d} |\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_doc_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/ENVIRONMENT.md");
+        let want = render_markdown();
+        if std::env::var("PSHMEM_BLESS").is_ok_and(|v| v == "1") {
+            std::fs::write(path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            have == want,
+            "docs/ENVIRONMENT.md is stale: run PSHMEM_BLESS=1 cargo test -p pshmem-env env_doc"
+        );
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("0"), Some(0));
+        assert_eq!(parse_size(" 64K "), Some(65536));
+        assert_eq!(parse_size("16m"), Some(16 << 20));
+        assert_eq!(parse_size("1G"), Some(1 << 30));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size("12Q"), None);
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("99999999999999999999T"), None);
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("3,5-7"), Some(vec![3, 5, 6, 7]));
+        assert_eq!(parse_cpu_list("1"), Some(vec![1]));
+        assert_eq!(parse_cpu_list("7-5"), None);
+        assert_eq!(parse_cpu_list("x"), None);
+        assert_eq!(parse_cpu_list(""), None);
+    }
+
+    #[test]
+    fn every_default_is_a_value_of_its_kind() {
+        for v in VARS {
+            if !v.default.is_empty() {
+                assert_eq!(v.kind.check(v.default), Ok(()), "{}={}", v.name, v.default);
+            }
+        }
+    }
+
+    #[test]
+    fn kinds_refuse_what_they_do_not_take() {
+        assert!(Kind::Count.check("12x").is_err());
+        assert!(Kind::Bool.check("maybe").is_err());
+        assert!(Kind::Seconds.check("-1").is_err());
+        assert!(Kind::Seconds.check("nan").is_err());
+        assert!(Kind::Hex.check("xyz").is_err());
+        assert!(Kind::Address.check("localhost").is_err());
+        assert!(Kind::CpuList.check("3-1").is_err());
+        assert!(Kind::Choice(&["a", "b"]).check("c").is_err());
+        assert!(Kind::Address.check("127.0.0.1:29500").is_ok());
+        assert!(Kind::Hex.check("0xdeadbeef").is_ok());
+    }
+
+    #[test]
+    fn table_names_are_unique_and_prefixed() {
+        let mut names: Vec<_> = VARS.iter().map(|v| v.name).collect();
+        names.sort_unstable();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(n, names.len(), "duplicate variable in the table");
+        assert!(VARS.iter().all(|v| v.name.starts_with("PSHMEM_")));
+        assert!(VARS.iter().all(|v| !v.description.is_empty()));
+    }
+}

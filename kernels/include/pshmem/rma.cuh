@@ -1,0 +1,140 @@
+/* proxyshmem device API: put, get (thread, warp and block variants; blocking and nbi), and the
+ * typed single-element p and g.
+ *
+ * Routing, per call: a PE whose heap this GPU maps (itself, and same-host peers opened through
+ * CUDA IPC) is reached by loads and stores; any other PE through the command ring and the
+ * proxy. Direct stores become visible system-wide at a fence or quiet (or with a signal's
+ * release, signal.cuh); ring operations finish when the ring's `completed` passes them. */
+#ifndef PSHMEM_RMA_CUH
+#define PSHMEM_RMA_CUH
+
+#include "pshmem/state.cuh"
+
+/* Copies n bytes with `nt` threads (this one is `t`): 16-byte vectors when both addresses and
+ * the length allow, bytes otherwise. */
+__device__ __forceinline__ void pshmem_i_copy(void *dst, const void *src, size_t n, uint32_t t,
+                                              uint32_t nt) {
+    uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+    if (((d | s) & 15) == 0) {
+        size_t nv = n / 16;
+        int4 *dv = (int4 *)dst;
+        const int4 *sv = (const int4 *)src;
+        size_t i = t;
+        /* Four independent 16-byte loads in flight per thread before the stores. */
+        for (; i + 3 * (size_t)nt < nv; i += 4 * (size_t)nt) {
+            int4 a = sv[i], b = sv[i + nt], c = sv[i + 2 * (size_t)nt], e = sv[i + 3 * (size_t)nt];
+            dv[i] = a;
+            dv[i + nt] = b;
+            dv[i + 2 * (size_t)nt] = c;
+            dv[i + 3 * (size_t)nt] = e;
+        }
+        for (; i < nv; i += nt) dv[i] = sv[i];
+        for (size_t j = nv * 16 + t; j < n; j += nt) ((char *)dst)[j] = ((const char *)src)[j];
+    } else {
+        for (size_t j = t; j < n; j += nt) ((char *)dst)[j] = ((const char *)src)[j];
+    }
+}
+
+/* Shared by every put/get variant: `t` of `nt` cooperating threads; thread 0 publishes ring
+ * work. Returns the ring index to wait for (0: none or direct). */
+__device__ __forceinline__ uint64_t pshmem_i_putget(bool put, void *dest, const void *src,
+                                                    size_t n, int pe, uint32_t t, uint32_t nt) {
+    if (n == 0) return 0;
+    const void *sym = put ? dest : src; /* the symmetric side */
+    void *remote = pshmem_ptr(sym, pe);
+    if (remote) {
+        if (put) pshmem_i_copy(remote, src, n, t, nt);
+        else pshmem_i_copy(dest, remote, n, t, nt);
+        return 0;
+    }
+    if (t != 0 || !pshmem_i_valid_pe(pe)) return 0;
+    uint64_t off = pshmem_i_offset(sym, n, pe);
+    if (off == ~0ull) return 0;
+    /* The local side goes as a device address (any device or mapped memory): the proxy copies
+     * it through its staging buffers. */
+    uint64_t local = (uint64_t)(uintptr_t)(put ? src : dest);
+    pshmem_slot_t s = pshmem_i_slot(put ? PSHMEM_OP_PUT : PSHMEM_OP_GET, PSHMEM_FLAG_RAW_LOCAL, 0,
+                                     1, (uint32_t)pe, off, local, n);
+    return pshmem_i_push(&s, 1);
+}
+
+/* Blocking: on return the source may be reused (put) or the data is here (get). */
+__device__ inline void pshmem_putmem(void *dest, const void *src, size_t n, int pe) {
+    pshmem_i_wait_done(pshmem_i_putget(true, dest, src, n, pe, 0, 1));
+}
+__device__ inline void pshmem_getmem(void *dest, const void *src, size_t n, int pe) {
+    pshmem_i_wait_done(pshmem_i_putget(false, dest, src, n, pe, 0, 1));
+}
+/* Non-blocking: complete with quiet. */
+__device__ inline void pshmem_putmem_nbi(void *dest, const void *src, size_t n, int pe) {
+    pshmem_i_putget(true, dest, src, n, pe, 0, 1);
+}
+__device__ inline void pshmem_getmem_nbi(void *dest, const void *src, size_t n, int pe) {
+    pshmem_i_putget(false, dest, src, n, pe, 0, 1);
+}
+
+/* A group's variant: every thread of the group calls with the same arguments; `t` of `nt`
+ * threads copy, thread 0 publishes and (blocking) waits; `SYNC` joins the group after. */
+#define PSHMEM_I_GROUP_RMA(NAME, PUT, BLOCKING, T, NT, SYNC)                                   \
+    __device__ inline void NAME(void *dest, const void *src, size_t n, int pe) {               \
+        uint32_t t_ = (T);                                                                     \
+        uint64_t end = pshmem_i_putget(PUT, dest, src, n, pe, t_, (NT));                       \
+        if (BLOCKING && t_ == 0) pshmem_i_wait_done(end);                                      \
+        SYNC;                                                                                  \
+    }
+
+/* Warp variants: every lane of the warp calls with the same arguments. */
+PSHMEM_I_GROUP_RMA(pshmemx_putmem_warp, true, true, pshmem_laneid(), 32, __syncwarp())
+PSHMEM_I_GROUP_RMA(pshmemx_getmem_warp, false, true, pshmem_laneid(), 32, __syncwarp())
+PSHMEM_I_GROUP_RMA(pshmemx_putmem_nbi_warp, true, false, pshmem_laneid(), 32, __syncwarp())
+PSHMEM_I_GROUP_RMA(pshmemx_getmem_nbi_warp, false, false, pshmem_laneid(), 32, __syncwarp())
+
+/* Block variants: every thread of the block calls with the same arguments. */
+PSHMEM_I_GROUP_RMA(pshmemx_putmem_block, true, true, PSHMEM_I_TID, PSHMEM_I_NT, __syncthreads())
+PSHMEM_I_GROUP_RMA(pshmemx_getmem_block, false, true, PSHMEM_I_TID, PSHMEM_I_NT, __syncthreads())
+PSHMEM_I_GROUP_RMA(pshmemx_putmem_nbi_block, true, false, PSHMEM_I_TID, PSHMEM_I_NT,
+                   __syncthreads())
+PSHMEM_I_GROUP_RMA(pshmemx_getmem_nbi_block, false, false, PSHMEM_I_TID, PSHMEM_I_NT,
+                   __syncthreads())
+
+/* ---- p / g --------------------------------------------------------------------------------- */
+
+#define PSHMEM_I_PG(NAME, T)                                                               \
+    __device__ inline void pshmem_##NAME##_p(T *dest, T v, int pe) {                      \
+        T *remote = (T *)pshmem_ptr(dest, pe);                                             \
+        if (remote) {                                                                      \
+            *(volatile T *)remote = v;                                                     \
+            return;                                                                        \
+        }                                                                                  \
+        if (!pshmem_i_valid_pe(pe)) return;                                                \
+        uint64_t off = pshmem_i_offset(dest, sizeof(T), pe);                               \
+        if (off == ~0ull) return;                                                          \
+        uint64_t bits = 0;                                                                 \
+        memcpy(&bits, &v, sizeof(T));                                                      \
+        pshmem_slot_t s = pshmem_i_slot(PSHMEM_OP_P, 0, 0, 1, (uint32_t)pe, off, bits,     \
+                                        sizeof(T));                                        \
+        pshmem_i_push(&s, 1);                                                              \
+    }                                                                                      \
+    __device__ inline T pshmem_##NAME##_g(const T *src, int pe) {                          \
+        const T *remote = (const T *)pshmem_ptr(src, pe);                                  \
+        if (remote) return *(const volatile T *)remote;                                    \
+        T out;                                                                             \
+        memset(&out, 0, sizeof(T));                                                        \
+        int c = pshmem_i_cell_claim();                                                     \
+        if (c < 0) return out;                                                             \
+        unsigned long long *cell = &pshmem_dstate.cells[c];                                \
+        pshmem_getmem(cell, src, sizeof(T), pe);                                           \
+        unsigned long long bits = *(volatile unsigned long long *)cell;                    \
+        memcpy(&out, &bits, sizeof(T));                                                    \
+        pshmem_i_cell_release(c);                                                          \
+        return out;                                                                        \
+    }
+PSHMEM_I_PG(char, char)
+PSHMEM_I_PG(int, int)
+PSHMEM_I_PG(uint32, uint32_t)
+PSHMEM_I_PG(int64, int64_t)
+PSHMEM_I_PG(uint64, uint64_t)
+PSHMEM_I_PG(float, float)
+PSHMEM_I_PG(double, double)
+
+#endif /* PSHMEM_RMA_CUH */

@@ -1,0 +1,140 @@
+/* proxyshmem device API: signals — signal_op, put-with-signal (the signal is never visible
+ * before the data), and the waits on local words (signal_wait_until, TYPE_wait_until).
+ *
+ * Memory ordering: a direct signal is a release store or release add at system scope, after a
+ * __threadfence_system() when several threads wrote the data; a waiter's acquire load that sees
+ * it then sees the data. Through the ring, the target's proxy applies the signal after the data
+ * (see proxy/src/engine). */
+#ifndef PSHMEM_SIGNAL_CUH
+#define PSHMEM_SIGNAL_CUH
+
+#include "pshmem/rma.cuh"
+
+/* Applies a signal to a directly reachable word with release semantics (earlier stores of this
+ * thread are visible before the signal is). */
+__device__ __forceinline__ void pshmem_i_signal_direct(uint64_t *p, uint64_t v, int op) {
+    if (op == PSHMEM_SIGNAL_ADD) pshmem_red_release_sys_add_u64(p, v);
+    else pshmem_st_release_sys_u64(p, v);
+}
+
+/* Returns the ring index to wait for (0: direct or error). */
+__device__ __forceinline__ uint64_t pshmem_i_signal_op(uint64_t *sig, uint64_t v, int op, int pe) {
+    uint64_t *remote = (uint64_t *)pshmem_ptr(sig, pe);
+    if (remote) {
+        pshmem_i_signal_direct(remote, v, op);
+        return 0;
+    }
+    if (!pshmem_i_valid_pe(pe)) return 0;
+    uint64_t off = pshmem_i_offset(sig, 8, pe);
+    if (off == ~0ull) return 0;
+    pshmem_slot_t s = pshmem_i_slot(PSHMEM_OP_SIGNAL, 0, (uint32_t)op, 1, (uint32_t)pe, off, v, 0);
+    return pshmem_i_push(&s, 1);
+}
+
+/* Updates `pe`'s signal word (non-blocking; complete with quiet). */
+__device__ inline void pshmemx_signal_op(uint64_t *sig, uint64_t v, int op, int pe) {
+    pshmem_i_signal_op(sig, v, op, pe);
+}
+
+/* put-with-signal by `t` of `nt` cooperating threads: the signal is never visible before the
+ * data. Returns the ring index to wait for (0: direct or error). */
+__device__ __forceinline__ uint64_t pshmem_i_put_signal(void *dest, const void *src, size_t n,
+                                                        uint64_t *sig, uint64_t v, int op, int pe,
+                                                        uint32_t t, uint32_t nt) {
+    void *remote = pshmem_ptr(dest, pe);
+    if (remote) {
+        pshmem_i_copy(remote, src, n, t, nt);
+        if (nt > 1) {
+            /* Every cooperating thread's stores are ordered before thread 0's release. */
+            __threadfence_system();
+            if (nt == 32) __syncwarp(); else __syncthreads();
+        }
+        if (t == 0) pshmem_i_signal_direct((uint64_t *)pshmem_ptr(sig, pe), v, op);
+        return 0;
+    }
+    if (t != 0 || !pshmem_i_valid_pe(pe)) return 0;
+    uint64_t off = pshmem_i_offset(dest, n, pe);
+    uint64_t soff = pshmem_i_offset(sig, 8, pe);
+    if (off == ~0ull || soff == ~0ull) return 0;
+    pshmem_slot_t s[2];
+    s[0] = pshmem_i_slot(PSHMEM_OP_PUT_SIGNAL, PSHMEM_FLAG_RAW_LOCAL, (uint32_t)op, 2, (uint32_t)pe,
+                         off, (uint64_t)(uintptr_t)src, n);
+    s[1] = pshmem_i_cont((uint32_t)pe, soff, v);
+    return pshmem_i_push(s, 2);
+}
+
+__device__ inline void pshmem_putmem_signal(void *dest, const void *src, size_t n, uint64_t *sig,
+                                            uint64_t v, int op, int pe) {
+    pshmem_i_wait_done(pshmem_i_put_signal(dest, src, n, sig, v, op, pe, 0, 1));
+}
+__device__ inline void pshmem_putmem_signal_nbi(void *dest, const void *src, size_t n,
+                                                uint64_t *sig, uint64_t v, int op, int pe) {
+    pshmem_i_put_signal(dest, src, n, sig, v, op, pe, 0, 1);
+}
+__device__ inline void pshmemx_putmem_signal_nbi_warp(void *dest, const void *src, size_t n,
+                                                      uint64_t *sig, uint64_t v, int op, int pe) {
+    pshmem_i_put_signal(dest, src, n, sig, v, op, pe, pshmem_laneid(), 32);
+    __syncwarp();
+}
+__device__ inline void pshmemx_putmem_signal_nbi_block(void *dest, const void *src, size_t n,
+                                                       uint64_t *sig, uint64_t v, int op, int pe) {
+    pshmem_i_put_signal(dest, src, n, sig, v, op, pe, PSHMEM_I_TID, PSHMEM_I_NT);
+    __syncthreads();
+}
+
+/* ---- waits --------------------------------------------------------------------------------- */
+
+template <typename T>
+__device__ __forceinline__ bool pshmem_i_cmp(T a, int cmp, T b) {
+    switch (cmp) {
+    case PSHMEM_CMP_EQ: return a == b;
+    case PSHMEM_CMP_NE: return a != b;
+    case PSHMEM_CMP_GT: return a > b;
+    case PSHMEM_CMP_LE: return a <= b;
+    case PSHMEM_CMP_LT: return a < b;
+    default: return a >= b;
+    }
+}
+
+/* Acquire loads of local words a peer's signal or the proxy writes. */
+__device__ __forceinline__ uint64_t pshmem_i_load(const uint64_t *p) { return pshmem_ld_acquire_sys(p); }
+__device__ __forceinline__ int64_t pshmem_i_load(const int64_t *p) {
+    return (int64_t)pshmem_ld_acquire_sys((const uint64_t *)p);
+}
+__device__ __forceinline__ uint32_t pshmem_i_load(const uint32_t *p) {
+    return pshmem_ld_acquire_sys_u32(p);
+}
+__device__ __forceinline__ int pshmem_i_load(const int *p) {
+    return (int)pshmem_ld_acquire_sys_u32((const uint32_t *)p);
+}
+
+/* Waits until `*ivar cmp v` holds (a local symmetric word, loaded with acquire: pairs with the
+ * release of a peer's signal or with the proxy's completed copy); returns its last value. Ends
+ * early (with the error recorded) when the wait is over (pshmem_i_wait). */
+template <typename T>
+__device__ __forceinline__ T pshmem_i_wait_until(T *ivar, int cmp, T v) {
+    T x = pshmem_i_load(ivar);
+    pshmem_i_wait<6, 32>([&] {
+        x = pshmem_i_load(ivar);
+        return pshmem_i_cmp(x, cmp, v);
+    });
+    return x;
+}
+
+__device__ inline uint64_t pshmem_signal_wait_until(uint64_t *sig, int cmp, uint64_t v) {
+    return pshmem_i_wait_until(sig, cmp, v);
+}
+__device__ inline uint64_t pshmem_uint64_wait_until(uint64_t *ivar, int cmp, uint64_t v) {
+    return pshmem_i_wait_until(ivar, cmp, v);
+}
+__device__ inline int64_t pshmem_int64_wait_until(int64_t *ivar, int cmp, int64_t v) {
+    return pshmem_i_wait_until(ivar, cmp, v);
+}
+__device__ inline uint32_t pshmem_uint32_wait_until(uint32_t *ivar, int cmp, uint32_t v) {
+    return pshmem_i_wait_until(ivar, cmp, v);
+}
+__device__ inline int pshmem_int_wait_until(int *ivar, int cmp, int v) {
+    return pshmem_i_wait_until(ivar, cmp, v);
+}
+
+#endif /* PSHMEM_SIGNAL_CUH */

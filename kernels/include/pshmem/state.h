@@ -1,0 +1,30 @@
+/* proxyshmem: the state the device API reads, filled by the runtime (host and device
+ * compilers both see this plain struct; Rust mirror: runtime/src/gpu.rs, DeviceState, checked
+ * against this header by pshmem-abi's probe). Everything that changes after init lives in device
+ * memory behind the pointers. */
+#ifndef PSHMEM_STATE_H
+#define PSHMEM_STATE_H
+
+#include <stdint.h>
+#include "pshmem/ring.h"
+
+typedef struct pshmem_device_state {
+    int32_t my_pe;
+    int32_t n_pes;
+    uint64_t heap_base;                /* device address of this PE's symmetric heap */
+    uint64_t heap_size;                /* bytes */
+    const uint64_t *peer_base;         /* [n_pes]: this GPU's address of each PE's heap, 0 = via ring */
+    pshmem_ring_device_t ring;         /* the GPU's command ring (capacity 0: none) */
+    unsigned int *cell_owner;          /* [n_cells]: fetch-result cells in use (device memory) */
+    unsigned long long *cells;         /* [n_cells]: results of ring gets/fetches (device memory) */
+    uint32_t n_cells;
+    uint32_t any_ring;                 /* some PE is reached through the ring */
+    unsigned long long *barrier_epoch; /* device memory: barriers done by this PE */
+    uint64_t barrier_off;              /* heap offset of n_pes 8-byte barrier words */
+    unsigned long long *dev_error;     /* device memory: first error word met by a device call */
+    uint64_t timeout_ns;               /* longest wait (PSHMEM_OP_TIMEOUT); then a timeout error */
+} pshmem_device_state_t;
+
+PSHMEM_STATIC_ASSERT(sizeof(pshmem_device_state_t) == 128, "device state is 128 bytes");
+
+#endif /* PSHMEM_STATE_H */
