@@ -150,6 +150,14 @@ impl Cmp {
     }
 }
 
+/// "PE 3", or "no particular PE": how messages name an optional PE (never `Some(3)`).
+pub fn describe_pe<T: std::fmt::Display>(pe: Option<T>) -> String {
+    match pe {
+        Some(p) => format!("PE {p}"),
+        None => "no particular PE".into(),
+    }
+}
+
 /// Error words: 0 while healthy, else `code << 32 | PE` (`PSHMEM_ERROR_*`). Rings carry the
 /// proxy's codes (below 16); device calls record theirs (16 and up) beside them.
 pub mod error {

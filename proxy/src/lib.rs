@@ -34,7 +34,8 @@ use std::{
     time::Duration,
 };
 
-use pshmem_ring::{Ring, layout::error as code};
+use pshmem_abi::error as code;
+use pshmem_ring::Ring;
 use pshmem_transport::{MrId, RemoteMrId, Transport, TransportError};
 
 pub use engine::{
@@ -110,15 +111,30 @@ pub enum ProxyError {
     },
 }
 
+/// What caused a fault, kept typed so that the errors the runtime returns carry it as their
+/// source.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum FaultCause {
+    /// The transport failed a post, a completion or a poll.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// A heap access or a device (GPU) operation failed.
+    #[error(transparent)]
+    Memory(#[from] MemError),
+}
+
 /// The first failure of a PE's data path.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Fault {
-    /// Ring error code (see [`pshmem_ring::layout::error`]).
+    /// Ring error code (see [`pshmem_abi::error`]).
     pub code: u32,
     /// The PE concerned.
     pub pe: Option<usize>,
     /// What happened.
     pub detail: String,
+    /// The error behind it, when there is one.
+    pub cause: Option<FaultCause>,
 }
 
 /// Shared failure state of one PE: the rings to raise, the first fault, and dead peers.
@@ -152,11 +168,30 @@ impl Health {
 
     /// Records a fault (the first one sticks) and raises every ring's error word.
     pub fn raise(&self, code: u32, pe: Option<usize>, detail: String) {
+        self.raise_with(code, pe, detail, None);
+    }
+
+    /// As [`Health::raise`], with the error that caused the fault.
+    pub fn raise_with(
+        &self,
+        code: u32,
+        pe: Option<usize>,
+        detail: String,
+        cause: Option<FaultCause>,
+    ) {
         {
             let mut first = self.first.lock().unwrap_or_else(|p| p.into_inner());
             if first.is_none() {
-                tracing::error!("data path fault (PE {pe:?}): {detail}");
-                *first = Some(Fault { code, pe, detail });
+                tracing::error!(
+                    "data path fault ({}): {detail}",
+                    pshmem_abi::describe_pe(pe)
+                );
+                *first = Some(Fault {
+                    code,
+                    pe,
+                    detail,
+                    cause,
+                });
             }
         }
         // Release: pairs with `faulted`'s acquire; the fault above is recorded first.
@@ -235,6 +270,9 @@ impl Default for ProxyConfig {
     }
 }
 
+/// A device's error, kept typed (the runtime's CUDA errors carry the driver's own).
+pub type DeviceError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// A GPU heap that the proxy reaches through CUDA, for the host-staged path (implemented by
 /// the runtime; the proxy crate itself needs no CUDA). Addresses are in CUDA's unified address
 /// space: device memory, pinned or ordinary host memory.
@@ -245,7 +283,7 @@ pub trait DeviceMem: Send {
     ///
     /// # Safety
     /// Both ranges must be valid for the copy and not in use by anything else meanwhile.
-    unsafe fn copy(&mut self, dst: u64, src: u64, len: usize) -> Result<(), String>;
+    unsafe fn copy(&mut self, dst: u64, src: u64, len: usize) -> Result<(), DeviceError>;
     /// An AMO on this GPU's memory at `addr` (aligned to the width), atomic with respect to
     /// every GPU atomic on it; returns the old value.
     fn amo(
@@ -255,7 +293,7 @@ pub trait DeviceMem: Send {
         wide: bool,
         operand: u64,
         compare: u64,
-    ) -> Result<u64, String>;
+    ) -> Result<u64, DeviceError>;
     /// Page-locks host memory for faster copies (best effort).
     ///
     /// # Safety

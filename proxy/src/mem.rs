@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use pshmem_ring::AmoOp;
 
 /// Why an access was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum MemError {
     /// The range leaves the heap.
@@ -26,10 +26,11 @@ pub enum MemError {
         len: u64,
     },
     /// The GPU failed a copy or an AMO on a GPU heap (the job is failing).
-    #[error("the GPU failed: {detail}")]
+    #[error("the GPU failed: {source}")]
     Device {
-        /// The driver's explanation.
-        detail: String,
+        /// The device's error (the driver's, for CUDA).
+        #[source]
+        source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
     },
     /// An atomic on an address not aligned to its width.
     #[error("offset {offset} is not aligned to the {width}-byte width of the atomic")]
@@ -39,6 +40,44 @@ pub enum MemError {
         /// Width in bytes.
         width: u64,
     },
+}
+
+impl PartialEq for MemError {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (
+                MemError::OutOfBounds { offset, end, len },
+                MemError::OutOfBounds {
+                    offset: o,
+                    end: e,
+                    len: l,
+                },
+            ) => (offset, end, len) == (o, e, l),
+            (
+                MemError::Misaligned { offset, width },
+                MemError::Misaligned {
+                    offset: o,
+                    width: w,
+                },
+            ) => (offset, width) == (o, w),
+            // Device errors are equal when they say the same.
+            (MemError::Device { source: a }, MemError::Device { source: b }) => {
+                a.to_string() == b.to_string()
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Eq for MemError {}
+
+impl MemError {
+    /// A device's failure.
+    pub fn device(source: crate::DeviceError) -> Self {
+        MemError::Device {
+            source: source.into(),
+        }
+    }
 }
 
 /// A mapped heap: `len` bytes at `base`, shared with peers and the NIC.
@@ -309,7 +348,7 @@ impl crate::DeviceMem for HostDevice {
         (self.heap.base() as u64, self.heap.len() as u64)
     }
 
-    unsafe fn copy(&mut self, dst: u64, src: u64, len: usize) -> Result<(), String> {
+    unsafe fn copy(&mut self, dst: u64, src: u64, len: usize) -> Result<(), crate::DeviceError> {
         // SAFETY: the caller guarantees both ranges (process addresses here); `copy` allows
         // overlap.
         unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
@@ -323,11 +362,9 @@ impl crate::DeviceMem for HostDevice {
         wide: bool,
         operand: u64,
         compare: u64,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, crate::DeviceError> {
         let off = addr.wrapping_sub(self.heap.base() as u64);
-        self.heap
-            .amo(off, wide, op, operand, compare)
-            .map_err(|e| e.to_string())
+        Ok(self.heap.amo(off, wide, op, operand, compare)?)
     }
 
     unsafe fn pin(&mut self, _ptr: *mut u8, _len: usize) {}

@@ -35,9 +35,6 @@ pub const CTRL_COMMIT: u32 = 0x8000_0000;
 /// Most slots one operation takes.
 pub const MAX_SLOTS: u32 = 2;
 
-/// Codes of the ring's error word (`code << 32 | pe`): the shared table of `pshmem-abi`.
-pub use pshmem_abi::error;
-
 /// Packs a ctrl word without the commit bit.
 pub const fn ctrl_make(op: u8, flags: u8, sub: u8, nslots: u32) -> u32 {
     op as u32 | (flags as u32) << 8 | (sub as u32) << 16 | (nslots - 1) << 24

@@ -29,8 +29,10 @@ use std::{
     time::{Duration, Instant},
 };
 
+use pshmem_abi::error;
+
 use crate::{
-    layout::{CTRL_COMMIT, MAX_SLOTS, RawSlot, RingCtrl, Slot, commit_bit, ctrl_nslots, error},
+    layout::{CTRL_COMMIT, MAX_SLOTS, RawSlot, RingCtrl, Slot, commit_bit, ctrl_nslots},
     sync::{AtomicU64, Ordering, relax},
 };
 
@@ -41,7 +43,7 @@ pub enum RingError {
     /// The proxy raised the ring's error word.
     #[error("the proxy raised error code {code} (PE {pe:?}): {}", describe(*code))]
     Raised {
-        /// The error code (see [`crate::layout::error`]).
+        /// The error code (see [`pshmem_abi::error`]).
         code: u32,
         /// The PE concerned, if any.
         pe: Option<u32>,

@@ -154,14 +154,14 @@ fn a_raised_error_ends_a_producer_waiting_for_room() {
     let r2 = ring.clone();
     let t = thread::spawn(move || {
         thread::sleep(std::time::Duration::from_millis(50));
-        r2.raise(pshmem_ring::layout::error::PEER_DEAD, Some(3));
+        r2.raise(pshmem_abi::error::PEER_DEAD, Some(3));
     });
     let err = prod.push(&s[..1], &limit).unwrap_err();
     t.join().unwrap();
     assert_eq!(
         err,
         pshmem_ring::RingError::Raised {
-            code: pshmem_ring::layout::error::PEER_DEAD,
+            code: pshmem_abi::error::PEER_DEAD,
             pe: Some(3)
         }
     );

@@ -2,16 +2,80 @@
 //! machine without a driver simply has no CUDA devices (the library's presence is checked before
 //! anything is called, so nothing panics). Also the GPU side of a command ring: pinned host
 //! memory the GPU writes, device-memory counters, and the handle kernels take.
+//!
+//! Errors the cudarc way: a failed driver call keeps the driver's own error (and with it
+//! `cuGetErrorString`'s text) as the source of a [`CudaError`]; a release that fails in `Drop`
+//! is recorded in the context ([`CudaContext::record_err`]) and reported by the next call that
+//! binds the context, or by `Gpu::check` and finalize.
 
 use std::sync::Arc;
 
-pub use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
+pub use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaStream, DriverError, LaunchConfig,
+};
 use cudarc::driver::{DeviceRepr, sys};
 use pshmem_ring::{
     Ring,
     layout::{RingCtrl, Slot},
 };
 use pshmem_topology::PciAddr;
+
+/// Why a CUDA call failed, or why CUDA cannot be used here.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum CudaError {
+    /// A driver call failed; the source is the driver's error.
+    #[error("{call} failed: {}", driver_text(source))]
+    Driver {
+        /// The call (or what it was for).
+        call: &'static str,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
+    },
+    /// No CUDA driver here.
+    #[error("no CUDA driver (libcuda.so) on this machine")]
+    NoDriver,
+    /// Switched off by the environment.
+    #[error("CUDA disabled (PSHMEM_DISABLE_CUDA=1)")]
+    Disabled,
+    /// No such device.
+    #[error("no CUDA device {ordinal} ({count} present)")]
+    NoDevice {
+        /// The ordinal asked for.
+        ordinal: usize,
+        /// Devices present.
+        count: usize,
+    },
+    /// A setting or state the GPU path cannot work with.
+    #[error("{0}")]
+    Unusable(String),
+}
+
+/// `cuGetErrorString`'s text and the code.
+fn driver_text(e: &DriverError) -> String {
+    match e.error_string() {
+        Ok(s) => format!("{} ({:?})", s.to_string_lossy(), e.0),
+        Err(_) => format!("{:?}", e.0),
+    }
+}
+
+/// A driver call's result as a [`CudaError`] naming `call`.
+pub fn check(r: sys::CUresult, call: &'static str) -> Result<(), CudaError> {
+    r.result()
+        .map_err(|source| CudaError::Driver { call, source })
+}
+
+/// Turns a cudarc error into a [`CudaError`] naming `call` (for `map_err`).
+pub fn driver(call: &'static str) -> impl FnOnce(DriverError) -> CudaError {
+    move |source| CudaError::Driver { call, source }
+}
+
+/// In `Drop`: keeps a failed release in the context, for the next call to report (never
+/// panics, never discards).
+pub(crate) fn record(ctx: &CudaContext, r: sys::CUresult) {
+    ctx.record_err(r.result());
+}
 
 /// A CUDA device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,39 +88,37 @@ pub struct CudaDevice {
     pub pci: PciAddr,
 }
 
-/// The CUDA devices of this machine in ordinal order, or why there are none.
-pub fn devices() -> Result<Vec<CudaDevice>, String> {
+/// Whether the driver library can be loaded (cudarc panics when it cannot).
+fn driver_present() -> Result<(), CudaError> {
     if pshmem_env::DISABLE_CUDA.bool().unwrap_or(false) {
-        return Err("CUDA disabled (PSHMEM_DISABLE_CUDA=1)".into());
+        return Err(CudaError::Disabled);
     }
     // SAFETY: only probes whether the driver library can be loaded.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err("no CUDA driver (libcuda.so) on this machine".into());
+        return Err(CudaError::NoDriver);
     }
+    Ok(())
+}
+
+/// The CUDA devices of this machine in ordinal order, or why there are none.
+pub fn devices() -> Result<Vec<CudaDevice>, CudaError> {
+    driver_present()?;
     use cudarc::driver::{result, sys::CUdevice_attribute as A};
-    result::init().map_err(|e| format!("cuInit failed: {e}"))?;
-    let n = result::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e}"))?;
+    result::init().map_err(driver("cuInit"))?;
+    let n = result::device::get_count().map_err(driver("cuDeviceGetCount"))?;
     (0..n)
         .map(|i| {
-            let dev = result::device::get(i).map_err(|e| format!("cuDeviceGet({i}): {e}"))?;
+            let dev = result::device::get(i).map_err(driver("cuDeviceGet"))?;
             // SAFETY: `dev` came from cuDeviceGet.
             let attr = |a| unsafe { result::device::get_attribute(dev, a) };
-            let (domain, bus, device) = (
-                attr(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
-                attr(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
-                attr(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID),
-            );
-            let (domain, bus, device) = match (domain, bus, device) {
-                (Ok(d), Ok(b), Ok(v)) => (d, b, v),
-                _ => return Err(format!("device {i}: its PCI address is unavailable")),
-            };
+            let get = |a| attr(a).map_err(driver("cuDeviceGetAttribute (PCI address)"));
             Ok(CudaDevice {
                 ordinal: i,
                 name: result::device::get_name(dev).unwrap_or_else(|_| "?".into()),
                 pci: PciAddr {
-                    domain: domain as u32,
-                    bus: bus as u8,
-                    dev: device as u8,
+                    domain: get(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)? as u32,
+                    bus: get(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)? as u8,
+                    dev: get(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)? as u8,
                     func: 0,
                 },
             })
@@ -87,26 +149,15 @@ const _: () = assert!(std::mem::size_of::<RingDeviceHandle>() == 40);
 unsafe impl DeviceRepr for RingDeviceHandle {}
 
 /// Opens device `ordinal` (checking first that a driver exists: cudarc would panic otherwise).
-pub fn open(ordinal: usize) -> Result<Arc<CudaContext>, String> {
-    // SAFETY: only probes whether the driver library can be loaded.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err("no CUDA driver (libcuda.so) on this machine".into());
-    }
-    CudaContext::new(ordinal).map_err(|e| format!("opening CUDA device {ordinal}: {e}"))
+pub fn open(ordinal: usize) -> Result<Arc<CudaContext>, CudaError> {
+    driver_present()?;
+    CudaContext::new(ordinal).map_err(driver("opening the CUDA device (cuDevicePrimaryCtxRetain)"))
 }
 
 /// Loads an embedded fatbin (see `pshmem-kernels`).
-pub fn load(ctx: &Arc<CudaContext>, fatbin: &[u8]) -> Result<Arc<CudaModule>, String> {
+pub fn load(ctx: &Arc<CudaContext>, fatbin: &[u8]) -> Result<Arc<CudaModule>, CudaError> {
     ctx.load_module(cudarc::nvrtc::Ptx::from_binary(fatbin.to_vec()))
-        .map_err(|e| format!("loading kernels: {e}"))
-}
-
-fn check(r: sys::CUresult, what: &str) -> Result<(), String> {
-    if r == sys::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(format!("{what} failed: {r:?}"))
-    }
+        .map_err(driver("loading a module (cuModuleLoadData)"))
 }
 
 /// Memory behind a GPU ring: pinned host memory mapped for the device (slots and control
@@ -125,12 +176,14 @@ unsafe impl Sync for GpuRingMemory {}
 
 impl Drop for GpuRingMemory {
     fn drop(&mut self) {
-        let _ = self.ctx.bind_to_thread();
-        // SAFETY: allocated by `gpu_ring` with these functions, freed once, no longer in use (the
-        // ring holding this backing is gone, and kernels using it have finished).
+        self.ctx.record_err(self.ctx.bind_to_thread());
+        // SAFETY: allocated by `gpu_ring` with these functions (when set), freed once, no longer
+        // in use (the ring holding this backing is gone, and kernels using it have finished).
         unsafe {
-            let _ = sys::cuMemFreeHost(self.host);
-            let _ = sys::cuMemFree_v2(self.dev);
+            record(&self.ctx, sys::cuMemFreeHost(self.host));
+            if self.dev != 0 {
+                record(&self.ctx, sys::cuMemFree_v2(self.dev));
+            }
         }
     }
 }
@@ -142,25 +195,21 @@ impl Drop for GpuRingMemory {
 pub fn gpu_ring(
     ctx: &Arc<CudaContext>,
     capacity: usize,
-) -> Result<(Arc<Ring>, RingDeviceHandle), String> {
+) -> Result<(Arc<Ring>, RingDeviceHandle), CudaError> {
     if !capacity.is_power_of_two() || capacity < 2 {
-        return Err(format!(
+        return Err(CudaError::Unusable(format!(
             "ring capacity {capacity} is not a power of two >= 2"
-        ));
+        )));
     }
-    ctx.bind_to_thread().map_err(|e| e.to_string())?;
+    ctx.bind_to_thread()
+        .map_err(driver("binding the context"))?;
     let ctrl_bytes = std::mem::size_of::<RingCtrl>();
     let bytes = ctrl_bytes + capacity * std::mem::size_of::<Slot>();
     let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
+    let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
     // SAFETY: out-pointer for a fresh allocation of `bytes`, with the context bound.
-    let rc = unsafe {
-        sys::cuMemHostAlloc(
-            &mut host,
-            bytes,
-            sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
-        )
-    };
-    check(rc, "cuMemHostAlloc")?;
+    let rc = unsafe { sys::cuMemHostAlloc(&mut host, bytes, flags) };
+    check(rc, "cuMemHostAlloc (ring)")?;
     // SAFETY: `host` is a fresh allocation of `bytes` bytes; zero is the ring's initial state.
     unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, bytes) };
     let mut host_dev: sys::CUdeviceptr = 0;
@@ -169,10 +218,15 @@ pub fn gpu_ring(
     let mapped = unsafe {
         check(
             sys::cuMemHostGetDevicePointer_v2(&mut host_dev, host, 0),
-            "cuMemHostGetDevicePointer",
+            "cuMemHostGetDevicePointer (ring)",
         )
-        .and_then(|()| check(sys::cuMemAlloc_v2(&mut dev, 16), "cuMemAlloc"))
-        .and_then(|()| check(sys::cuMemsetD8_v2(dev, 0, 16), "cuMemsetD8"))
+        .and_then(|()| {
+            check(
+                sys::cuMemAlloc_v2(&mut dev, 16),
+                "cuMemAlloc (ring counters)",
+            )
+        })
+        .and_then(|()| check(sys::cuMemsetD8_v2(dev, 0, 16), "cuMemsetD8 (ring counters)"))
     };
     let backing = GpuRingMemory {
         ctx: ctx.clone(),

@@ -3,9 +3,12 @@
 
 use std::time::Duration;
 
+use pshmem_abi::describe_pe;
 use pshmem_bootstrap::BootstrapError;
-use pshmem_proxy::ProxyError;
+use pshmem_proxy::{FaultCause, ProxyError};
 use pshmem_transport::TransportError;
+
+use crate::cuda::CudaError;
 
 /// Shorthand.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -158,18 +161,19 @@ pub enum Error {
         /// The offset.
         offset: u64,
     },
-    /// A peer died while this PE waited on it.
     /// CUDA (the driver, a device, a kernel) failed, or the GPU path is unavailable.
-    #[error("PE {me}: GPU: {what}: {detail}")]
+    #[error("PE {me}: GPU: {what}: {source}")]
     Cuda {
         /// This PE.
         me: usize,
         /// What was being done.
         what: &'static str,
-        /// The driver's or the runtime's explanation.
-        detail: String,
+        /// The driver's error, or why CUDA cannot be used.
+        #[source]
+        source: CudaError,
     },
-    #[error("PE {me}: {op}: PE {pe:?} died: {detail}")]
+    /// A peer died while this PE waited on it.
+    #[error("PE {me}: {op}: {} died: {detail}", describe_pe(*pe))]
     PeerDied {
         /// This PE.
         me: usize,
@@ -179,9 +183,12 @@ pub enum Error {
         pe: Option<usize>,
         /// Details.
         detail: String,
+        /// The error that revealed it, when there is one.
+        #[source]
+        cause: Option<Box<FaultCause>>,
     },
     /// An operation failed in the data path.
-    #[error("PE {me}: {op}: the data path failed (PE {pe:?}): {detail}")]
+    #[error("PE {me}: {op}: the data path failed ({}): {detail}", describe_pe(*pe))]
     OpFailed {
         /// This PE.
         me: usize,
@@ -191,6 +198,9 @@ pub enum Error {
         pe: Option<usize>,
         /// Details.
         detail: String,
+        /// The transport's or the device's error behind it, when there is one.
+        #[source]
+        cause: Option<Box<FaultCause>>,
     },
     /// A wait ran past `PSHMEM_OP_TIMEOUT`.
     #[error(

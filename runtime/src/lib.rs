@@ -53,12 +53,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+use pshmem_abi::error as code;
 use pshmem_bootstrap::Bootstrap;
 use pshmem_proxy::{Health, HeapMem, MemError, Proxy, ProxySetup};
 pub use pshmem_ring::SignalOp;
-use pshmem_ring::{
-    AmoOp, Desc, Local, Producer, Ring, RingError, WaitLimit, layout::error as code,
-};
+use pshmem_ring::{AmoOp, Desc, Local, Producer, Ring, RingError, WaitLimit};
 use pshmem_transport::{LocalMem, MemKind};
 
 use crate::{alloc::Allocator, heap::Mapping};
@@ -502,6 +501,7 @@ impl Pshmem {
             op,
             pe: Some(pe),
             detail: e.to_string(),
+            cause: Some(Box::new(e.into())),
         }
     }
 
@@ -559,33 +559,14 @@ impl Pshmem {
                 op,
                 pe: None,
                 detail: other.to_string(),
+                cause: None,
             },
         }
     }
 
     /// The error for a raised fault, with the details the proxy or the bootstrap recorded.
     fn fault_err(&self, op: &'static str, c: u32, pe: Option<usize>) -> Error {
-        let f = self.health.fault();
-        let detail = f
-            .as_ref()
-            .map_or_else(|| "no details".into(), |f| f.detail.clone());
-        let pe = f.as_ref().and_then(|f| f.pe).or(pe);
-        let c = f.as_ref().map_or(c, |f| f.code);
-        if c == code::PEER_DEAD {
-            Error::PeerDied {
-                me: self.me,
-                op,
-                pe,
-                detail,
-            }
-        } else {
-            Error::OpFailed {
-                me: self.me,
-                op,
-                pe,
-                detail,
-            }
-        }
+        fault_error(self.me, op, self.health.fault(), c, pe)
     }
 
     // ---- symmetric heap ---------------------------------------------------------------------
@@ -707,11 +688,11 @@ impl Pshmem {
                 w[0], w[1], w[2], w[3]
             )
         })?;
-        if let Err(detail) = probe {
+        if let Err(source) = probe {
             return Err(Error::Cuda {
                 me: self.me,
                 what: "gpu_init",
-                detail,
+                source,
             });
         }
         let g = {
@@ -737,7 +718,7 @@ impl Pshmem {
         self.gpu.get().ok_or(Error::Cuda {
             me: self.me,
             what: "gpu",
-            detail: "gpu_init has not been called".into(),
+            source: cuda::CudaError::Unusable("gpu_init has not been called".into()),
         })
     }
 
@@ -1390,6 +1371,38 @@ impl Drop for Pshmem {
             for p in lock(&self.proxies).drain(..) {
                 let _ = p.stop();
             }
+        }
+    }
+}
+
+/// The error for a raised fault of `code` (for `pe`), with what the proxy or the bootstrap
+/// recorded about it: a dead peer, or a failed data path with its typed cause.
+pub(crate) fn fault_error(
+    me: usize,
+    op: &'static str,
+    fault: Option<pshmem_proxy::Fault>,
+    code: u32,
+    pe: Option<usize>,
+) -> Error {
+    let (code, pe, detail, cause) = match fault {
+        Some(f) => (f.code, f.pe.or(pe), f.detail, f.cause.map(Box::new)),
+        None => (code, pe, "no details".into(), None),
+    };
+    if code == code::PEER_DEAD {
+        Error::PeerDied {
+            me,
+            op,
+            pe,
+            detail,
+            cause,
+        }
+    } else {
+        Error::OpFailed {
+            me,
+            op,
+            pe,
+            detail,
+            cause,
         }
     }
 }

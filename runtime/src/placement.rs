@@ -7,7 +7,7 @@ use pshmem_env as env;
 use pshmem_topology::{DeviceKind, Machine, NicRef, PciAddr, Placement, PlacementInput, place};
 use pshmem_transport::ofi::{DEFAULT_PROVIDERS, DomainInfo, list_domains};
 
-use crate::cuda::{self, CudaDevice};
+use crate::cuda::{self, CudaDevice, CudaError};
 
 /// Everything placement looked at, and the plan.
 #[derive(Debug)]
@@ -15,7 +15,7 @@ pub struct HostPlan {
     /// The host.
     pub machine: Machine,
     /// CUDA devices, or why there are none.
-    pub cuda: Result<Vec<CudaDevice>, String>,
+    pub cuda: Result<Vec<CudaDevice>, CudaError>,
     /// The provider whose NICs were placed (None: no libfabric provider, or sim/instant).
     pub provider: Option<String>,
     /// Its domains.
@@ -91,7 +91,9 @@ pub fn host_plan(local_size: usize, proxy_threads: usize, gpus: bool) -> HostPla
     let cuda = if gpus {
         cuda::devices()
     } else {
-        Err("not probed (host-mode placement)".into())
+        Err(CudaError::Unusable(
+            "not probed (host-mode placement)".into(),
+        ))
     };
     let gpu_addrs: Vec<PciAddr> = if !gpus {
         Vec::new()

@@ -3,7 +3,8 @@
 //! parts) and the host-staged path (chunks through landing slots) differ only in how a part is
 //! posted ([`super::issue`]) and in the signal mode.
 
-use pshmem_ring::{Desc, Local, RawSlot, layout::ctrl_op, layout::error as code, layout::op};
+use pshmem_abi::error as code;
+use pshmem_ring::{Desc, Local, RawSlot, layout::ctrl_op, layout::op};
 use pshmem_transport::{LocalRef, PostError, RemoteRef};
 
 use super::{
@@ -339,11 +340,8 @@ impl Engine {
             }
             Err(PostError::Retry) => false,
             Err(PostError::Failed(e)) => {
-                self.fault(
-                    code::OP_FAILED,
-                    Some(pe as usize),
-                    format!("PE {}: posting a p to PE {pe} failed: {e}", self.me),
-                );
+                let detail = format!("PE {}: posting a p to PE {pe} failed: {e}", self.me);
+                self.fault_with(code::OP_FAILED, Some(pe as usize), detail, *e);
                 true
             }
         }

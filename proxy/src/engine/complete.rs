@@ -4,8 +4,8 @@
 
 use std::sync::atomic::Ordering;
 
-use pshmem_ring::layout::error as code;
-use pshmem_transport::Event;
+use pshmem_abi::error as code;
+use pshmem_transport::{Event, TransportError};
 
 use super::{
     Engine,
@@ -20,7 +20,7 @@ pub(super) fn keep(events: &mut Vec<Ev>, msgs: &mut Vec<Vec<u8>>, e: Event<'_>) 
         Event::Recv { data } => msgs.push(data.to_vec()),
         Event::Done { ctx } => events.push(Ev::Done(ctx, None)),
         Event::Fetched { ctx, value } => events.push(Ev::Done(ctx, Some(value))),
-        Event::Failed { ctx, error } => events.push(Ev::Failed(ctx, error.to_string(), error.pe())),
+        Event::Failed { ctx, error } => events.push(Ev::Failed(ctx, error)),
         Event::RemoteWrite { data } => events.push(Ev::RemoteData(data)),
     }
 }
@@ -56,11 +56,8 @@ impl Engine {
             }
         });
         if let Err(e) = res {
-            self.fault(
-                code::OP_FAILED,
-                e.pe(),
-                format!("PE {}: polling the transport failed: {e}", self.me),
-            );
+            let detail = format!("PE {}: polling the transport failed: {e}", self.me);
+            self.fault_with(code::OP_FAILED, e.pe(), detail, e);
             return 0;
         }
         let n = fast + events.len() + msgs.len();
@@ -75,7 +72,7 @@ impl Engine {
         for ev in events.drain(..) {
             match ev {
                 Ev::Done(word, value) => self.done(word, value),
-                Ev::Failed(word, err, err_pe) => self.failed_event(word, err, err_pe),
+                Ev::Failed(word, err) => self.failed_event(word, err),
                 Ev::RemoteData(data) if self.landing.is_some() => self.landed(data),
                 Ev::RemoteData(data) => self.tagged_write(data),
             }
@@ -105,7 +102,7 @@ impl Engine {
     }
 
     /// A posted operation failed: the job fails, naming the PE it went to.
-    fn failed_event(&mut self, word: u64, err: String, err_pe: Option<usize>) {
+    fn failed_event(&mut self, word: u64, err: TransportError) {
         let c = Ctx::decode(word);
         if let Some(Ctx::Job(_)) = c {
             tracing::warn!("PE {}: a finished job's write failed: {err}", self.me);
@@ -118,13 +115,10 @@ impl Engine {
             Some(c) => c.pe(),
             None => None,
         };
-        let pe = pe.map(|p| p as usize).or(err_pe);
+        let pe = pe.map(|p| p as usize).or(err.pe());
         let whom = pe.map_or_else(|| "a peer".to_string(), |p| format!("PE {p}"));
-        self.fault(
-            code::OP_FAILED,
-            pe,
-            format!("PE {}: an operation to {whom} failed: {err}", self.me),
-        );
+        let detail = format!("PE {}: an operation to {whom} failed: {err}", self.me);
+        self.fault_with(code::OP_FAILED, pe, detail, err);
     }
 
     /// A part completed (a write or read, or a request's ack with the old value).

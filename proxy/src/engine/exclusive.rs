@@ -10,7 +10,9 @@ use std::sync::{
     atomic::{AtomicBool, Ordering},
 };
 
-use pshmem_transport::{Event, LocalRef, MrId, PostError, RemoteMrId, RemoteRef, Transport};
+use pshmem_transport::{
+    Event, LocalRef, MrId, PostError, RemoteMrId, RemoteRef, Transport, TransportError,
+};
 
 use super::{
     complete::keep,
@@ -160,7 +162,7 @@ impl Exclusive<'_> {
     /// and keeps every other event for the proxy. Returns how many were the job's.
     pub fn poll(
         &mut self,
-        done: &mut dyn FnMut(u64, Option<String>),
+        done: &mut dyn FnMut(u64, Option<TransportError>),
     ) -> Result<usize, ExclusiveError> {
         let (events, msgs) = (&mut *self.events, &mut *self.msgs);
         let mut mine = 0;
@@ -174,7 +176,7 @@ impl Exclusive<'_> {
             match (job, e) {
                 (Some(j), Event::Failed { error, .. }) => {
                     mine += 1;
-                    done(j, Some(error.to_string()));
+                    done(j, Some(error));
                 }
                 (Some(j), _) => {
                     mine += 1;

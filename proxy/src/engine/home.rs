@@ -4,7 +4,8 @@
 //! [`DeviceMem`] (CUDA copies on the proxy's own stream, AMOs by a one-thread kernel: the CPU
 //! never touches GPU memory itself).
 
-use pshmem_ring::{AmoOp, Desc, Local, layout::error as code};
+use pshmem_abi::error as code;
+use pshmem_ring::{AmoOp, Desc, Local};
 
 use super::Engine;
 use crate::{DeviceMem, mem::MemError};
@@ -59,7 +60,7 @@ impl DeviceHeap {
         }
         self.dev
             .amo(at, op, wide, operand, compare)
-            .map_err(|detail| MemError::Device { detail })
+            .map_err(MemError::device)
     }
 
     /// A copy between device or host addresses.
@@ -68,7 +69,7 @@ impl DeviceHeap {
     /// As [`DeviceMem::copy`].
     pub(super) unsafe fn copy(&mut self, dst: u64, src: u64, len: usize) -> Result<(), MemError> {
         // SAFETY: forwarded.
-        unsafe { self.dev.copy(dst, src, len) }.map_err(|detail| MemError::Device { detail })
+        unsafe { self.dev.copy(dst, src, len) }.map_err(MemError::device)
     }
 
     /// Page-locks host memory for faster copies.
@@ -252,10 +253,7 @@ impl Engine {
 
     /// A local memory failure while handling an operation with `pe`: the job fails.
     pub(super) fn mem_fault(&mut self, pe: u32, e: MemError) {
-        self.fault(
-            code::OP_FAILED,
-            Some(self.me as usize),
-            format!("PE {}: an operation with PE {pe}: {e}", self.me),
-        );
+        let detail = format!("PE {}: an operation with PE {pe}: {e}", self.me);
+        self.fault_with(code::OP_FAILED, Some(self.me as usize), detail, e);
     }
 }

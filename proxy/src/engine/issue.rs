@@ -3,7 +3,8 @@
 //! staging runs out, or a gate closes. Transfers go part by part: RMA parts here, host-staged
 //! chunks in [`super::staged`].
 
-use pshmem_ring::{Local, layout::error as code};
+use pshmem_abi::error as code;
+use pshmem_ring::Local;
 use pshmem_transport::{LocalRef, PostError, RemoteRef};
 
 use super::{
@@ -382,11 +383,8 @@ impl Engine {
             }
             Err(PostError::Failed(e)) => {
                 self.drop_part(part);
-                self.fault(
-                    code::OP_FAILED,
-                    Some(pe as usize),
-                    format!("PE {}: posting a {what} to PE {pe} failed: {e}", self.me),
-                );
+                let detail = format!("PE {}: posting a {what} to PE {pe} failed: {e}", self.me);
+                self.fault_with(code::OP_FAILED, Some(pe as usize), detail, *e);
                 Post::Failed
             }
         }

@@ -26,7 +26,8 @@ use std::{
     time::Instant,
 };
 
-use pshmem_ring::{Completions, Consumer, layout::error as code};
+use pshmem_abi::error as code;
+use pshmem_ring::{Completions, Consumer};
 use pshmem_transport::{Caps, LocalMem, MemKind, MrId, RemoteMrId, Transport};
 
 mod accept;
@@ -46,7 +47,9 @@ use home::DeviceHeap;
 use staged::Landing;
 use work::{Ev, Op, Part, PeQueue, RingState, Staging, TagState};
 
-use crate::{Health, ProxyConfig, ProxyError, ProxySetup, mem::HeapMem, slab::GenSlab, wire::Ack};
+use crate::{
+    FaultCause, Health, ProxyConfig, ProxyError, ProxySetup, mem::HeapMem, slab::GenSlab, wire::Ack,
+};
 
 /// How put-with-signal and fence keep their order on this transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -357,6 +360,18 @@ impl Engine {
     fn fault(&mut self, code: u32, pe: Option<usize>, detail: String) {
         self.failed = true;
         self.health.raise(code, pe, detail);
+    }
+
+    /// As [`Engine::fault`], keeping the error that caused it.
+    fn fault_with(
+        &mut self,
+        code: u32,
+        pe: Option<usize>,
+        detail: String,
+        cause: impl Into<FaultCause>,
+    ) {
+        self.failed = true;
+        self.health.raise_with(code, pe, detail, Some(cause.into()));
     }
 }
 

@@ -3,7 +3,7 @@
 //! finish this PE's parts; tagged writes are counted until the signal waiting for them can be
 //! applied; the acks gathered in a turn go out as one message per peer.
 
-use pshmem_ring::layout::error as code;
+use pshmem_abi::error as code;
 use pshmem_transport::PostError;
 
 use super::{
@@ -141,11 +141,8 @@ impl Engine {
                     break;
                 }
                 Err(PostError::Failed(e)) => {
-                    self.fault(
-                        code::OP_FAILED,
-                        Some(to as usize),
-                        format!("PE {}: sending acks to PE {to} failed: {e}", self.me),
-                    );
+                    let detail = format!("PE {}: sending acks to PE {to} failed: {e}", self.me);
+                    self.fault_with(code::OP_FAILED, Some(to as usize), detail, *e);
                     break;
                 }
             }

@@ -28,7 +28,8 @@
 
 use std::collections::VecDeque;
 
-use pshmem_ring::{Local, layout::error as code};
+use pshmem_abi::error as code;
+use pshmem_ring::Local;
 use pshmem_transport::{LocalRef, RemoteRef};
 
 use super::{
@@ -37,7 +38,10 @@ use super::{
     issue::Post,
     work::{Posted, Xfer},
 };
-use crate::wire::{Request, RequestKind};
+use crate::{
+    mem::MemError,
+    wire::{Request, RequestKind},
+};
 
 /// Bytes of a landing slot's header: ack id, address (destination offset or address), length,
 /// kind. A landing slot (and a staging chunk on this path) is `PSHMEM_STAGING_CHUNK` + HDR bytes.
@@ -103,14 +107,14 @@ impl Engine {
     }
 
     /// Fills staging chunk `ch` with a header and `n` bytes from `src` (device or host).
-    fn fill_chunk(&mut self, ch: u32, h: [u8; HDR], src: u64, n: usize) -> Result<(), String> {
+    fn fill_chunk(&mut self, ch: u32, h: [u8; HDR], src: u64, n: usize) -> Result<(), MemError> {
         let at = self.staging.chunk_ptr(ch);
         // SAFETY: the chunk is ours (taken from the free list) and holds `staging.chunk` >=
         // HDR + n bytes.
         unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), at, HDR) };
         // SAFETY: as above; the source is valid for `n` bytes (the producer's contract, or
         // inside this PE's heap).
-        unsafe { self.copy_raw(at as u64 + HDR as u64, src, n) }.map_err(|e| e.to_string())
+        unsafe { self.copy_raw(at as u64 + HDR as u64, src, n) }
     }
 
     /// Posts the next chunk of a staged put into a free landing slot at `pe`; returns its
@@ -130,11 +134,7 @@ impl Engine {
         if let Err(e) = self.fill_chunk(ch, h, src, n as usize) {
             self.staging.free.push(ch);
             self.drop_part(part);
-            self.fault(
-                code::OP_FAILED,
-                Some(self.me as usize),
-                format!("PE {}: staging a put to PE {pe}: {e}", self.me),
-            );
+            self.mem_fault(pe, e);
             return None;
         }
         let lref = LocalRef {
@@ -215,11 +215,7 @@ impl Engine {
             let from = self.staged_addr(Local::Heap(req.offset));
             if let Err(e) = self.fill_chunk(ch, h, from, n) {
                 self.staging.free.push(ch);
-                self.fault(
-                    code::OP_FAILED,
-                    Some(self.me as usize),
-                    format!("PE {}: replying to a get of PE {src}: {e}", self.me),
-                );
+                self.mem_fault(src, e);
                 return served;
             }
             let lref = LocalRef {
@@ -248,11 +244,8 @@ impl Engine {
                 }
                 Err(pshmem_transport::PostError::Failed(e)) => {
                     self.staging.free.push(ch);
-                    self.fault(
-                        code::OP_FAILED,
-                        Some(src as usize),
-                        format!("PE {}: replying to a get of PE {src}: {e}", self.me),
-                    );
+                    let detail = format!("PE {}: replying to a get of PE {src}: {e}", self.me);
+                    self.fault_with(code::OP_FAILED, Some(src as usize), detail, *e);
                     return served;
                 }
             }

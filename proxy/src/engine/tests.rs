@@ -8,7 +8,8 @@ use std::{
     time::Duration,
 };
 
-use pshmem_ring::{AmoOp, Desc, Local, Producer, Ring, SignalOp, WaitLimit, layout::error};
+use pshmem_abi::error;
+use pshmem_ring::{AmoOp, Desc, Local, Producer, Ring, SignalOp, WaitLimit};
 use pshmem_transport::{
     LocalMem, MemKind, Transport,
     inproc::{InProcConfig, InProcFabric},

@@ -188,8 +188,8 @@ pub(super) struct TagState {
 #[derive(Debug)]
 pub(crate) enum Ev {
     Done(u64, Option<u64>),
-    /// Context, error text, and the PE the error names (if it names one).
-    Failed(u64, String, Option<usize>),
+    /// Context and the transport's error.
+    Failed(u64, pshmem_transport::TransportError),
     /// A peer's write with remote CQ data landed here.
     RemoteData(u64),
 }

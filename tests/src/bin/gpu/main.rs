@@ -29,8 +29,9 @@ use std::{
 use clap::{Parser, Subcommand};
 use cudarc::driver::PushKernelArg;
 use pshmem::cuda::{self, LaunchConfig, RingDeviceHandle};
+use pshmem_abi::error as code;
 use pshmem_proxy::{ProxyConfig, standalone::InstantProxy};
-use pshmem_ring::{Completions, Consumer, Ring, layout::error as code};
+use pshmem_ring::{Completions, Consumer, Ring};
 
 #[derive(Parser)]
 struct Cli {
@@ -258,12 +259,13 @@ fn verify(ring: Arc<Ring>, warps: u64, per_warp: u64, done: Arc<AtomicBool>) -> 
 }
 
 fn ring_stress(dev: usize, blocks: u32, threads: u32, per_warp: u64, slots: usize) -> R<String> {
-    let ctx = cuda::open(dev)?;
-    let module = cuda::load(&ctx, pshmem_tests::RING_TEST_KERNELS)?;
+    let ctx = cuda::open(dev).map_err(|e| e.to_string())?;
+    let module = cuda::load(&ctx, pshmem_tests::RING_TEST_KERNELS).map_err(|e| e.to_string())?;
     let f = module
         .load_function("pshmem_ring_stress")
         .map_err(|e| e.to_string())?;
-    let (ring, handle): (Arc<Ring>, RingDeviceHandle) = cuda::gpu_ring(&ctx, slots)?;
+    let (ring, handle): (Arc<Ring>, RingDeviceHandle) =
+        cuda::gpu_ring(&ctx, slots).map_err(|e| e.to_string())?;
     let warps = u64::from(blocks * threads / 32);
     let stream = ctx.default_stream();
     let mut status = stream
@@ -313,8 +315,8 @@ fn ring_rate(
     proxies: usize,
     rings_per_proxy: usize,
 ) -> R<String> {
-    let ctx = cuda::open(dev)?;
-    let module = cuda::load(&ctx, pshmem_tests::RING_TEST_KERNELS)?;
+    let ctx = cuda::open(dev).map_err(|e| e.to_string())?;
+    let module = cuda::load(&ctx, pshmem_tests::RING_TEST_KERNELS).map_err(|e| e.to_string())?;
     let f = module
         .load_function("pshmem_ring_rate")
         .map_err(|e| e.to_string())?;
@@ -327,7 +329,7 @@ fn ring_rate(
     for _ in 0..n {
         let mut rings = Vec::new();
         for _ in 0..k {
-            let (ring, handle) = cuda::gpu_ring(&ctx, slots)?;
+            let (ring, handle) = cuda::gpu_ring(&ctx, slots).map_err(|e| e.to_string())?;
             rings.push(ring);
             let stream = ctx.new_stream().map_err(|e| e.to_string())?;
             let status = stream
@@ -376,14 +378,14 @@ fn ring_rate(
 
 fn mailbox(dev: usize, iters: u64) -> R<String> {
     use cudarc::driver::sys;
-    let ctx = cuda::open(dev)?;
-    let module = cuda::load(&ctx, pshmem_tests::RING_TEST_KERNELS)?;
+    let ctx = cuda::open(dev).map_err(|e| e.to_string())?;
+    let module = cuda::load(&ctx, pshmem_tests::RING_TEST_KERNELS).map_err(|e| e.to_string())?;
     let f = module
         .load_function("pshmem_mailbox")
         .map_err(|e| e.to_string())?;
     // Two 8-byte words on separate lines of pinned, device-mapped host memory (the same kind of
     // memory as the ring).
-    let (ring, _) = cuda::gpu_ring(&ctx, 2)?;
+    let (ring, _) = cuda::gpu_ring(&ctx, 2).map_err(|e| e.to_string())?;
     let (_, ctrl) = ring.raw_parts();
     let host = ctrl.as_ptr().cast::<u64>();
     // SAFETY: the control block is 256 bytes; words 16 and 24 (the `completed` and `error` lines,
@@ -456,12 +458,12 @@ fn clock_khz(dev: usize) -> R<i32> {
 }
 
 fn ring_latency(dev: usize, iters: u64) -> R<String> {
-    let ctx = cuda::open(dev)?;
-    let module = cuda::load(&ctx, pshmem_tests::RING_TEST_KERNELS)?;
+    let ctx = cuda::open(dev).map_err(|e| e.to_string())?;
+    let module = cuda::load(&ctx, pshmem_tests::RING_TEST_KERNELS).map_err(|e| e.to_string())?;
     let f = module
         .load_function("pshmem_ring_roundtrip")
         .map_err(|e| e.to_string())?;
-    let (ring, handle) = cuda::gpu_ring(&ctx, 1024)?;
+    let (ring, handle) = cuda::gpu_ring(&ctx, 1024).map_err(|e| e.to_string())?;
     // Spin: measure the path, not the back-off.
     let pc = ProxyConfig {
         idle_after: Duration::ZERO,
@@ -512,7 +514,7 @@ fn main() -> ExitCode {
     pshmem_tools::init_logging();
     let cli = Cli::parse();
     let dev = cli.device;
-    if let Err(why) = cuda::devices().and_then(|d| {
+    if let Err(why) = cuda::devices().map_err(|e| e.to_string()).and_then(|d| {
         if d.len() > dev {
             Ok(())
         } else {

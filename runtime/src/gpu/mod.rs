@@ -1,0 +1,757 @@
+//! The GPU path: a symmetric heap in device memory, same-host peers' heaps opened through CUDA
+//! IPC into a peer table in device memory, the GPU's command ring and its proxy (the host-staged
+//! path, see `pshmem_proxy::engine`), and the state every kernel module gets in its
+//! `pshmem_dstate` (the device API, `kernels/include/pshmem/device.cuh`).
+//!
+//! Remote AMOs on GPU memory (the rule): every AMO on a GPU heap is executed by that GPU —
+//! kernels use system-scope atomics on their own heap or through NVLink on a peer's, and the
+//! proxy applies a remote initiator's AMO with a one-thread kernel on the target GPU. The CPU
+//! never does an atomic on GPU memory (no GDRCopy), so all of them are atomic with respect to
+//! each other.
+//!
+//! CUDA failures keep the driver's error as their source ([`CudaError`]); releases that fail in
+//! `Drop` are recorded in the context and reported by [`Gpu::check`] or finalize.
+
+mod device;
+mod mem;
+
+use std::{
+    ffi::CStr,
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaStream, DevicePtr, LaunchConfig, sys,
+};
+use pshmem_abi::error as code;
+use pshmem_bootstrap::Bootstrap;
+use pshmem_proxy::{Health, HeapMem, Proxy, ProxyConfig, ProxySetup};
+use pshmem_ring::Ring;
+use pshmem_transport::{LocalMem, MemKind, MrId, RemoteMrId, Transport};
+
+use self::{
+    device::CudaDeviceMem,
+    mem::{DevAlloc, HostAlloc, IpcMapping, export_dmabuf},
+};
+use crate::{
+    alloc::{Allocator, RESERVED},
+    cuda::{self, CudaError, RingDeviceHandle, check, driver},
+    error::{Error, Result},
+};
+
+/// Whether the GPU path can start here (a driver and a device), or why not.
+pub fn probe() -> std::result::Result<(), CudaError> {
+    match cuda::devices()?.len() {
+        0 => Err(CudaError::NoDevice {
+            ordinal: 0,
+            count: 0,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Result cells for ring gets and fetching AMOs (each claimed by one thread at a time).
+const CELLS: usize = 4096;
+
+/// `pshmem_device_state_t` (kernels/include/pshmem/state.h; every offset is compared with the C
+/// compiler's by `device_state_matches_the_c_header`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct DeviceState {
+    my_pe: i32,
+    n_pes: i32,
+    heap_base: u64,
+    heap_size: u64,
+    peer_base: u64,
+    ring: RingDeviceHandle,
+    cell_owner: u64,
+    cells: u64,
+    n_cells: u32,
+    any_ring: u32,
+    barrier_epoch: u64,
+    barrier_off: u64,
+    dev_error: u64,
+    timeout_ns: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<DeviceState>() == 128);
+
+/// The maker of an [`Error::Cuda`] for `what` on PE `me` (for `map_err`).
+fn cu(me: usize, what: &'static str) -> impl FnOnce(CudaError) -> Error {
+    move |source| Error::Cuda { me, what, source }
+}
+
+/// What the GPU path holds until finalize releases it (field order: the IPC mappings of peers'
+/// heaps before this PE's own memory).
+struct Resources {
+    _ipc: Vec<IpcMapping>,
+    /// The host-staged path's landing area (None when the heap is registered by DMA-BUF).
+    _landing: Option<HostAlloc>,
+    /// The heap's DMA-BUF, while registered.
+    _dmabuf: Option<std::os::fd::OwnedFd>,
+    _misc: DevAlloc,
+    _heap: DevAlloc,
+}
+
+/// This PE's GPU: heap, peers, ring, proxy and the runtime's own kernels. Created by
+/// [`crate::Pshmem::gpu_init`].
+pub struct Gpu {
+    // Drop order: the proxy first (it uses the heap, the landing area and the ring), then the
+    // memory (unless finalize released it already).
+    proxy: Mutex<Option<Proxy>>,
+    res: Mutex<Option<Resources>>,
+    ring: Arc<Ring>,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    /// pshmem_k_quiet and pshmem_k_barrier_all, fetched once: with CUDA's lazy loading,
+    /// fetching a function while a kernel waits on a peer can stall the context (and with it
+    /// the proxy that the peer's progress depends on).
+    k_quiet: CudaFunction,
+    k_barrier: CudaFunction,
+    state: DeviceState,
+    peers: Vec<u64>,
+    pub(crate) alloc: Mutex<Allocator>,
+    registered: bool,
+    ordinal: usize,
+    me: usize,
+    health: Arc<Health>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("pe", &self.me)
+            .field("device", &self.ordinal)
+            .field(
+                "heap",
+                &format_args!("{:#x}+{}", self.state.heap_base, self.state.heap_size),
+            )
+            .field("peers", &self.peers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What `Gpu::create` needs from the runtime.
+pub(crate) struct GpuSetup<'a> {
+    pub bs: &'a Bootstrap,
+    pub me: usize,
+    pub n: usize,
+    pub heap_len: usize,
+    pub disable_p2p: bool,
+    pub ring_slots: usize,
+    pub landing_slots: usize,
+    pub op_timeout: std::time::Duration,
+    pub proxy: ProxyConfig,
+    pub health: Arc<Health>,
+}
+
+/// The proxy's registration of this PE's heap: the GPU heap itself (DMA-BUF) or the landing
+/// area of the host-staged path.
+struct Registration {
+    region: HeapMem,
+    mr: MrId,
+    landing: Option<HostAlloc>,
+    dmabuf: Option<std::os::fd::OwnedFd>,
+}
+
+impl Gpu {
+    /// Collective: allocates the heap, opens same-host peers' heaps, starts the proxy.
+    pub(crate) fn create(s: GpuSetup<'_>) -> Result<Self> {
+        let (me, n) = (s.me, s.n);
+        let ordinal = choose_device(s.bs, me, n)?;
+        let ctx = cuda::open(ordinal).map_err(cu(me, "opening the device"))?;
+        ctx.bind_to_thread()
+            .map_err(|e| cu(me, "binding the context")(driver("cuCtxSetCurrent")(e)))?;
+        let heap = DevAlloc::new(&ctx, s.heap_len).map_err(cu(me, "allocating the GPU heap"))?;
+        let (peers, ipc) = open_peers(&s, &ctx, &heap)?;
+
+        // Device-side bookkeeping: peer table, result cells and owners, barrier epoch, error.
+        let peer_off = 0usize;
+        let owner_off = peer_off + n * 8;
+        let cell_off = (owner_off + CELLS * 4).next_multiple_of(64);
+        let epoch_off = cell_off + CELLS * 8;
+        let err_off = epoch_off + 64;
+        let misc =
+            DevAlloc::new(&ctx, err_off + 64).map_err(cu(me, "allocating GPU bookkeeping"))?;
+        // SAFETY: the peer table fits at the start of `misc`; `peers` is live until the copy
+        // finished (synchronized below).
+        let rc = unsafe {
+            sys::cuMemcpyHtoD_v2(misc.ptr + peer_off as u64, peers.as_ptr().cast(), n * 8)
+        };
+        check(rc, "cuMemcpyHtoD (peer table)").map_err(cu(me, "writing the peer table"))?;
+        // SAFETY: a plain synchronization of the bound context.
+        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")
+            .map_err(cu(me, "writing the peer table"))?;
+
+        // The GPU's ring and its proxy (to every PE not mapped above: RMA into a DMA-BUF
+        // registration where the provider offers it, else the host-staged path).
+        let (ring, ring_handle) =
+            cuda::gpu_ring(&ctx, s.ring_slots).map_err(cu(me, "creating the GPU ring"))?;
+        s.health.watch([ring.clone()]);
+        let runtime = cuda::load(&ctx, pshmem_kernels::RUNTIME)
+            .map_err(cu(me, "loading the runtime kernels"))?;
+        let function = |name: &'static str| {
+            runtime
+                .load_function(name)
+                .map_err(|e| cu(me, "loading the runtime kernels")(driver(name)(e)))
+        };
+        let (amo, k_quiet, k_barrier) = (
+            function("pshmem_k_amo")?,
+            function("pshmem_k_quiet")?,
+            function("pshmem_k_barrier_all")?,
+        );
+        let (proxy, reg) = start_proxy(&s, &ctx, &heap, ordinal, &ring, amo)?;
+        let state = DeviceState {
+            my_pe: me as i32,
+            n_pes: n as i32,
+            heap_base: heap.ptr,
+            heap_size: s.heap_len as u64,
+            peer_base: misc.ptr + peer_off as u64,
+            ring: ring_handle,
+            cell_owner: misc.ptr + owner_off as u64,
+            cells: misc.ptr + cell_off as u64,
+            n_cells: CELLS as u32,
+            any_ring: u32::from(peers.contains(&0)),
+            barrier_epoch: misc.ptr + epoch_off as u64,
+            barrier_off: 0,
+            dev_error: misc.ptr + err_off as u64,
+            timeout_ns: s.op_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
+        };
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| cu(me, "creating a stream")(driver("cuStreamCreate")(e)))?;
+        let registered = reg.dmabuf.is_some();
+        let g = Self {
+            proxy: Mutex::new(Some(proxy)),
+            res: Mutex::new(Some(Resources {
+                _ipc: ipc,
+                _landing: reg.landing,
+                _dmabuf: reg.dmabuf,
+                _misc: misc,
+                _heap: heap,
+            })),
+            ring,
+            ctx,
+            stream,
+            k_quiet,
+            k_barrier,
+            state,
+            peers,
+            alloc: Mutex::new(Allocator::new(s.heap_len as u64)),
+            registered,
+            ordinal,
+            me,
+            health: s.health.clone(),
+        };
+        g.init_module(&runtime)?;
+        s.bs.barrier()?;
+        Ok(g)
+    }
+}
+
+/// The CUDA device of this PE: `PSHMEM_CUDA_DEVICE`, or the local rank modulo the devices.
+fn choose_device(bs: &Bootstrap, me: usize, n: usize) -> Result<usize> {
+    let devs = cuda::devices().map_err(cu(me, "no GPU path"))?;
+    if devs.is_empty() {
+        return Err(cu(me, "no GPU path")(CudaError::NoDevice {
+            ordinal: 0,
+            count: 0,
+        }));
+    }
+    let ordinal = match pshmem_env::CUDA_DEVICE.opt_usize()? {
+        Some(d) if d < devs.len() => d,
+        Some(d) => {
+            return Err(cu(me, "PSHMEM_CUDA_DEVICE")(CudaError::NoDevice {
+                ordinal: d,
+                count: devs.len(),
+            }));
+        }
+        None => bs.local_rank() % devs.len(),
+    };
+    if n > (RESERVED / 8) as usize {
+        return Err(cu(me, "GPU path")(CudaError::Unusable(format!(
+            "{n} PEs: the device barrier supports {}",
+            RESERVED / 8
+        ))));
+    }
+    Ok(ordinal)
+}
+
+/// CUDA IPC, collective: every PE publishes its heap's handle and its GPU's PCI bus id; same-host
+/// peers whose GPUs are peer-accessible (or the same GPU) open each other's heaps, unless
+/// `disable_p2p`. Returns each PE's heap address on this GPU (0: through the ring) and the
+/// mappings.
+fn open_peers(
+    s: &GpuSetup<'_>,
+    ctx: &Arc<CudaContext>,
+    heap: &DevAlloc,
+) -> Result<(Vec<u64>, Vec<IpcMapping>)> {
+    let me = s.me;
+    let mut handle = sys::CUipcMemHandle_st { reserved: [0; 64] };
+    // SAFETY: out-pointer; `heap.ptr` is a cuMemAlloc allocation.
+    let rc = unsafe { sys::cuIpcGetMemHandle(&mut handle, heap.ptr) };
+    check(rc, "cuIpcGetMemHandle").map_err(cu(me, "exporting the GPU heap"))?;
+    let mut bus = [0 as std::ffi::c_char; 32];
+    // SAFETY: a 32-byte buffer for the NUL-terminated bus id of a valid device.
+    let rc = unsafe { sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), 32, ctx.cu_device()) };
+    check(rc, "cuDeviceGetPCIBusId").map_err(cu(me, "exporting the GPU heap"))?;
+    let mut rec = Vec::with_capacity(64 + 32 + 8);
+    rec.extend(handle.reserved.iter().map(|&c| c as u8));
+    rec.extend(bus.iter().map(|&c| c as u8));
+    rec.extend((s.heap_len as u64).to_le_bytes());
+    let all = s.bs.allgather(&rec)?;
+    let mut peers = vec![0u64; s.n];
+    peers[me] = heap.ptr;
+    let mut ipc = Vec::new();
+    for (r, other) in all.iter().enumerate() {
+        if r == me || s.disable_p2p || !s.bs.same_host(r) {
+            continue;
+        }
+        let peer_bus = CStr::from_bytes_until_nul(&other[64..96])
+            .map(|c| c.to_owned())
+            .unwrap_or_default();
+        if !peer_accessible(ctx, &peer_bus) {
+            tracing::warn!(
+                "PE {me}: GPU {peer_bus:?} of PE {r} is not peer-accessible from this GPU: its heap is reached through the proxy"
+            );
+            continue;
+        }
+        let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
+        for (d, s) in h.reserved.iter_mut().zip(&other[..64]) {
+            *d = *s as std::ffi::c_char;
+        }
+        match IpcMapping::open(ctx, h) {
+            Ok(m) => {
+                peers[r] = m.ptr;
+                ipc.push(m);
+            }
+            Err(e) => tracing::warn!(
+                "PE {me}: opening PE {r}'s GPU heap through CUDA IPC: {e}; it is reached through the proxy"
+            ),
+        }
+    }
+    Ok((peers, ipc))
+}
+
+/// Whether the GPU with PCI bus id `bus` is this context's device or peer-accessible from it.
+fn peer_accessible(ctx: &CudaContext, bus: &CStr) -> bool {
+    let (mut pdev, mut can) = (0, 0);
+    // SAFETY: a NUL-terminated bus id; out-pointers.
+    unsafe {
+        sys::cuDeviceGetByPCIBusId(&mut pdev, bus.as_ptr()) == sys::CUresult::CUDA_SUCCESS
+            && (pdev == ctx.cu_device()
+                || (sys::cuDeviceCanAccessPeer(&mut can, ctx.cu_device(), pdev)
+                    == sys::CUresult::CUDA_SUCCESS
+                    && can == 1))
+    }
+}
+
+/// Opens the proxy's transport, registers the heap (DMA-BUF, where every PE can) or the
+/// landing area of the host-staged path, and starts the proxy on the GPU's ring.
+fn start_proxy(
+    s: &GpuSetup<'_>,
+    ctx: &Arc<CudaContext>,
+    heap: &DevAlloc,
+    ordinal: usize,
+    ring: &Arc<Ring>,
+    amo: CudaFunction,
+) -> Result<(Proxy, Registration)> {
+    let me = s.me;
+    let terr = |what: &'static str| {
+        move |source| Error::Transport {
+            me,
+            what,
+            source: Box::new(source),
+        }
+    };
+    let mut t = pshmem_transport::open_from_env_on(s.bs, &[])
+        .map_err(terr("opening the GPU proxy's transport"))?;
+    let reg = register(s, ctx, heap, ordinal, t.as_mut())?;
+    let remotes: Vec<RemoteMrId> = pshmem_transport::exchange_mr(t.as_mut(), s.bs, reg.mr)
+        .map_err(terr("exchanging GPU heap registrations"))?;
+    let result = HostAlloc::pinned(ctx, 64).map_err(cu(me, "allocating the AMO result cell"))?;
+    let dev = CudaDeviceMem::new(ctx.clone(), amo, (heap.ptr, s.heap_len as u64), result);
+    let proxy = Proxy::spawn(
+        format!("pshmem-gpu-proxy-{me}"),
+        ProxySetup {
+            transport: t,
+            heap: reg.region,
+            heap_mr: reg.mr,
+            remote_heaps: remotes,
+            rings: vec![ring.clone()],
+            device: Some(Box::new(dev)),
+            device_registered: reg.dmabuf.is_some(),
+        },
+        s.proxy.clone(),
+        s.health.clone(),
+    )?;
+    Ok((proxy, reg))
+}
+
+/// Where the provider registers GPU memory by DMA-BUF (and every PE's GPU exports it), the heap
+/// itself is registered and data moves by RMA; otherwise the pinned landing area of the
+/// host-staged path is. Collective.
+fn register(
+    s: &GpuSetup<'_>,
+    ctx: &Arc<CudaContext>,
+    heap: &DevAlloc,
+    ordinal: usize,
+    t: &mut dyn Transport,
+) -> Result<Registration> {
+    let me = s.me;
+    let terr = |what: &'static str| {
+        move |source| Error::Transport {
+            me,
+            what,
+            source: Box::new(source),
+        }
+    };
+    let dmabuf = t.caps().gpu_memory
+        && t.caps().dmabuf
+        && ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
+            .is_ok_and(|v| v == 1);
+    let everywhere =
+        s.bs.allgather(&[u8::from(dmabuf)])?
+            .iter()
+            .all(|v| v.first() == Some(&1));
+    if everywhere {
+        let fd = export_dmabuf(heap.ptr, s.heap_len).map_err(cu(me, "exporting the GPU heap"))?;
+        // SAFETY: a view of the GPU heap for the transport's bookkeeping; the proxy never
+        // dereferences it in GPU mode (copies and AMOs go through the device), and the heap
+        // outlives the proxy (finalize stops the proxy first).
+        let region = unsafe { HeapMem::new(heap.ptr as *mut u8, s.heap_len) };
+        let kind = MemKind::Cuda {
+            device: ordinal as i32,
+            dmabuf_fd: Some(std::os::fd::AsRawFd::as_raw_fd(&fd)),
+            dmabuf_offset: 0,
+        };
+        let mem = LocalMem {
+            ptr: heap.ptr as *mut u8,
+            len: s.heap_len,
+            kind,
+        };
+        // SAFETY: the heap outlives the transport, owned by the proxy (stopped first).
+        let mr = unsafe { t.mr_reg(mem) }.map_err(terr("registering the GPU heap (DMA-BUF)"))?;
+        return Ok(Registration {
+            region,
+            mr,
+            landing: None,
+            dmabuf: Some(fd),
+        });
+    }
+    let slot = pshmem_proxy::landing_slot_bytes(s.proxy.staging_chunk);
+    let landing = HostAlloc::pinned(ctx, s.n * s.landing_slots.max(1) * slot)
+        .map_err(cu(me, "allocating the landing area"))?;
+    // SAFETY: a view of the landing area, which outlives the proxy (stopped first).
+    let region = unsafe { HeapMem::new(landing.ptr.cast(), landing.len) };
+    let mem = LocalMem {
+        ptr: landing.ptr.cast(),
+        len: landing.len,
+        kind: MemKind::Host,
+    };
+    // SAFETY: as above: registered memory outlives the transport, owned by the proxy.
+    let mr = unsafe { t.mr_reg(mem) }.map_err(terr("registering the GPU landing area"))?;
+    Ok(Registration {
+        region,
+        mr,
+        landing: Some(landing),
+        dmabuf: None,
+    })
+}
+
+impl Gpu {
+    /// The CUDA device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// The context (bind it on threads that launch kernels).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// A stream of the runtime (non-blocking).
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Whether `pe`'s GPU heap is mapped here (loads and stores), rather than reached through
+    /// the proxy.
+    pub fn is_direct(&self, pe: usize) -> bool {
+        self.peers.get(pe).is_some_and(|&p| p != 0)
+    }
+
+    /// How PEs that are not mapped are reached: "dmabuf" (RMA into the registered GPU heap) or
+    /// "host-staged".
+    pub fn remote_path(&self) -> &'static str {
+        if self.registered {
+            "dmabuf"
+        } else {
+            "host-staged"
+        }
+    }
+
+    /// The device address of this PE's copy of a symmetric object.
+    pub fn ptr(&self, p: crate::SymPtr) -> u64 {
+        self.state.heap_base + p.offset()
+    }
+
+    /// Heap size in bytes.
+    pub fn heap_size(&self) -> usize {
+        self.state.heap_size as usize
+    }
+
+    /// The memory, while not released by finalize (which fails `op` with `Finalized`), with the
+    /// context bound to this thread.
+    fn live(&self, op: &'static str) -> Result<MutexGuard<'_, Option<Resources>>> {
+        let res = self.res.lock().unwrap_or_else(|p| p.into_inner());
+        if res.is_none() {
+            return Err(Error::Finalized { me: self.me, op });
+        }
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| self.cuda(op, driver("binding the context")(e)))?;
+        Ok(res)
+    }
+
+    /// Loads an embedded fatbin and fills its `pshmem_dstate`, so its kernels can use the
+    /// device API. Fetch the module's functions before launching kernels that wait on peers:
+    /// with CUDA's lazy loading, fetching one while such a kernel runs can stall the context.
+    pub fn load(&self, fatbin: &[u8]) -> Result<Arc<CudaModule>> {
+        let _live = self.live("load")?;
+        let m = cuda::load(&self.ctx, fatbin).map_err(|e| self.cuda("loading a module", e))?;
+        self.init_module(&m)?;
+        Ok(m)
+    }
+
+    fn init_module(&self, m: &Arc<CudaModule>) -> Result<()> {
+        let what = "setting pshmem_dstate (does the module include pshmem/device.cuh?)";
+        let g = m
+            .get_global("pshmem_dstate", &self.stream)
+            .map_err(|e| self.cuda(what, driver("cuModuleGetGlobal")(e)))?;
+        let len = g.len();
+        let (ptr, _sync) = g.device_ptr(&self.stream);
+        let want = std::mem::size_of::<DeviceState>();
+        if len != want {
+            return Err(self.cuda(
+                what,
+                CudaError::Unusable(format!(
+                    "pshmem_dstate is {len} bytes, the runtime's state {want}"
+                )),
+            ));
+        }
+        // The global of exactly this size; the state is live until the copy finished.
+        self.sync_copy(ptr, &self.state as *const DeviceState as u64, want, what)
+    }
+
+    /// Copies bytes into this PE's GPU heap (synchronous).
+    pub fn copy_in(&self, p: crate::SymPtr, src: &[u8]) -> Result<()> {
+        self.bounds("copy_in", p, src.len())?;
+        let _live = self.live("copy_in")?;
+        // The range is inside the heap (checked); `src` is live until the copy finished.
+        self.sync_copy(self.ptr(p), src.as_ptr() as u64, src.len(), "copy_in")
+    }
+
+    /// Copies bytes out of this PE's GPU heap (synchronous).
+    pub fn copy_out(&self, p: crate::SymPtr, dst: &mut [u8]) -> Result<()> {
+        self.bounds("copy_out", p, dst.len())?;
+        let _live = self.live("copy_out")?;
+        // The range is inside the heap (checked); `dst` is live and exclusive until the copy
+        // finished.
+        self.sync_copy(dst.as_mut_ptr() as u64, self.ptr(p), dst.len(), "copy_out")
+    }
+
+    /// Zeroes `len` bytes of this PE's GPU heap.
+    pub(crate) fn zero(&self, off: u64, len: usize) -> Result<()> {
+        let _live = self.live("calloc")?;
+        let st = self.stream.cu_stream();
+        // SAFETY: the allocator handed out `off..off + len` inside the heap. Synchronized: a
+        // plain cuMemsetD8 may still run after peers started writing there.
+        let rc = unsafe { sys::cuMemsetD8Async(self.state.heap_base + off, 0, len, st) };
+        check(rc, "cuMemsetD8Async").map_err(|e| self.cuda("calloc", e))?;
+        self.sync_stream("calloc")
+    }
+
+    /// A copy on the runtime's stream, finished on return (plain cuMemcpyHtoD from pageable
+    /// memory may return before the data is in device memory). The callers guarantee both
+    /// ranges.
+    fn sync_copy(&self, dst: u64, src: u64, len: usize, what: &'static str) -> Result<()> {
+        // SAFETY: the callers guarantee both ranges; synchronized before returning.
+        let rc = unsafe { sys::cuMemcpyAsync(dst, src, len, self.stream.cu_stream()) };
+        check(rc, "cuMemcpyAsync").map_err(|e| self.cuda(what, e))?;
+        self.sync_stream(what)
+    }
+
+    fn sync_stream(&self, what: &'static str) -> Result<()> {
+        // SAFETY: a plain synchronization of the runtime's stream.
+        let rc = unsafe { sys::cuStreamSynchronize(self.stream.cu_stream()) };
+        check(rc, "cuStreamSynchronize").map_err(|e| self.cuda(what, e))
+    }
+
+    fn bounds(&self, op: &'static str, p: crate::SymPtr, len: usize) -> Result<()> {
+        match p.offset().checked_add(len as u64) {
+            Some(end) if end <= self.state.heap_size && p.offset() >= RESERVED => Ok(()),
+            end => Err(Error::OutOfHeap {
+                me: self.me,
+                op,
+                offset: p.offset(),
+                end: end.unwrap_or(u64::MAX),
+                start: RESERVED,
+                heap: self.state.heap_size,
+            }),
+        }
+    }
+
+    fn cuda(&self, what: &'static str, source: CudaError) -> Error {
+        cu(self.me, what)(source)
+    }
+
+    fn launch_one(
+        &self,
+        f: &CudaFunction,
+        stream: &Arc<CudaStream>,
+        op: &'static str,
+    ) -> Result<()> {
+        let _live = self.live(op)?;
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = stream.launch_builder(f);
+        // SAFETY: a kernel without arguments, using the module's filled pshmem_dstate.
+        unsafe { b.launch(cfg) }
+            .map(|_| ())
+            .map_err(|e| self.cuda(op, driver("cuLaunchKernel")(e)))
+    }
+
+    /// Enqueues a quiet on `stream`: work after it on the stream starts once every device
+    /// operation issued before it by this PE's GPU has completed.
+    pub fn quiet_on_stream(&self, stream: &Arc<CudaStream>) -> Result<()> {
+        self.launch_one(&self.k_quiet, stream, "quiet_on_stream")
+    }
+
+    /// Enqueues a barrier over all PEs on `stream` (collective: every PE enqueues it).
+    pub fn barrier_all_on_stream(&self, stream: &Arc<CudaStream>) -> Result<()> {
+        self.launch_one(&self.k_barrier, stream, "barrier_all_on_stream")
+    }
+
+    /// The first error a device call recorded, the data path's fault, or a CUDA release that
+    /// failed in `Drop`, as an error naming the PE; `Ok` when none happened.
+    pub fn check(&self, op: &'static str) -> Result<()> {
+        self.ctx
+            .check_err()
+            .map_err(|e| self.cuda(op, driver("an earlier release of GPU memory")(e)))?;
+        let _live = self.live(op)?;
+        let mut word = 0u64;
+        self.sync_copy(&mut word as *mut u64 as u64, self.state.dev_error, 8, op)?;
+        let ring = match self.ring.error() {
+            Some(pshmem_ring::RingError::Raised { code: c, pe }) => code::word(c, pe),
+            _ => 0,
+        };
+        let word = if word != 0 { word } else { ring };
+        let Some((c, pe)) = code::split(word) else {
+            return Ok(());
+        };
+        let pe = pe.map(|p| p as usize);
+        let device = |detail: &str| Error::OpFailed {
+            me: self.me,
+            op,
+            pe,
+            detail: detail.into(),
+            cause: None,
+        };
+        Err(match c {
+            code::BAD_ADDRESS => device(
+                "a device call used an address outside the GPU symmetric heap or a PE outside the job",
+            ),
+            code::NO_CELLS => device("no free result cell for a ring get or fetching AMO"),
+            code::TIMEOUT => Error::Timeout {
+                me: self.me,
+                op,
+                waited: std::time::Duration::from_nanos(self.state.timeout_ns),
+            },
+            c => crate::fault_error(self.me, op, self.health.fault(), c, pe),
+        })
+    }
+
+    /// Synchronizes `stream`, then [`Gpu::check`]s.
+    pub fn synchronize(&self, stream: &Arc<CudaStream>, op: &'static str) -> Result<()> {
+        stream
+            .synchronize()
+            .map_err(|e| self.cuda(op, driver("cuStreamSynchronize")(e)))?;
+        self.check(op)
+    }
+
+    /// Finalize: stops the proxy, releases the GPU memory and reports any CUDA release that
+    /// failed meanwhile.
+    pub(crate) fn stop(&self) -> Result<()> {
+        let p = self.proxy.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let stopped = p.map_or(Ok(()), |p| p.stop().map_err(Error::from));
+        // The device is idle for this PE (finalize's quiet and barrier came first).
+        let synced = self.sync_stream("finalize");
+        drop(self.res.lock().unwrap_or_else(|p| p.into_inner()).take());
+        let released = self
+            .ctx
+            .check_err()
+            .map_err(|e| self.cuda("finalize", driver("releasing GPU memory")(e)));
+        stopped.and(synced).and(released)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::{offset_of, size_of};
+
+    use pshmem_abi::probe::value;
+
+    use super::{DeviceState, RingDeviceHandle};
+
+    #[test]
+    fn device_state_matches_the_c_header() {
+        let t = "pshmem_device_state_t";
+        let rust = [
+            ("my_pe", offset_of!(DeviceState, my_pe)),
+            ("n_pes", offset_of!(DeviceState, n_pes)),
+            ("heap_base", offset_of!(DeviceState, heap_base)),
+            ("heap_size", offset_of!(DeviceState, heap_size)),
+            ("peer_base", offset_of!(DeviceState, peer_base)),
+            ("ring", offset_of!(DeviceState, ring)),
+            ("cell_owner", offset_of!(DeviceState, cell_owner)),
+            ("cells", offset_of!(DeviceState, cells)),
+            ("n_cells", offset_of!(DeviceState, n_cells)),
+            ("any_ring", offset_of!(DeviceState, any_ring)),
+            ("barrier_epoch", offset_of!(DeviceState, barrier_epoch)),
+            ("barrier_off", offset_of!(DeviceState, barrier_off)),
+            ("dev_error", offset_of!(DeviceState, dev_error)),
+            ("timeout_ns", offset_of!(DeviceState, timeout_ns)),
+        ];
+        for (f, off) in rust {
+            assert_eq!(value(&format!("{t}.{f}")), off as u64, "{t}.{f}");
+        }
+        assert_eq!(
+            value(&format!("sizeof {t}")),
+            size_of::<DeviceState>() as u64
+        );
+    }
+
+    #[test]
+    fn ring_device_handle_matches_the_c_header() {
+        let t = "pshmem_ring_device_t";
+        let rust = [
+            ("slots", offset_of!(RingDeviceHandle, slots)),
+            ("ctrl", offset_of!(RingDeviceHandle, ctrl)),
+            ("head", offset_of!(RingDeviceHandle, head)),
+            ("tail_cache", offset_of!(RingDeviceHandle, tail_cache)),
+            ("capacity", offset_of!(RingDeviceHandle, capacity)),
+        ];
+        for (f, off) in rust {
+            assert_eq!(value(&format!("{t}.{f}")), off as u64, "{t}.{f}");
+        }
+        assert_eq!(
+            value(&format!("sizeof {t}")),
+            size_of::<RingDeviceHandle>() as u64
+        );
+    }
+}
