@@ -41,7 +41,7 @@ use crate::{
 #[non_exhaustive]
 pub enum RingError {
     /// The proxy raised the ring's error word.
-    #[error("the proxy raised error code {code} (PE {pe:?}): {}", describe(*code))]
+    #[error("the proxy raised error code {code} ({}): {}", pshmem_abi::describe_pe(*pe), describe(*code))]
     Raised {
         /// The error code (see [`pshmem_abi::error`]).
         code: u32,
