@@ -5,7 +5,7 @@
 
 use pshmem_abi::error as code;
 use pshmem_ring::{Desc, Local, RawSlot, layout::ctrl_op, layout::op};
-use pshmem_transport::{LocalRef, PostError, RemoteRef};
+use pshmem_transport::PostError;
 
 use super::{
     Engine, SignalMode,
@@ -319,19 +319,8 @@ impl Engine {
         {
             return false;
         }
-        let off = self.staging.scratch;
-        self.staging.buf[off..off + 8].copy_from_slice(&value.to_le_bytes());
         let ctx = Ctx::Part(PartRef::Fast(FastOp::new(ring, pe, seq))).encode();
-        let lref = LocalRef {
-            mr: self.staging.mr,
-            offset: off,
-        };
-        let rref = RemoteRef {
-            mr: self.remote[pe as usize],
-            offset: remote,
-        };
-        // SAFETY: the value is in the scratch area, copied by the transport at post (inject).
-        let r = unsafe { self.t.write(pe as usize, lref, rref, width as usize, ctx) };
+        let r = self.write_value(pe, self.staging.scratch, remote, value, width, ctx);
         match r {
             Ok(()) => {
                 self.rings[ring as usize].queues[pe as usize].outstanding += 1;

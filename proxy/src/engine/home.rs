@@ -7,7 +7,7 @@
 use pshmem_abi::error as code;
 use pshmem_ring::{AmoOp, Desc, Local};
 
-use super::Engine;
+use super::{Engine, work::Dir};
 use crate::{DeviceMem, mem::MemError};
 
 /// A GPU heap reached through its device.
@@ -99,10 +99,10 @@ impl Engine {
         match *d {
             Desc::Put {
                 remote, local, len, ..
-            } => self.copy_into_heap(remote, local, len),
+            } => self.copy_heap(Dir::Put, remote, local, len),
             Desc::Get {
                 remote, local, len, ..
-            } => self.copy_from_heap(remote, local, len),
+            } => self.copy_heap(Dir::Get, remote, local, len),
             Desc::P {
                 remote,
                 value,
@@ -139,49 +139,37 @@ impl Engine {
                 op,
                 ..
             } => {
-                self.copy_into_heap(remote, local, len)?;
+                self.copy_heap(Dir::Put, remote, local, len)?;
                 self.heap_amo(sig, true, op.as_amo(), value, 0).map(drop)
             }
             Desc::Fence => Ok(()),
         }
     }
 
-    /// Copies `len` bytes from a local side into this PE's heap at `dst`.
-    fn copy_into_heap(&mut self, dst: u64, src: Local, len: u64) -> Result<(), MemError> {
+    /// Copies `len` bytes between this PE's heap at `at` and a local side: into the heap
+    /// (`Put`) or out of it (`Get`).
+    fn copy_heap(&mut self, dir: Dir, at: u64, local: Local, len: u64) -> Result<(), MemError> {
         match &mut self.device {
             Some(d) => {
-                let (to, from) = (d.check(dst, len)?, d.addr(src, len)?);
-                // SAFETY: the destination is inside the heap (checked); the producer keeps
-                // the source valid until the operation completes.
+                let (heap, other) = (d.check(at, len)?, d.addr(local, len)?);
+                let (to, from) = match dir {
+                    Dir::Put => (heap, other),
+                    Dir::Get => (other, heap),
+                };
+                // SAFETY: the heap side is inside the heap (checked); the producer keeps the
+                // local side valid until the operation completes.
                 unsafe { d.copy(to, from, len as usize) }
             }
             None => {
-                let h = self.region;
-                match src {
-                    Local::Heap(off) => h.copy_from(dst, &h, off, len),
-                    // SAFETY: the producer keeps raw sources valid until the operation
-                    // completes.
-                    Local::Raw(a) => unsafe { h.write_from_raw(dst, a as *const u8, len as usize) },
-                }
-            }
-        }
-    }
-
-    /// Copies `len` bytes from this PE's heap at `src` to a local side.
-    fn copy_from_heap(&mut self, src: u64, dst: Local, len: u64) -> Result<(), MemError> {
-        match &mut self.device {
-            Some(d) => {
-                let (from, to) = (d.check(src, len)?, d.addr(dst, len)?);
-                // SAFETY: as for `copy_into_heap`, the other way round.
-                unsafe { d.copy(to, from, len as usize) }
-            }
-            None => {
-                let h = self.region;
-                match dst {
-                    Local::Heap(off) => h.copy_from(off, &h, src, len),
-                    // SAFETY: the producer keeps raw destinations valid until the operation
-                    // completes.
-                    Local::Raw(a) => unsafe { h.read_to_raw(src, a as *mut u8, len as usize) },
+                let (h, n) = (self.region, len as usize);
+                match (local, dir) {
+                    (Local::Heap(off), Dir::Put) => h.copy_from(at, &h, off, len),
+                    (Local::Heap(off), Dir::Get) => h.copy_from(off, &h, at, len),
+                    // SAFETY: the producer keeps raw sources and destinations valid until the
+                    // operation completes.
+                    (Local::Raw(a), Dir::Put) => unsafe { h.write_from_raw(at, a as *const u8, n) },
+                    // SAFETY: as above.
+                    (Local::Raw(a), Dir::Get) => unsafe { h.read_to_raw(at, a as *mut u8, n) },
                 }
             }
         }

@@ -295,8 +295,7 @@ impl Engine {
         if self.inflight >= self.cfg.max_inflight {
             return Issued::Blocked;
         }
-        let w = width as usize;
-        let (off, posted) = if w <= self.staging.inject {
+        let (off, posted) = if width as usize <= self.staging.inject {
             (self.staging.scratch, Posted::Rma)
         } else {
             let Some(ch) = self.staging.free.pop() else {
@@ -304,9 +303,24 @@ impl Engine {
             };
             (self.staging.chunk_offset(ch), Posted::FromChunk(ch))
         };
-        // The scratch area and every chunk hold at least 8 bytes; only `w` are sent.
-        self.staging.buf[off..off + 8].copy_from_slice(&value.to_le_bytes());
         let part = self.new_part(op, pe, r, posted);
+        let res = self.write_value(pe, off, remote, value, width, Ctx::Part(part).encode());
+        self.posted(res, part, pe, "p").issued()
+    }
+
+    /// Writes the low `width` bytes of `value` to `remote` on `pe`, from staging memory at
+    /// `off` (the scratch area, copied at post, or a chunk the caller holds until completion;
+    /// either holds at least 8 bytes).
+    pub(super) fn write_value(
+        &mut self,
+        pe: u32,
+        off: usize,
+        remote: u64,
+        value: u64,
+        width: u8,
+        ctx: u64,
+    ) -> Result<(), PostError> {
+        self.staging.buf[off..off + 8].copy_from_slice(&value.to_le_bytes());
         let lref = LocalRef {
             mr: self.staging.mr,
             offset: off,
@@ -316,12 +330,8 @@ impl Engine {
             offset: remote,
         };
         // SAFETY: the value is in our staging memory: injected at post, or in a chunk held
-        // until completion.
-        let res = unsafe {
-            self.t
-                .write(pe as usize, lref, rref, w, Ctx::Part(part).encode())
-        };
-        self.posted(res, part, pe, "p").issued()
+        // until the write completes.
+        unsafe { self.t.write(pe as usize, lref, rref, width as usize, ctx) }
     }
 
     /// Sends a request whose ack completes a part of `op`.

@@ -708,10 +708,17 @@ mod tests {
 
     use super::{DeviceState, RingDeviceHandle};
 
+    /// Every field offset and the size of a Rust mirror equal the C compiler's.
+    fn matches_c(t: &str, fields: &[(&str, usize)], size: usize) {
+        for (f, off) in fields {
+            assert_eq!(value(&format!("{t}.{f}")), *off as u64, "{t}.{f}");
+        }
+        assert_eq!(value(&format!("sizeof {t}")), size as u64, "sizeof {t}");
+    }
+
     #[test]
     fn device_state_matches_the_c_header() {
-        let t = "pshmem_device_state_t";
-        let rust = [
+        let fields = [
             ("my_pe", offset_of!(DeviceState, my_pe)),
             ("n_pes", offset_of!(DeviceState, n_pes)),
             ("heap_base", offset_of!(DeviceState, heap_base)),
@@ -727,31 +734,22 @@ mod tests {
             ("dev_error", offset_of!(DeviceState, dev_error)),
             ("timeout_ns", offset_of!(DeviceState, timeout_ns)),
         ];
-        for (f, off) in rust {
-            assert_eq!(value(&format!("{t}.{f}")), off as u64, "{t}.{f}");
-        }
-        assert_eq!(
-            value(&format!("sizeof {t}")),
-            size_of::<DeviceState>() as u64
-        );
+        matches_c("pshmem_device_state_t", &fields, size_of::<DeviceState>());
     }
 
     #[test]
     fn ring_device_handle_matches_the_c_header() {
-        let t = "pshmem_ring_device_t";
-        let rust = [
+        let fields = [
             ("slots", offset_of!(RingDeviceHandle, slots)),
             ("ctrl", offset_of!(RingDeviceHandle, ctrl)),
             ("head", offset_of!(RingDeviceHandle, head)),
             ("tail_cache", offset_of!(RingDeviceHandle, tail_cache)),
             ("capacity", offset_of!(RingDeviceHandle, capacity)),
         ];
-        for (f, off) in rust {
-            assert_eq!(value(&format!("{t}.{f}")), off as u64, "{t}.{f}");
-        }
-        assert_eq!(
-            value(&format!("sizeof {t}")),
-            size_of::<RingDeviceHandle>() as u64
+        matches_c(
+            "pshmem_ring_device_t",
+            &fields,
+            size_of::<RingDeviceHandle>(),
         );
     }
 }
