@@ -17,7 +17,11 @@
 //!   atomics (the rule, for host mode; see docs/ARCHITECTURE.md);
 //! - **progress** for manual-progress providers (the transport is polled on every turn, idle or
 //!   not); an idle proxy backs off (spin, yield, then short sleeps) instead of burning a core;
-//! - **failures** raise every ring's error word with the PE concerned, so no wait hangs.
+//! - **failures** raise every ring's error word with the PE concerned, so no wait hangs, and
+//!   keep the transport's or the device's error as the fault's typed cause.
+//!
+//! The engine is split by phase of a turn (`engine/`), and one module (`engine::ctx`) owns every
+//! bit of the words it packs.
 
 pub mod engine;
 pub mod mem;

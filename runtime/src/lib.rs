@@ -12,7 +12,10 @@
 //!   exercises the device path;
 //! - the **direct path**: same-host peers map each other's heaps (memfd over SCM_RIGHTS) and
 //!   load and store directly, the host analogue of CUDA IPC; `PSHMEM_DISABLE_P2P=1` forces
-//!   everything (this PE included) through the proxy.
+//!   everything (this PE included) through the proxy;
+//! - the **GPU path** ([`gpu`], [`cuda`]): a GPU symmetric heap, same-host peers through CUDA
+//!   IPC, the GPU's command ring and its proxy, the state the device API reads, CUDA errors that
+//!   keep the driver's own; and the placement of PEs, NICs and proxy cores ([`placement`]).
 //!
 //! ```
 //! # fn main() -> pshmem::Result<()> {

@@ -3,18 +3,18 @@
 //!
 //! One turn of the loop, one module per phase:
 //! 1. tell the transport about newly dead peers (here);
-//! 2. [`accept`]: drain up to `batch` operations from each ring into per-(ring, PE) FIFO queues
-//!    (operations on this PE itself are applied at once, in order, by [`home`]);
-//! 3. [`issue`]: issue queued work front first, until the transport pushes back (`Retry`),
-//!    staging runs out, or a fence gate closes; RMA parts, or host-staged chunks ([`staged`]);
-//! 4. [`complete`]: poll the transport and finish parts and operations;
-//! 5. [`serve`]: peers' requests (AMOs, signals, staged stores and gets), acks, tagged writes;
+//! 2. `accept`: drain up to `batch` operations from each ring into per-(ring, PE) FIFO queues
+//!    (operations on this PE itself are applied at once, in order, by `home`);
+//! 3. `issue`: issue queued work front first, until the transport pushes back (`Retry`),
+//!    staging runs out, or a fence gate closes; RMA parts, or host-staged chunks (`staged`);
+//! 4. `complete`: poll the transport and finish parts and operations;
+//! 5. `serve`: peers' requests (AMOs, signals, staged stores and gets), acks, tagged writes;
 //!    send the acks gathered this turn (one message per peer);
 //! 6. move each ring's `completed` counter past its finished prefix (here);
 //! 7. back off if nothing happened (here).
 //!
-//! [`ctx`] owns every bit of the words the engine packs (transport contexts, request ids,
-//! remote CQ data); [`work`] the state kept between phases; [`exclusive`] the jobs that borrow
+//! `ctx` owns every bit of the words the engine packs (transport contexts, request ids,
+//! remote CQ data); `work` the state kept between phases; `exclusive` the jobs that borrow
 //! the transport between turns.
 
 use std::{
