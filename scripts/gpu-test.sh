@@ -9,7 +9,7 @@ BIN="${1:-target/release}"
 OUT="${2:-gpu-test-out}"
 if [ "$BIN" = target/release ]; then
   bash scripts/setup.sh
-  cargo build --release --quiet -p pshmem-tests || exit 1
+  cargo build --release --quiet -p pshmem-tests -p pshmem-tools -p pshmem-benches || exit 1
 fi
 mkdir -p "$OUT"
 LOG="$OUT/gpu-tests.log"
@@ -23,23 +23,45 @@ run() {
   [ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
 }
 (command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv) 2>&1 | tee -a "$LOG"
+NGPU="$(nvidia-smi -L 2>/dev/null | wc -l)"
+# Several PEs on one GPU need CUDA MPS: without it their kernels are time-sliced and a kernel
+# waiting on a peer's store sees it only at the next slice (about 2000 times slower). On a
+# one-GPU machine every multi-PE test below shares the GPU, so start an MPS server for them.
+if [ "$NGPU" -eq 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
+  MPS_DIR="$(mktemp -d)"
+  export CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log"
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d; then
+    trap 'echo quit | nvidia-cuda-mps-control' EXIT
+    echo "== one GPU: CUDA MPS started for the multi-PE tests ($MPS_DIR)" | tee -a "$LOG"
+  else
+    echo "== one GPU and MPS did not start: multi-PE tests will be time-sliced (slow)" | tee -a "$LOG"
+  fi
+fi
 # >= 10^7 descriptors from every warp of 132 blocks x 8 warps, through a 1024-slot ring.
 run "$BIN/pshmem-gpu-tests" ring-stress --blocks 132 --threads 256 --per-warp 10000 --slots 1024
 run "$BIN/pshmem-gpu-tests" ring-rate --blocks 132 --threads 128 --per-warp 4000
 run "$BIN/pshmem-gpu-tests" ring-rate --blocks 1 --threads 32 --per-warp 200000
+run "$BIN/pshmem-gpu-tests" mailbox --iters 20000
 run "$BIN/pshmem-gpu-tests" ring-latency --iters 20000
-# The device API, every operation verified: 2 PEs on 2 GPUs through NVLink (CUDA IPC); 2 PEs
-# forced through the ring and the host-staged proxy over tcp;rxm; 2 PEs sharing GPU 0.
+# The device API, every operation verified: 2 PEs (on 2 GPUs through NVLink/CUDA IPC where there
+# are two, else sharing the one); 2 PEs forced through the ring and the host-staged proxy over
+# tcp;rxm; 2 and 4 PEs sharing GPU 0.
 run "$BIN/pshmem-gpu-tests" gpu-ops --pes 2
 run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmem-gpu-tests" gpu-ops --pes 2
 run "$BIN/pshmem-gpu-tests" gpu-ops --pes 2 --same-gpu
-# A killed peer ends the survivor's GPU wait with an error naming it (NVLink, then staged).
+run "$BIN/pshmem-gpu-tests" gpu-ops --pes 4 --same-gpu
+run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmem-gpu-tests" gpu-ops --pes 4 --same-gpu
+# A killed peer ends the survivor's GPU wait with an error naming it (direct, then staged).
 run "$BIN/pshmem-gpu-tests" gpu-kill
 run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmem-gpu-tests" gpu-kill
-# Device-initiated pshmem-perf: NVLink (2 PEs on 2 GPUs), then the ring + host-staged proxy.
-if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
-  run "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" put_bw get_bw -b 8 -e 268435456 -n 5 --window 8 --json "$OUT/perf-nvlink-bw.json"
-  run "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" p_latency atomic_latency msg_rate barrier_latency -n 10 --window 64 --json "$OUT/perf-nvlink-lat.json"
+# Device-initiated pshmem-perf: NVLink (2 PEs on 2 GPUs) or 2 PEs sharing one GPU under MPS
+# (then "NVLink" figures are copies within one GPU's memory, not link figures), then the ring
+# and the host-staged proxy.
+[ "$NGPU" -ge 2 ] && where=nvlink || where=same-gpu
+if [ "$NGPU" -ge 1 ]; then
+  run "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" put_bw get_bw -b 8 -e 268435456 -n 5 --window 8 --json "$OUT/perf-$where-bw.json"
+  run "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" p_latency atomic_latency msg_rate barrier_latency -n 10 --window 64 --json "$OUT/perf-$where-lat.json"
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" put_bw -b 8 -e 16777216 -f 4 -n 3 --window 8 --json "$OUT/perf-staged-bw.json"
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" p_latency atomic_latency barrier_latency -n 5 --window 32 --json "$OUT/perf-staged-lat.json"
 fi
