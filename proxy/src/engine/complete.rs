@@ -27,7 +27,7 @@ pub(super) fn keep(events: &mut Vec<Ev>, msgs: &mut Vec<Vec<u8>>, e: Event<'_>) 
 
 /// A fast operation's part completed: one fewer in flight, to its PE and in total, and its
 /// sequence number finished.
-#[inline]
+#[inline(always)]
 fn fast_done(rings: &mut [RingState], inflight: &mut usize, f: FastOp) {
     *inflight -= 1;
     let ring = &mut rings[f.ring as usize];

@@ -41,6 +41,7 @@ struct Field {
 }
 
 impl Field {
+    #[inline]
     const fn mask(self) -> u64 {
         if self.bits == 64 {
             u64::MAX
@@ -48,6 +49,7 @@ impl Field {
             (1 << self.bits) - 1
         }
     }
+    #[inline]
     const fn end(self) -> u32 {
         self.shift + self.bits
     }
@@ -127,6 +129,7 @@ impl SlabKey {
     pub(crate) const MAX_GENERATION: u32 = KEY_GENERATION.mask() as u32;
 
     /// The key of slot `index` at `generation` (at most [`SlabKey::MAX_GENERATION`]).
+    #[inline]
     pub(crate) fn new(index: u32, generation: u32) -> Self {
         debug_assert!(generation <= Self::MAX_GENERATION);
         Self {
@@ -136,6 +139,7 @@ impl SlabKey {
     }
 
     /// The generation that follows `g`, wrapping within the field.
+    #[inline]
     pub(crate) fn next_generation(g: u32) -> u32 {
         g.wrapping_add(1) & Self::MAX_GENERATION
     }
@@ -150,10 +154,12 @@ impl SlabKey {
         self.generation
     }
 
+    #[inline]
     fn pack(self) -> u64 {
         KEY_INDEX.put(self.index.into()) | KEY_GENERATION.put(self.generation.into())
     }
 
+    #[inline]
     fn unpack(payload: u64) -> Self {
         Self {
             index: KEY_INDEX.get(payload) as u32,
@@ -178,6 +184,7 @@ pub(crate) struct FastOp {
 impl FastOp {
     /// The fast operation `seq` of `ring` to `pe` (ring and PE within [`MAX_RINGS`] and
     /// [`MAX_PES`], which the engine checks at start).
+    #[inline]
     pub(crate) fn new(ring: u16, pe: u32, seq: u64) -> Self {
         Self {
             ring,
@@ -186,12 +193,14 @@ impl FastOp {
         }
     }
 
+    #[inline]
     fn pack(self) -> u64 {
         FAST_SEQ.put(self.seq_low.into())
             | FAST_PE.put(self.pe.into())
             | FAST_RING.put(self.ring.into())
     }
 
+    #[inline(always)]
     fn unpack(payload: u64) -> Self {
         Self {
             ring: FAST_RING.get(payload) as u16,
@@ -237,6 +246,7 @@ pub(crate) enum Ctx {
 
 impl Ctx {
     /// The word given to the transport.
+    #[inline]
     pub(crate) fn encode(self) -> u64 {
         let (kind, payload) = match self {
             Ctx::Part(PartRef::Tracked(k)) => (KIND_PART, k.pack()),
@@ -254,6 +264,7 @@ impl Ctx {
     }
 
     /// What a word stands for; `None` for a word no context of this module produces.
+    #[inline]
     pub(crate) fn decode(word: u64) -> Option<Self> {
         let p = word & JOB.mask();
         Some(match KIND.get(word) {
@@ -288,9 +299,13 @@ impl Ctx {
 
 /// The completion of a fast part, decoded without going through [`Ctx::decode`] (the hottest
 /// event of the proxy: checked inside the transport's poll callback).
-#[inline]
+#[inline(always)]
 pub(crate) fn fast_part(word: u64) -> Option<FastOp> {
-    (KIND.get(word) == KIND_FAST).then(|| FastOp::unpack(word))
+    if KIND.get(word) == KIND_FAST {
+        Some(FastOp::unpack(word))
+    } else {
+        None
+    }
 }
 
 /// A job's context, if `word` is one.

@@ -311,6 +311,7 @@ impl Engine {
     /// Writes the low `width` bytes of `value` to `remote` on `pe`, from staging memory at
     /// `off` (the scratch area, copied at post, or a chunk the caller holds until completion;
     /// either holds at least 8 bytes).
+    #[inline]
     pub(super) fn write_value(
         &mut self,
         pe: u32,
