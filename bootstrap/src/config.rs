@@ -60,6 +60,12 @@ impl BootstrapConfig {
                 world: world_size,
             });
         }
+        if world_size > 1 {
+            check_addr(&root_addr)?;
+            if secret == 0 {
+                warn_unauthenticated(&root_addr);
+            }
+        }
         Ok(Self {
             rank,
             world_size,
@@ -137,12 +143,44 @@ impl BootstrapConfig {
                 }
             },
         };
-        let secret = parse_secret(&env::JOB_SECRET.value())?;
+        let secret = match env::JOB_SECRET.raw() {
+            Some(v) => parse_secret(&v)?,
+            None => 0,
+        };
         let mut cfg = Self::with_rank(rank, world, root_addr, secret)?;
         cfg.local_rank = int_var(env::LOCAL_RANK.name, "LOCAL_RANK")?;
         cfg.local_size = int_var(env::LOCAL_SIZE.name, "LOCAL_WORLD_SIZE")?;
         Ok(cfg)
     }
+}
+
+/// Fails at once on a bootstrap address that is not `host:port` (rather than retrying it until
+/// the join timeout).
+fn check_addr(addr: &str) -> Result<()> {
+    env::Kind::Address
+        .check(addr)
+        .map_err(|why| BootstrapError::Config(env::BOOTSTRAP_ADDR.bad(addr, why)))
+}
+
+/// Says once per process that this job's bootstrap has no secret, and how to give it one.
+fn warn_unauthenticated(addr: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let msg = format!(
+            "{} is not set: this job's bootstrap is unauthenticated, and any process that can \
+             reach {addr} can join it, learn its ranks or abort it. Give every rank the same \
+             random secret, e.g. `export {}=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')` before \
+             torchrun or srun (pshmrun and unique ids make one themselves).",
+            env::JOB_SECRET.name,
+            env::JOB_SECRET.name
+        );
+        // Seen also where no log subscriber is installed: a security warning must be.
+        if tracing::dispatcher::has_been_set() {
+            tracing::warn!("{msg}");
+        } else {
+            eprintln!("pshmem: warning: {msg}");
+        }
+    });
 }
 
 /// Parses a hex job secret (with or without `0x`).

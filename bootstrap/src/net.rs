@@ -38,6 +38,8 @@ pub(crate) enum ReadError {
     Idle(Duration),
     /// Socket error or a stream cut inside a frame.
     Io(String),
+    /// The peer reset the connection (it turned us away).
+    Reset,
     /// The bytes are not a valid frame; the secret the peer sent comes along when it can be read.
     Frame(FrameError, Option<u64>),
 }
@@ -57,6 +59,7 @@ async fn read_full<R: AsyncRead + Unpin>(
             Ok(Ok(0)) if off == 0 && at_boundary => return Err(ReadError::Eof),
             Ok(Ok(0)) => return Err(ReadError::Io("connection closed inside a frame".into())),
             Ok(Ok(n)) => off += n,
+            Ok(Err(e)) if is_reset(&e) => return Err(ReadError::Reset),
             Ok(Err(e)) => return Err(ReadError::Io(e.to_string())),
         }
     }
@@ -371,6 +374,7 @@ pub(crate) async fn reader_task<R: AsyncRead + Unpin>(
                 }
                 let detail = match e {
                     ReadError::Eof => "connection closed without goodbye".to_string(),
+                    ReadError::Reset => "connection reset".to_string(),
                     ReadError::Idle(d) => format!("no heartbeat for {d:?}"),
                     ReadError::Io(m) => m,
                     ReadError::Frame(error, _) => {
@@ -504,6 +508,63 @@ enum Handshake {
     },
 }
 
+/// Longest a connection may take to deliver its whole hello (a slow one cannot hold a
+/// handshake slot by trickling bytes: the idle timer alone restarts with every byte).
+pub(crate) const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Most handshakes rank 0 has pending at once: past it, new connections are closed at once, so
+/// that slow or hostile connections can neither exhaust rank 0's descriptors nor stall the
+/// join (the ranks retry until the join timeout, and a pending handshake lasts at most
+/// [`HANDSHAKE_DEADLINE`]).
+pub(crate) fn max_pending(n: usize) -> usize {
+    (2 * n).clamp(64, 1024)
+}
+
+/// Rank 0's acceptor, for the job's whole life: each connection gets a handshake task (at most
+/// `cap` at once, each bounded by [`HANDSHAKE_DEADLINE`]) whose outcome goes to `tx`.
+async fn accept_loop(
+    listener: TcpListener,
+    tx: mpsc::UnboundedSender<Handshake>,
+    secret: u64,
+    cap: usize,
+) {
+    let pending = Arc::new(tokio::sync::Semaphore::new(cap));
+    let mut dropped = 0u64;
+    loop {
+        let (s, from) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                // EMFILE and the like: wait for descriptors to come back rather than spin.
+                tracing::warn!("rank 0: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = pending.clone().try_acquire_owned() else {
+            dropped += 1;
+            if dropped.is_power_of_two() {
+                tracing::warn!(
+                    "rank 0: {cap} handshakes pending; closed the connection from {from} ({dropped} so far)"
+                );
+            }
+            drop(s);
+            continue;
+        };
+        let _ = s.set_nodelay(true);
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let h = tokio::time::timeout(HANDSHAKE_DEADLINE, handshake(s, from, secret))
+                .await
+                .unwrap_or_else(|_| Handshake::Stray {
+                    from,
+                    why: format!("no complete hello within {HANDSHAKE_DEADLINE:?}"),
+                });
+            drop(permit);
+            let _ = tx.send(h);
+        });
+    }
+}
+
 /// Reads the hello of an accepted connection (bounded in time and size) and checks the secret.
 async fn handshake(mut s: TcpStream, from: SocketAddr, secret: u64) -> Handshake {
     let idle = Duration::from_secs(5);
@@ -545,7 +606,7 @@ async fn handshake(mut s: TcpStream, from: SocketAddr, secret: u64) -> Handshake
             from,
             why: e.to_string(),
         },
-        Err(ReadError::Eof) => Handshake::Stray {
+        Err(ReadError::Eof | ReadError::Reset) => Handshake::Stray {
             from,
             why: "closed before hello".into(),
         },
@@ -655,23 +716,7 @@ pub(crate) async fn root_join(
     let deadline = tokio::time::Instant::now() + cfg.join_timeout;
     let (tx, mut rx) = mpsc::unbounded_channel::<Handshake>();
     let secret = cfg.secret;
-    let acceptor = tokio::spawn(async move {
-        loop {
-            match listener.accept().await {
-                Ok((s, from)) => {
-                    let _ = s.set_nodelay(true);
-                    let tx = tx.clone();
-                    tokio::spawn(async move {
-                        let _ = tx.send(handshake(s, from, secret).await);
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!("rank 0: accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            }
-        }
-    });
+    let acceptor = tokio::spawn(accept_loop(listener, tx, secret, max_pending(n)));
     let mut joined: Vec<Option<(Hello, TcpStream, SocketAddr)>> = (0..n).map(|_| None).collect();
     let mut count = 1;
     let outcome: Result<()> = loop {
@@ -776,7 +821,9 @@ pub(crate) async fn root_join(
 }
 
 /// A non-root rank's side of the join: connect with retry and exponential backoff until the
-/// join timeout, say hello, wait for the world table (or rank 0's reason for refusing).
+/// join timeout, say hello, wait for the world table (or rank 0's reason for refusing). A
+/// connection that rank 0 closes without a word (it had too many handshakes pending) is tried
+/// again, within the same deadline.
 pub(crate) async fn peer_join(
     shared: &Arc<Shared>,
     cfg: &BootstrapConfig,
@@ -784,8 +831,42 @@ pub(crate) async fn peer_join(
     let start = Instant::now();
     let deadline = start + cfg.join_timeout;
     let mut backoff = Duration::from_millis(5);
+    loop {
+        let stream = connect_root(cfg, start, deadline).await?;
+        match hello_root(cfg, stream).await? {
+            Some((world, stream)) => {
+                spawn_peer(shared, 0, stream, cfg);
+                return Ok(world);
+            }
+            None if Instant::now() < deadline => {
+                tracing::debug!(
+                    "rank {}: rank 0 closed the connection unanswered; again",
+                    cfg.rank
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+            None => {
+                return Err(BootstrapError::RootUnreachable {
+                    rank: cfg.rank,
+                    addr: cfg.root_addr.clone(),
+                    waited: start.elapsed(),
+                    last_error: "rank 0 closed every connection unanswered (busy?)".into(),
+                });
+            }
+        }
+    }
+}
+
+/// Connects to rank 0, retrying with exponential backoff until `deadline`.
+async fn connect_root(
+    cfg: &BootstrapConfig,
+    start: Instant,
+    deadline: Instant,
+) -> Result<TcpStream> {
+    let mut backoff = Duration::from_millis(5);
     let mut last_error = String::from("no attempt");
-    let mut stream = loop {
+    loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(BootstrapError::RootUnreachable {
@@ -797,30 +878,45 @@ pub(crate) async fn peer_join(
         }
         let attempt = left.min(Duration::from_secs(2));
         match tokio::time::timeout(attempt, TcpStream::connect(cfg.root_addr.as_str())).await {
-            Ok(Ok(s)) => break s,
+            Ok(Ok(s)) => {
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
             Ok(Err(e)) => last_error = e.to_string(),
             Err(_) => last_error = format!("connect timed out after {attempt:?}"),
         }
         tokio::time::sleep(backoff.min(deadline.saturating_duration_since(Instant::now()))).await;
         backoff = (backoff * 2).min(Duration::from_millis(500));
-    };
-    let _ = stream.set_nodelay(true);
+    }
+}
+
+/// Says hello on a fresh connection to rank 0 and waits for its answer: the world table,
+/// rank 0's reason for refusing (an error), or `None` when rank 0 closed the connection
+/// without a word (worth another try).
+async fn hello_root(
+    cfg: &BootstrapConfig,
+    mut stream: TcpStream,
+) -> Result<Option<(Vec<PeerInfo>, TcpStream)>> {
     let io = |op: &str, e: String| BootstrapError::Io {
         rank: cfg.rank,
         op: op.into(),
         message: e,
     };
-    write_message(
-        &mut stream,
-        Kind::Hello,
-        cfg.secret,
-        &my_hello(cfg).encode(),
-    )
-    .await
-    .map_err(|e| io("join: sending hello to rank 0", e.to_string()))?;
+    let hello = my_hello(cfg).encode();
+    match write_message(&mut stream, Kind::Hello, cfg.secret, &hello).await {
+        Ok(()) => {}
+        // Closed before we spoke: rank 0 turned the connection away.
+        Err(e) if is_reset(&e) => return Ok(None),
+        Err(e) => return Err(io("join: sending hello to rank 0", e.to_string())),
+    }
     // Rank 0 answers when everyone has joined, or with its reason at its own join timeout;
     // wait a little longer than that so its reason arrives first.
     let wait = cfg.join_timeout + Duration::from_secs(5);
+    let protocol = |source| BootstrapError::Protocol {
+        rank: cfg.rank,
+        peer: "rank 0".into(),
+        source,
+    };
     let (kind, payload) = match read_message(&mut stream, cfg.secret, MAX_FRAME, wait).await {
         Ok(m) => m,
         Err(ReadError::Idle(_)) => {
@@ -830,42 +926,27 @@ pub(crate) async fn peer_join(
                 timeout: cfg.join_timeout,
             });
         }
-        Err(ReadError::Frame(e, _)) => {
-            return Err(BootstrapError::Protocol {
-                rank: cfg.rank,
-                peer: "rank 0".into(),
-                source: e,
-            });
-        }
-        Err(ReadError::Eof) => {
-            return Err(io(
-                "join: waiting for rank 0",
-                "rank 0 closed the connection".into(),
-            ));
-        }
+        Err(ReadError::Frame(e, _)) => return Err(protocol(e)),
+        Err(ReadError::Eof | ReadError::Reset) => return Ok(None),
         Err(ReadError::Io(m)) => return Err(io("join: waiting for rank 0", m)),
     };
     match kind {
         Kind::Welcome => {
-            let world =
-                decode_world(&payload, cfg.world_size).map_err(|e| BootstrapError::Protocol {
-                    rank: cfg.rank,
-                    peer: "rank 0".into(),
-                    source: e,
-                })?;
-            spawn_peer(shared, 0, stream, cfg);
-            Ok(world)
+            let world = decode_world(&payload, cfg.world_size).map_err(protocol)?;
+            Ok(Some((world, stream)))
         }
         Kind::Reject => Err(decode_reject(cfg, &payload)),
-        other => Err(BootstrapError::Protocol {
-            rank: cfg.rank,
-            peer: "rank 0".into(),
-            source: FrameError::Unexpected {
-                got: other,
-                expected: "Welcome or Reject",
-            },
-        }),
+        other => Err(protocol(FrameError::Unexpected {
+            got: other,
+            expected: "Welcome or Reject",
+        })),
     }
+}
+
+/// Whether an I/O error says the peer closed or reset the connection.
+fn is_reset(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+    matches!(e.kind(), BrokenPipe | ConnectionReset | ConnectionAborted)
 }
 
 fn decode_reject(cfg: &BootstrapConfig, payload: &[u8]) -> BootstrapError {

@@ -160,8 +160,8 @@ vars! {
         "host:port where rank 0 listens. Falls back to MASTER_ADDR:(MASTER_PORT + PSHMEM_BOOTSTRAP_PORT_OFFSET).");
     BOOTSTRAP_PORT_OFFSET = ("PSHMEM_BOOTSTRAP_PORT_OFFSET", "1", Kind::Count, "bootstrap",
         "Added to MASTER_PORT when the torchrun variables are used, because torch's own TCPStore listens on MASTER_PORT.");
-    JOB_SECRET = ("PSHMEM_JOB_SECRET", "0", Kind::Hex, "bootstrap",
-        "64-bit job secret (hex) carried by every bootstrap frame; connections with another secret are rejected. pshmrun sets a random one.");
+    JOB_SECRET = ("PSHMEM_JOB_SECRET", "", Kind::Hex, "bootstrap",
+        "64-bit job secret (hex) that every bootstrap frame carries and the same-host heap exchange authenticates with; connections without it are refused. pshmrun and unique ids make a random one; under torchrun or srun set the same random value on every rank (e.g. export PSHMEM_JOB_SECRET=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')): unset, the job is unauthenticated and says so once.");
     BOOTSTRAP_TIMEOUT = ("PSHMEM_BOOTSTRAP_TIMEOUT", "60", Kind::Seconds, "bootstrap",
         "Seconds to wait for every rank to join; the error names the ranks that never arrived.");
     BOOTSTRAP_OP_TIMEOUT = ("PSHMEM_BOOTSTRAP_OP_TIMEOUT", "300", Kind::Seconds, "bootstrap",

@@ -393,3 +393,172 @@ fn unique_id_mode() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_all_ok(&res);
 }
+
+/// A complete hello frame for `rank` of `n`, carrying `secret`.
+fn hello_frame(rank: u32, n: u32, secret: u64) -> Vec<u8> {
+    let body = frame::Hello {
+        rank,
+        world_size: n,
+        host_id: "intruder".into(),
+        hostname: "intruder".into(),
+        pid: 1,
+    }
+    .encode();
+    let mut f = frame::encode_header(Kind::Hello, 0, secret, body.len() as u32).to_vec();
+    f.extend(body);
+    f
+}
+
+/// The kind of the first frame of `reply` (read in `secret`), if it holds one.
+fn first_kind(reply: &[u8], secret: u64) -> Option<Kind> {
+    let h: &[u8; frame::HEADER_LEN] = reply.get(..frame::HEADER_LEN)?.try_into().ok()?;
+    frame::decode_header(h, secret, frame::MAX_FRAME)
+        .ok()
+        .map(|h| h.kind)
+}
+
+/// 100 hellos without the job's secret, for a rank that has not joined yet (during the join)
+/// and for ranks that have (after it): none takes a slot, none learns the world table (every
+/// answer is a Reject, never a Welcome), none aborts the job.
+#[test]
+fn a_hello_without_the_secret_takes_no_slot_learns_nothing_and_aborts_nothing() {
+    let spec = job(
+        3,
+        &[
+            "bs-loop",
+            "--size",
+            "64",
+            "--sleep-ms",
+            "20",
+            "--iters",
+            "100",
+        ],
+    );
+    let secret = u64::from_str_radix(&spec.env[0].1, 16).unwrap();
+    let (_, r0) = spec.spawn(0);
+    let (_, r1) = spec.spawn(1);
+    let attempt = |i: u64| {
+        let wrong = secret ^ (1 + i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut s = connect_retry(&spec.addr);
+        s.write_all(&hello_frame((i % 3) as u32, 3, wrong)).unwrap();
+        let reply = read_all(&mut s);
+        assert_ne!(
+            first_kind(&reply, secret),
+            Some(Kind::Welcome),
+            "attempt {i} got the world table"
+        );
+        assert_eq!(
+            first_kind(&reply, wrong),
+            Some(Kind::Reject),
+            "attempt {i}: no Reject in its own secret"
+        );
+    };
+    for i in 0..50 {
+        attempt(i);
+    }
+    // Rank 2's slot is still free: the real rank 2 joins and the job runs.
+    let (_, r2) = spec.spawn(2);
+    std::thread::sleep(Duration::from_millis(500));
+    for i in 50..100 {
+        attempt(i);
+    }
+    let res = spec.job(vec![(0, r0), (1, r1), (2, r2)]).wait();
+    assert_all_ok(&res);
+}
+
+/// Slow connections past the cap of pending handshakes, each trickling a byte every 4 s (under
+/// the 5 s idle timer, which every byte once restarted: 24 header bytes held a connection for
+/// 96 s), neither exhaust rank 0's descriptors nor stall the join.
+#[test]
+fn slow_connections_past_the_cap_do_not_stall_the_join() {
+    // Rank 0 with few descriptors: the slow connections would use them all up.
+    let spec = job(2, &["bs-init"])
+        .rank_env(0, "PSHMEM_TEST_NOFILE", 200)
+        .env("PSHMEM_BOOTSTRAP_TIMEOUT", 40);
+    let (_, r0) = spec.spawn(0);
+    let mut slow: Vec<TcpStream> = Vec::new();
+    let t0 = Instant::now();
+    while slow.len() < 400 && t0.elapsed() < Duration::from_secs(10) {
+        if let Ok(s) = TcpStream::connect(&spec.addr) {
+            slow.push(s);
+        } else {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let trickle = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for s in &mut slow {
+                    let _ = s.write_all(&[0x50]);
+                }
+                for _ in 0..40 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        })
+    };
+    let t = Instant::now();
+    let (_, r1) = spec.spawn(1);
+    let res = spec.job(vec![(0, r0), (1, r1)]).wait();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    trickle.join().unwrap();
+    assert_all_ok(&res);
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "the join took {:?}",
+        t.elapsed()
+    );
+}
+
+/// Without a job secret (torchrun mode with PSHMEM_JOB_SECRET unset) a job still runs, and
+/// says once, naming the variable, that its bootstrap is unauthenticated.
+#[test]
+fn a_job_without_a_secret_says_it_is_unauthenticated() {
+    let mut spec = job(2, &["bs-init"]);
+    spec.env.retain(|(k, _)| k != "PSHMEM_JOB_SECRET");
+    let res = spec.launch().wait();
+    assert_all_ok(&res);
+    for r in &res {
+        assert_eq!(
+            r.stderr.matches("PSHMEM_JOB_SECRET is not set").count(),
+            1,
+            "{r}"
+        );
+    }
+}
+
+/// A malformed bootstrap address fails at once, naming the variable, instead of being retried
+/// until the join timeout.
+#[test]
+fn a_malformed_bootstrap_address_fails_at_once() {
+    for bad in [
+        "localhost",
+        "127.0.0.1:",
+        ":29500",
+        "127.0.0.1:notaport",
+        "127.0.0.1:70000",
+    ] {
+        let mut spec = job(2, &["bs-init"]);
+        spec.addr = bad.into();
+        spec.ranks = vec![1];
+        let t = Instant::now();
+        let res = spec.launch().wait();
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{bad}: {:?}",
+            t.elapsed()
+        );
+        let f = err_fields(&res[0]);
+        assert_eq!(f["kind"], "Config", "{bad}: {}", res[0]);
+        assert!(
+            f["msg"].contains("PSHMEM_BOOTSTRAP_ADDR"),
+            "{bad}: {}",
+            res[0]
+        );
+    }
+}

@@ -281,6 +281,14 @@ fn run_runtime(cmd: &Cmd, bs: Bootstrap) -> ExitCode {
 
 fn main() -> ExitCode {
     pshmem_tools::init_logging();
+    // Tests of descriptor exhaustion give a rank few descriptors.
+    if let Some(n) = std::env::var("PSHMEM_TEST_NOFILE")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        let r = nix::sys::resource::Resource::RLIMIT_NOFILE;
+        nix::sys::resource::setrlimit(r, n, n).expect("setrlimit");
+    }
     let cli = Cli::parse();
     let bs = match &cli.cmd {
         Cmd::BsUid { file } => uid_init(file),
