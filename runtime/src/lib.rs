@@ -46,6 +46,7 @@ pub mod error;
 pub mod gpu;
 mod heap;
 pub mod placement;
+mod share;
 
 use std::{
     cell::Cell,
@@ -269,7 +270,7 @@ impl Pshmem {
             (0..n).map(|_| None).collect()
         } else {
             // Collective (every PE takes part, with or without same-host peers).
-            heap::share_with_local_peers(&bs, &local, Duration::from_secs(30))?
+            share::share_with_local_peers(&bs, &local, Duration::from_secs(30))?
         };
         let peers = (0..n)
             .map(|r| match (&peer_maps[r], cfg.disable_p2p) {

@@ -10,6 +10,7 @@ use std::{
 use clap::{Parser, Subcommand};
 
 mod runtime;
+mod snoop;
 mod transport;
 use pshmem_bootstrap::{Bootstrap, BootstrapError, UniqueId};
 use pshmem_tests::{epoch_ms, pattern};
@@ -106,6 +107,14 @@ enum Cmd {
     BsUid {
         #[arg(long)]
         file: std::path::PathBuf,
+    },
+    /// A hostile local process: tries to take heap descriptors from running jobs.
+    HeapSnoop {
+        #[arg(long, default_value_t = 60.0)]
+        seconds: f64,
+        /// Stops when this file exists.
+        #[arg(long)]
+        stop_file: std::path::PathBuf,
     },
     /// Runtime: every host operation verified; prints a digest.
     RtOps {
@@ -290,6 +299,9 @@ fn main() -> ExitCode {
         nix::sys::resource::setrlimit(r, n, n).expect("setrlimit");
     }
     let cli = Cli::parse();
+    if let Cmd::HeapSnoop { seconds, stop_file } = &cli.cmd {
+        return snoop::run(*seconds, stop_file);
+    }
     let bs = match &cli.cmd {
         Cmd::BsUid { file } => uid_init(file),
         _ => Bootstrap::from_env(),
@@ -399,7 +411,8 @@ fn main() -> ExitCode {
         | Cmd::RtErrors
         | Cmd::RtMismatch { .. }
         | Cmd::RtKill { .. }
-        | Cmd::RtUnordered { .. } => unreachable!("dispatched above"),
+        | Cmd::RtUnordered { .. }
+        | Cmd::HeapSnoop { .. } => unreachable!("dispatched above"),
         Cmd::BsInit { hold_ms } => {
             if let Err(f) = collectives(&bs, &[0, 100]) {
                 return f.report();
