@@ -66,6 +66,20 @@ impl BootstrapConfig {
                 warn_unauthenticated(&root_addr);
             }
         }
+        let heartbeat = env::HEARTBEAT_MS.millis()?;
+        let peer_timeout = env::PEER_TIMEOUT_MS.millis()?;
+        if heartbeat * 2 > peer_timeout {
+            // A peer that heartbeats less than twice per timeout would be declared dead while
+            // healthy.
+            return Err(BootstrapError::Config(env::HEARTBEAT_MS.bad(
+                &env::HEARTBEAT_MS.value(),
+                &format!(
+                    "at most half of {} ({} ms), or healthy peers are declared dead",
+                    env::PEER_TIMEOUT_MS.name,
+                    peer_timeout.as_millis()
+                ),
+            )));
+        }
         Ok(Self {
             rank,
             world_size,
@@ -75,10 +89,8 @@ impl BootstrapConfig {
             secret,
             join_timeout: env::BOOTSTRAP_TIMEOUT.secs()?,
             op_timeout: env::BOOTSTRAP_OP_TIMEOUT.secs()?,
-            heartbeat: env::HEARTBEAT_MS.millis()?.max(Duration::from_millis(10)),
-            peer_timeout: env::PEER_TIMEOUT_MS
-                .millis()?
-                .max(Duration::from_millis(100)),
+            heartbeat,
+            peer_timeout,
             host_id: host_id(),
         })
     }
@@ -87,6 +99,9 @@ impl BootstrapConfig {
     /// `RANK`/`WORLD_SIZE`/`LOCAL_RANK`/`LOCAL_WORLD_SIZE`/`MASTER_ADDR`/`MASTER_PORT`. With
     /// neither rank nor world size set anywhere, the job has one PE.
     pub fn from_env() -> Result<Self> {
+        // Every variable of the table, checked against its kind and bounds before anything
+        // starts: a bad setting fails here, naming itself, not later as a strange fault.
+        env::validate_all()?;
         let rank = int_var(env::RANK.name, "RANK")?;
         let world = int_var(env::WORLD_SIZE.name, "WORLD_SIZE")?;
         let (rank, world) = match (rank, world) {

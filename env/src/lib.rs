@@ -114,6 +114,57 @@ impl Kind {
     }
 }
 
+/// The bounds of a numeric variable, inclusive, in its kind's unit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Range {
+    /// Smallest value.
+    pub lo: f64,
+    /// Largest value.
+    pub hi: f64,
+}
+
+/// No bounds (text, paths, booleans, choices).
+pub const ANY: Range = Range {
+    lo: f64::NEG_INFINITY,
+    hi: f64::INFINITY,
+};
+
+/// Bounds `lo..=hi`.
+pub const fn between(lo: f64, hi: f64) -> Range {
+    Range { lo, hi }
+}
+
+impl Range {
+    /// Whether there are bounds.
+    pub fn bounded(&self) -> bool {
+        self.lo.is_finite() || self.hi.is_finite()
+    }
+
+    /// "1..=32", "0.1..=86400".
+    pub fn describe(&self) -> String {
+        format!("{}..={}", show(self.lo), show(self.hi))
+    }
+}
+
+/// A bound as written in the table: whole numbers without a fraction, byte counts in K/M/G/T.
+fn show(v: f64) -> String {
+    let u = v as u64;
+    if v.fract() != 0.0 || v < 0.0 {
+        return v.to_string();
+    }
+    for (s, m) in [
+        ("T", 1u64 << 40),
+        ("G", 1 << 30),
+        ("M", 1 << 20),
+        ("K", 1 << 10),
+    ] {
+        if u >= m && u % m == 0 {
+            return format!("{}{s}", u / m);
+        }
+    }
+    u.to_string()
+}
+
 /// One environment variable: name, default (as text; empty means "unset"), kind, owner and
 /// meaning.
 #[derive(Debug, Clone, Copy)]
@@ -124,6 +175,8 @@ pub struct EnvVar {
     pub default: &'static str,
     /// What values it takes.
     pub kind: Kind,
+    /// Bounds of a numeric value, in the kind's unit (bytes, seconds, …).
+    pub range: Range,
     /// Which part of the runtime reads it.
     pub component: &'static str,
     /// What it does.
@@ -131,13 +184,14 @@ pub struct EnvVar {
 }
 
 macro_rules! vars {
-    ($( $ident:ident = ($name:literal, $default:literal, $kind:expr, $comp:literal, $desc:literal); )*) => {
+    ($( $ident:ident = ($name:literal, $default:literal, $kind:expr, $range:expr, $comp:literal, $desc:literal); )*) => {
         $(
             #[doc = $desc]
             pub const $ident: EnvVar = EnvVar {
                 name: $name,
                 default: $default,
                 kind: $kind,
+                range: $range,
                 component: $comp,
                 description: $desc,
             };
@@ -148,81 +202,81 @@ macro_rules! vars {
 }
 
 vars! {
-    RANK = ("PSHMEM_RANK", "", Kind::Count, "bootstrap",
+    RANK = ("PSHMEM_RANK", "", Kind::Count, between(0.0, 1048575.0), "bootstrap",
         "This process's rank (PE number). Falls back to RANK (torchrun); unset everywhere means a 1-PE job.");
-    WORLD_SIZE = ("PSHMEM_WORLD_SIZE", "", Kind::Count, "bootstrap",
+    WORLD_SIZE = ("PSHMEM_WORLD_SIZE", "", Kind::Count, between(1.0, 1048576.0), "bootstrap",
         "Number of PEs in the job. Falls back to WORLD_SIZE (torchrun).");
-    LOCAL_RANK = ("PSHMEM_LOCAL_RANK", "", Kind::Count, "bootstrap",
+    LOCAL_RANK = ("PSHMEM_LOCAL_RANK", "", Kind::Count, between(0.0, 1048575.0), "bootstrap",
         "Rank among the PEs of this host. Falls back to LOCAL_RANK; unset means computed from host ids at join.");
-    LOCAL_SIZE = ("PSHMEM_LOCAL_SIZE", "", Kind::Count, "bootstrap",
+    LOCAL_SIZE = ("PSHMEM_LOCAL_SIZE", "", Kind::Count, between(1.0, 1048576.0), "bootstrap",
         "Number of PEs on this host. Falls back to LOCAL_WORLD_SIZE; unset means computed at join.");
-    BOOTSTRAP_ADDR = ("PSHMEM_BOOTSTRAP_ADDR", "", Kind::Address, "bootstrap",
+    BOOTSTRAP_ADDR = ("PSHMEM_BOOTSTRAP_ADDR", "", Kind::Address, ANY, "bootstrap",
         "host:port where rank 0 listens. Falls back to MASTER_ADDR:(MASTER_PORT + PSHMEM_BOOTSTRAP_PORT_OFFSET).");
-    BOOTSTRAP_PORT_OFFSET = ("PSHMEM_BOOTSTRAP_PORT_OFFSET", "1", Kind::Count, "bootstrap",
+    BOOTSTRAP_PORT_OFFSET = ("PSHMEM_BOOTSTRAP_PORT_OFFSET", "1", Kind::Count, between(0.0, 65535.0), "bootstrap",
         "Added to MASTER_PORT when the torchrun variables are used, because torch's own TCPStore listens on MASTER_PORT.");
-    JOB_SECRET = ("PSHMEM_JOB_SECRET", "", Kind::Hex, "bootstrap",
+    JOB_SECRET = ("PSHMEM_JOB_SECRET", "", Kind::Hex, ANY, "bootstrap",
         "64-bit job secret (hex) that every bootstrap frame carries and the same-host heap exchange authenticates with; connections without it are refused. pshmrun and unique ids make a random one; under torchrun or srun set the same random value on every rank (e.g. export PSHMEM_JOB_SECRET=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')): unset, the job is unauthenticated and says so once.");
-    BOOTSTRAP_TIMEOUT = ("PSHMEM_BOOTSTRAP_TIMEOUT", "60", Kind::Seconds, "bootstrap",
+    BOOTSTRAP_TIMEOUT = ("PSHMEM_BOOTSTRAP_TIMEOUT", "60", Kind::Seconds, between(0.1, 86400.0), "bootstrap",
         "Seconds to wait for every rank to join; the error names the ranks that never arrived.");
-    BOOTSTRAP_OP_TIMEOUT = ("PSHMEM_BOOTSTRAP_OP_TIMEOUT", "300", Kind::Seconds, "bootstrap",
+    BOOTSTRAP_OP_TIMEOUT = ("PSHMEM_BOOTSTRAP_OP_TIMEOUT", "300", Kind::Seconds, between(0.1, 604800.0), "bootstrap",
         "Seconds one bootstrap collective may wait for live but slow ranks before failing.");
-    HEARTBEAT_MS = ("PSHMEM_BOOTSTRAP_HEARTBEAT_MS", "500", Kind::Millis, "bootstrap",
+    HEARTBEAT_MS = ("PSHMEM_BOOTSTRAP_HEARTBEAT_MS", "500", Kind::Millis, between(10.0, 60000.0), "bootstrap",
         "Interval between heartbeats on idle bootstrap connections, in milliseconds.");
-    PEER_TIMEOUT_MS = ("PSHMEM_BOOTSTRAP_PEER_TIMEOUT_MS", "4000", Kind::Millis, "bootstrap",
+    PEER_TIMEOUT_MS = ("PSHMEM_BOOTSTRAP_PEER_TIMEOUT_MS", "4000", Kind::Millis, between(100.0, 3600000.0), "bootstrap",
         "A connection silent for this long (no data, no heartbeat) means the peer is dead.");
-    HOST_ID = ("PSHMEM_HOST_ID", "", Kind::Text, "bootstrap",
+    HOST_ID = ("PSHMEM_HOST_ID", "", Kind::Text, ANY, "bootstrap",
         "Overrides the host identity (hostname + boot id) used to find same-host peers; tests use it to emulate several hosts.");
-    LOG = ("PSHMEM_LOG", "warn", Kind::Text, "all",
+    LOG = ("PSHMEM_LOG", "warn", Kind::Text, ANY, "all",
         "tracing filter for proxyshmem's own log (e.g. info, debug, pshmem_proxy=trace).");
-    PROVIDER = ("PSHMEM_PROVIDER", "", Kind::Text, "transport",
+    PROVIDER = ("PSHMEM_PROVIDER", "", Kind::Text, ANY, "transport",
         "libfabric provider to use (e.g. efa, verbs;ofi_rxm, tcp;ofi_rxm, shm, or 'sim' for the simulated fabric). Falls back to FI_PROVIDER, then efa > verbs;ofi_rxm > tcp;ofi_rxm > shm.");
-    FABRIC_IFACE = ("PSHMEM_FABRIC_IFACE", "", Kind::Text, "transport",
+    FABRIC_IFACE = ("PSHMEM_FABRIC_IFACE", "", Kind::Text, ANY, "transport",
         "Network interface or address the tcp provider binds (default: loopback when all PEs share a host, else libfabric's choice).");
-    SIM_REORDER = ("PSHMEM_SIM_REORDER", "1", Kind::Bool, "transport",
+    SIM_REORDER = ("PSHMEM_SIM_REORDER", "1", Kind::Bool, ANY, "transport",
         "Simulated fabric: deliver operations to a peer out of order (1) or in order (0).");
-    SIM_DELAY_US = ("PSHMEM_SIM_DELAY_US", "0", Kind::Micros, "transport",
+    SIM_DELAY_US = ("PSHMEM_SIM_DELAY_US", "0", Kind::Micros, between(0.0, 10000000.0), "transport",
         "Simulated fabric: extra delivery delay per operation in microseconds (random up to this value).");
-    SIM_BANDWIDTH_GBPS = ("PSHMEM_SIM_BANDWIDTH_GBPS", "0", Kind::Number, "transport",
+    SIM_BANDWIDTH_GBPS = ("PSHMEM_SIM_BANDWIDTH_GBPS", "0", Kind::Number, between(0.0, 100000.0), "transport",
         "Simulated fabric: modelled link bandwidth in GB/s (0 = unlimited).");
-    SYMMETRIC_SIZE = ("PSHMEM_SYMMETRIC_SIZE", "1073741824", Kind::Size, "runtime",
+    SYMMETRIC_SIZE = ("PSHMEM_SYMMETRIC_SIZE", "1073741824", Kind::Size, between(65536.0, 17592186044416.0), "runtime",
         "Bytes reserved for the symmetric heap of each PE (suffixes K, M, G accepted).");
-    DISABLE_P2P = ("PSHMEM_DISABLE_P2P", "0", Kind::Bool, "runtime",
+    DISABLE_P2P = ("PSHMEM_DISABLE_P2P", "0", Kind::Bool, ANY, "runtime",
         "1 forces every operation through the ring and proxy, even to same-host PEs.");
-    PROXY_THREADS = ("PSHMEM_PROXY_THREADS", "1", Kind::Count, "proxy",
+    PROXY_THREADS = ("PSHMEM_PROXY_THREADS", "1", Kind::Count, between(1.0, 64.0), "proxy",
         "Proxy threads per PE; the rings are spread over them.");
-    RINGS = ("PSHMEM_RINGS", "1", Kind::Count, "proxy",
+    RINGS = ("PSHMEM_RINGS", "1", Kind::Count, between(1.0, 512.0), "proxy",
         "Command rings per PE for host-initiated operations (each application thread issues on one, assigned round-robin).");
-    RING_SLOTS = ("PSHMEM_RING_SLOTS", "4096", Kind::Count, "proxy",
+    RING_SLOTS = ("PSHMEM_RING_SLOTS", "4096", Kind::Count, between(2.0, 1048576.0), "proxy",
         "Descriptor slots per command ring (power of two).");
-    PROXY_BATCH = ("PSHMEM_PROXY_BATCH", "64", Kind::Count, "proxy",
+    PROXY_BATCH = ("PSHMEM_PROXY_BATCH", "64", Kind::Count, between(1.0, 65536.0), "proxy",
         "Most descriptors a proxy drains from one ring before posting and polling.");
-    PROXY_IDLE_US = ("PSHMEM_PROXY_IDLE_US", "200", Kind::Micros, "proxy",
+    PROXY_IDLE_US = ("PSHMEM_PROXY_IDLE_US", "200", Kind::Micros, between(0.0, 10000000.0), "proxy",
         "After this many microseconds without work, incoming traffic and anything in flight, the proxy stops spinning and blocks; traffic that wakes it restarts the count; 0 spins forever.");
-    PROXY_SLEEP_US = ("PSHMEM_PROXY_SLEEP_US", "50", Kind::Micros, "proxy",
+    PROXY_SLEEP_US = ("PSHMEM_PROXY_SLEEP_US", "50", Kind::Micros, between(1.0, 1000000.0), "proxy",
         "Longest an idle proxy blocks before looking at its rings again, in microseconds: on the transport's wait descriptor where it has one (incoming traffic wakes it at once), else asleep.");
-    PROXY_MAX_INFLIGHT = ("PSHMEM_PROXY_MAX_INFLIGHT", "256", Kind::Count, "proxy",
+    PROXY_MAX_INFLIGHT = ("PSHMEM_PROXY_MAX_INFLIGHT", "256", Kind::Count, between(1.0, 65536.0), "proxy",
         "Most transport operations a proxy thread keeps in flight; the rest wait in its queues (flow control towards the provider).");
-    PROXY_CPU = ("PSHMEM_PROXY_CPU", "", Kind::CpuList, "proxy",
+    PROXY_CPU = ("PSHMEM_PROXY_CPU", "", Kind::CpuList, ANY, "proxy",
         "Cores for the proxy threads: 'none' disables pinning, or a list like 3,5-7; default from topology.");
-    OP_TIMEOUT = ("PSHMEM_OP_TIMEOUT", "120", Kind::Seconds, "runtime",
+    OP_TIMEOUT = ("PSHMEM_OP_TIMEOUT", "120", Kind::Seconds, between(0.1, 604800.0), "runtime",
         "Seconds a quiet, barrier or wait may block before failing with a timeout error (peer death fails sooner).");
-    STAGING_CHUNK = ("PSHMEM_STAGING_CHUNK", "1048576", Kind::Size, "proxy",
+    STAGING_CHUNK = ("PSHMEM_STAGING_CHUNK", "1048576", Kind::Size, between(4096.0, 1073741824.0), "proxy",
         "Bytes per staging chunk: the registered bounce buffers through which the proxy moves sources and destinations outside the symmetric heap (larger transfers are pipelined chunk by chunk).");
-    STAGING_BUFFERS = ("PSHMEM_STAGING_BUFFERS", "8", Kind::Count, "proxy",
+    STAGING_BUFFERS = ("PSHMEM_STAGING_BUFFERS", "8", Kind::Count, between(1.0, 1024.0), "proxy",
         "Staging chunks per proxy thread (the pipelining depth of staged transfers).");
-    RAILS = ("PSHMEM_RAILS", "", Kind::Count, "transport",
+    RAILS = ("PSHMEM_RAILS", "", Kind::Count, between(1.0, 32.0), "transport",
         "Endpoints (rails) per PE; default: the NICs chosen by topology, at least 1.");
-    TOPOLOGY_XML = ("PSHMEM_TOPOLOGY_XML", "", Kind::Path, "topology",
+    TOPOLOGY_XML = ("PSHMEM_TOPOLOGY_XML", "", Kind::Path, ANY, "topology",
         "Read the hwloc topology from this XML file instead of the running machine.");
-    CUDA_DEVICE = ("PSHMEM_CUDA_DEVICE", "", Kind::Count, "runtime",
+    CUDA_DEVICE = ("PSHMEM_CUDA_DEVICE", "", Kind::Count, between(0.0, 1023.0), "runtime",
         "CUDA device ordinal for this PE, for the GPU path (not read in host mode; placement assumes local rank modulo the device count, as pshmem-info shows).");
-    DISABLE_CUDA = ("PSHMEM_DISABLE_CUDA", "0", Kind::Bool, "runtime",
+    DISABLE_CUDA = ("PSHMEM_DISABLE_CUDA", "0", Kind::Bool, ANY, "runtime",
         "1 runs in host mode even where a CUDA driver and GPU are present.");
-    GPU_SYMMETRIC_SIZE = ("PSHMEM_GPU_SYMMETRIC_SIZE", "1073741824", Kind::Size, "runtime",
+    GPU_SYMMETRIC_SIZE = ("PSHMEM_GPU_SYMMETRIC_SIZE", "1073741824", Kind::Size, between(65536.0, 4398046511104.0), "runtime",
         "Bytes of GPU symmetric heap (device memory) per PE, allocated by gpu_init (suffixes K, M, G accepted).");
-    EMULATE_GPU_HEAP = ("PSHMEM_EMULATE_GPU_HEAP", "0", Kind::Choice(&["0", "1", "staged", "registered"]), "runtime",
+    EMULATE_GPU_HEAP = ("PSHMEM_EMULATE_GPU_HEAP", "0", Kind::Choice(&["0", "1", "staged", "registered"]), ANY, "runtime",
         "Tests the GPU paths' protocols without a GPU (use with PSHMEM_DISABLE_P2P=1): 1 (or staged) runs the host heap through the host-staged path (landing area, target-side copies and AMOs); registered treats it as a registered GPU heap (RMA into it, AMOs and copies through the device interface), as DMA-BUF registration would.");
-    GPU_LANDING_SLOTS = ("PSHMEM_GPU_LANDING_SLOTS", "4", Kind::Count, "proxy",
+    GPU_LANDING_SLOTS = ("PSHMEM_GPU_LANDING_SLOTS", "4", Kind::Count, between(1.0, 1024.0), "proxy",
         "Host-staged GPU path: landing slots (of PSHMEM_STAGING_CHUNK bytes, pinned) each PE keeps for every initiator; the chunks of one transfer in flight per target.");
 }
 
@@ -258,6 +312,36 @@ impl EnvVar {
         self.raw().is_some()
     }
 
+    /// `value` checked against the kind and the bounds.
+    pub fn check(&self, value: &str) -> Result<(), EnvError> {
+        self.kind.check(value).map_err(|why| self.bad(value, why))?;
+        if let Some(x) = self.number(value)
+            && !(self.range.lo..=self.range.hi).contains(&x)
+        {
+            return Err(self.bad(
+                value,
+                &format!(
+                    "expected {} ({})",
+                    self.range.describe(),
+                    self.kind.describe()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A numeric value in the kind's unit (`None` for other kinds or unparsable text).
+    fn number(&self, value: &str) -> Option<f64> {
+        let v = value.trim();
+        match self.kind {
+            Kind::Count | Kind::Size | Kind::Millis | Kind::Micros => {
+                parse_size(v).map(|x| x as f64)
+            }
+            Kind::Seconds | Kind::Number => v.parse().ok(),
+            _ => None,
+        }
+    }
+
     /// The error for `value`, which this variable does not accept.
     pub fn bad(&self, value: &str, reason: &str) -> EnvError {
         EnvError {
@@ -267,11 +351,14 @@ impl EnvVar {
         }
     }
 
-    /// Parses the value in force as an unsigned integer (size suffixes K/M/G/T accepted).
+    /// Parses the value in force as an unsigned integer (size suffixes K/M/G/T accepted),
+    /// within the variable's bounds.
     pub fn usize(&self) -> Result<usize, EnvError> {
         let v = self.value();
-        parse_size(&v)
-            .ok_or_else(|| self.bad(&v, "expected an unsigned integer (K/M/G suffix allowed)"))
+        let n = parse_size(&v)
+            .ok_or_else(|| self.bad(&v, "expected an unsigned integer (K/M/G suffix allowed)"))?;
+        self.check(&v)?;
+        Ok(n)
     }
 
     /// Like [`EnvVar::usize`] but `None` when unset and without default.
@@ -288,24 +375,36 @@ impl EnvVar {
         parse_bool(&v).ok_or_else(|| self.bad(&v, "expected 0/1, true/false, yes/no or on/off"))
     }
 
-    /// The value in force, checked against the variable's kind.
+    /// The value in force, checked against the variable's kind and bounds.
     pub fn checked(&self) -> Result<String, EnvError> {
         let v = self.value();
         if !v.is_empty() {
-            self.kind.check(&v).map_err(|why| self.bad(&v, why))?;
+            self.check(&v)?;
         }
         Ok(v)
     }
 
-    /// Parses whole seconds (fractions allowed) as a duration.
+    /// Parses whole seconds (fractions allowed) as a duration, within the bounds.
     pub fn secs(&self) -> Result<Duration, EnvError> {
         let v = self.value();
-        v.trim()
+        let d = v
+            .trim()
             .parse::<f64>()
             .ok()
             .filter(|s| s.is_finite() && *s >= 0.0)
             .map(Duration::from_secs_f64)
-            .ok_or_else(|| self.bad(&v, "expected a non-negative number of seconds"))
+            .ok_or_else(|| self.bad(&v, "expected a non-negative number of seconds"))?;
+        self.check(&v)?;
+        Ok(d)
+    }
+
+    /// Parses a non-negative number, within the bounds.
+    pub fn number_value(&self) -> Result<f64, EnvError> {
+        let v = self.value();
+        self.check(&v)?;
+        v.trim()
+            .parse::<f64>()
+            .map_err(|_| self.bad(&v, "expected a number"))
     }
 
     /// Parses milliseconds as a duration.
@@ -371,6 +470,12 @@ pub fn parse_size(text: &str) -> Option<usize> {
     usize::try_from(n.checked_mul(mult)?).ok()
 }
 
+/// Checks every variable in force against its kind and bounds: the first one that does not
+/// hold, named with its value and what it should be.
+pub fn validate_all() -> Result<(), EnvError> {
+    VARS.iter().try_for_each(|v| v.checked().map(drop))
+}
+
 /// Renders the table (name, value in force, default, description) for `pshmem-info`.
 pub fn render_table() -> String {
     let mut out = String::new();
@@ -397,7 +502,7 @@ pub fn render_markdown() -> String {
     let mut out = String::from(
         "# Environment variables\n\nGenerated from `env/src/lib.rs` (the one table); \
          `PSHMEM_BLESS=1 cargo test -p pshmem-env env_doc` rewrites it.\n\n\
-         | variable | default | kind | read by | meaning |\n| --- | --- | --- | --- | --- |\n",
+         | variable | default | kind | range | read by | meaning |\n| --- | --- | --- | --- | --- | --- |\n",
     );
     for v in VARS {
         let d = if v.default.is_empty() {
@@ -405,8 +510,13 @@ pub fn render_markdown() -> String {
         } else {
             v.default
         };
+        let range = if v.range.bounded() {
+            v.range.describe()
+        } else {
+            String::new()
+        };
         out.push_str(&format!(
-            "| `{}` | `{d}` | {} | {} | {} |\n",
+            "| `{}` | `{d}` | {} | {range} | {} | {} |\n",
             v.name,
             v.kind.describe(),
             v.component,
@@ -460,12 +570,27 @@ mod tests {
     }
 
     #[test]
-    fn every_default_is_a_value_of_its_kind() {
+    fn every_default_is_a_value_of_its_kind_within_its_bounds() {
         for v in VARS {
             if !v.default.is_empty() {
-                assert_eq!(v.kind.check(v.default), Ok(()), "{}={}", v.name, v.default);
+                assert_eq!(v.check(v.default), Ok(()), "{}={}", v.name, v.default);
             }
         }
+    }
+
+    #[test]
+    fn bounds_refuse_with_the_allowed_range() {
+        let e = RAILS.check("999").unwrap_err();
+        assert_eq!(e.var, "PSHMEM_RAILS");
+        assert!(e.reason.contains("1..=32"), "{e}");
+        assert!(RAILS.check("0").is_err());
+        assert!(RAILS.check("4").is_ok());
+        let e = RING_SLOTS.check("1T").unwrap_err();
+        assert!(e.reason.contains("2..=1M"), "{e}");
+        assert!(OP_TIMEOUT.check("0").is_err());
+        assert!(BOOTSTRAP_TIMEOUT.check("1.5").is_ok());
+        assert!(SYMMETRIC_SIZE.check("1G").is_ok());
+        assert!(SYMMETRIC_SIZE.check("100").is_err());
     }
 
     #[test]

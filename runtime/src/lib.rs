@@ -155,6 +155,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Pshmem {
     /// Starts this PE: bootstrap and configuration from the environment.
     pub fn init() -> Result<Self> {
+        pshmem_env::validate_all()?;
         let bs = Bootstrap::from_env()?;
         let cfg = Config::from_env()?;
         Self::init_with(bs, cfg)
@@ -163,27 +164,7 @@ impl Pshmem {
     /// Starts this PE on an existing bootstrap (unique-id launches) with `cfg`. Collective.
     pub fn init_with(bs: Bootstrap, cfg: Config) -> Result<Self> {
         let (me, n) = (bs.rank(), bs.world_size());
-        let mine = [
-            (cfg.heap_size as u64).to_le_bytes(),
-            (cfg.proxy_threads as u64).to_le_bytes(),
-            u64::from(cfg.disable_p2p).to_le_bytes(),
-        ]
-        .concat();
-        let all = bs.allgather(&mine)?;
-        if let Some(detail) = differences(&all, |b| {
-            format!(
-                "heap {} bytes, {} proxy threads, PSHMEM_DISABLE_P2P={}",
-                u64::from_le_bytes(b[..8].try_into().expect("8")),
-                u64::from_le_bytes(b[8..16].try_into().expect("8")),
-                u64::from_le_bytes(b[16..24].try_into().expect("8"))
-            )
-        }) {
-            return Err(Error::CollectiveMismatch {
-                me,
-                op: "init (PSHMEM_SYMMETRIC_SIZE, PSHMEM_PROXY_THREADS and PSHMEM_DISABLE_P2P must agree)",
-                detail,
-            });
-        }
+        agree_on_settings(&bs, &cfg)?;
         // Placement: proxy cores and, for RDMA providers, this PE's NICs as rails.
         let (proxy_cpus, rails) = match &cfg.proxy_cpus {
             Some(list) => (list.clone(), Vec::new()),
@@ -1376,6 +1357,46 @@ impl Drop for Pshmem {
                 let _ = p.stop();
             }
         }
+    }
+}
+
+/// The settings every PE must share, compared at init: each PE's values, and a mismatch named
+/// with each differing PE's values.
+fn agree_on_settings(bs: &Bootstrap, cfg: &Config) -> Result<()> {
+    let emulate = pshmem_env::EMULATE_GPU_HEAP.checked()?;
+    let settings = [
+        (pshmem_env::SYMMETRIC_SIZE.name, cfg.heap_size.to_string()),
+        (
+            pshmem_env::PROXY_THREADS.name,
+            cfg.proxy_threads.to_string(),
+        ),
+        (
+            pshmem_env::DISABLE_P2P.name,
+            u8::from(cfg.disable_p2p).to_string(),
+        ),
+        (
+            pshmem_env::STAGING_CHUNK.name,
+            cfg.proxy.staging_chunk.to_string(),
+        ),
+        (
+            pshmem_env::GPU_LANDING_SLOTS.name,
+            pshmem_env::GPU_LANDING_SLOTS.usize()?.to_string(),
+        ),
+        (pshmem_env::EMULATE_GPU_HEAP.name, emulate),
+    ];
+    let mine: String = settings
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let all = bs.allgather(mine.as_bytes())?;
+    match differences(&all, |b| String::from_utf8_lossy(b).into_owned()) {
+        None => Ok(()),
+        Some(detail) => Err(Error::CollectiveMismatch {
+            me: bs.rank(),
+            op: "init (these settings must be the same on every PE)",
+            detail,
+        }),
     }
 }
 

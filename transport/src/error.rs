@@ -89,6 +89,22 @@ pub enum TransportError {
         #[source]
         source: pshmem_bootstrap::BootstrapError,
     },
+    /// An environment variable this transport reads holds a value it does not take.
+    #[error("transport configuration: {0}")]
+    Config(#[from] pshmem_env::EnvError),
+    /// PEs opened different fabrics (or rail counts).
+    #[error(
+        "PE {pe} uses {theirs}, this PE {ours}: give every PE the same provider \
+         (PSHMEM_PROVIDER or FI_PROVIDER) and PSHMEM_RAILS"
+    )]
+    Mismatch {
+        /// The other PE.
+        pe: usize,
+        /// What it uses.
+        theirs: String,
+        /// What this PE uses.
+        ours: String,
+    },
     /// An OS-level failure (simulated fabric sockets).
     #[error("{op}: {message}")]
     Io {
@@ -105,7 +121,8 @@ impl TransportError {
         match self {
             Self::Completion { pe, .. }
             | Self::OutOfBounds { pe, .. }
-            | Self::PeerLost { pe, .. } => Some(*pe),
+            | Self::PeerLost { pe, .. }
+            | Self::Mismatch { pe, .. } => Some(*pe),
             _ => None,
         }
     }

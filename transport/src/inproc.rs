@@ -174,6 +174,7 @@ impl InProcFabric {
         let cfg = self.lock().cfg.clone();
         let caps = Caps {
             name: format!("in-process fabric (seed {})", cfg.seed),
+            fabric: "in-process fabric".into(),
             ordered: cfg.ordered(),
             delivery_complete: true,
             native_atomics: false,

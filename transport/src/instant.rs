@@ -23,6 +23,7 @@ impl InstantTransport {
     pub fn new(me: Pe, n: usize) -> Self {
         let caps = Caps {
             name: "instant (no data movement)".into(),
+            fabric: "instant".into(),
             ordered: true,
             delivery_complete: true,
             native_atomics: true,

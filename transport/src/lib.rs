@@ -109,8 +109,11 @@ impl AtomicWidth {
 /// What a transport can do, as data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caps {
-    /// Backend and provider, e.g. "libfabric tcp;ofi_rxm (lo)".
+    /// Backend and provider, e.g. "libfabric tcp;ofi_rxm (lo) x1 rail(s)".
     pub name: String,
+    /// What every PE of a job must use alike (backend and provider, without the local domain),
+    /// e.g. "libfabric tcp;ofi_rxm": compared across PEs when the transport is established.
+    pub fabric: String,
     /// Writes, sends and atomics to one peer are delivered in the order posted (false for
     /// EFA SRD, shm, the reordering simulated fabric, and for several rails).
     pub ordered: bool,
@@ -281,15 +284,46 @@ pub trait Transport: Send {
     }
 }
 
-/// Exchanges addresses through the bootstrap and connects every PE.
+/// Exchanges addresses through the bootstrap and connects every PE, after checking that every
+/// PE opened the same fabric with the same number of rails (a mismatch is named as such, rather
+/// than surfacing as a peer's unreadable address).
 pub fn establish(t: &mut dyn Transport, bs: &Bootstrap) -> Result<()> {
+    let (fabric, rails) = (t.caps().fabric.clone(), t.caps().rails as u32);
+    let mut mine = (fabric.len() as u32).to_le_bytes().to_vec();
+    mine.extend_from_slice(fabric.as_bytes());
+    mine.extend_from_slice(&rails.to_le_bytes());
+    mine.extend_from_slice(&t.address());
     let all = bs
-        .allgather(&t.address())
+        .allgather(&mine)
         .map_err(|source| TransportError::Bootstrap {
             what: "endpoint addresses",
             source,
         })?;
-    t.connect(&all)
+    let mut addresses = Vec::with_capacity(all.len());
+    for (pe, a) in all.iter().enumerate() {
+        let (theirs, their_rails, address) =
+            split_address(a).ok_or_else(|| TransportError::InvalidArgument {
+                op: "connect",
+                reason: format!("PE {pe} sent a malformed endpoint address"),
+            })?;
+        if theirs != fabric || their_rails != rails {
+            return Err(TransportError::Mismatch {
+                pe,
+                theirs: format!("{theirs} with {their_rails} rail(s)"),
+                ours: format!("{fabric} with {rails} rail(s)"),
+            });
+        }
+        addresses.push(address.to_vec());
+    }
+    t.connect(&addresses)
+}
+
+/// The fabric, rail count and address of an exchanged endpoint record.
+fn split_address(a: &[u8]) -> Option<(&str, u32, &[u8])> {
+    let len = u32::from_le_bytes(a.get(..4)?.try_into().ok()?) as usize;
+    let name = std::str::from_utf8(a.get(4..4 + len)?).ok()?;
+    let rails = u32::from_le_bytes(a.get(4 + len..8 + len)?.try_into().ok()?);
+    Some((name, rails, a.get(8 + len..)?))
 }
 
 /// Exchanges a registration made on every PE (collectively) and imports every peer's,

@@ -55,18 +55,8 @@ pub struct SimConfig {
 impl SimConfig {
     /// From `PSHMEM_SIM_REORDER`, `PSHMEM_SIM_DELAY_US`, `PSHMEM_SIM_BANDWIDTH_GBPS`.
     pub fn from_env() -> Result<Self> {
-        let bad = |e: pshmem_env::EnvError| TransportError::InvalidArgument {
-            op: "simulated fabric configuration",
-            reason: e.to_string(),
-        };
-        let gbps = env::SIM_BANDWIDTH_GBPS
-            .value()
-            .trim()
-            .parse::<f64>()
-            .map_err(|_| TransportError::InvalidArgument {
-                op: "simulated fabric configuration",
-                reason: format!("{} must be a number", env::SIM_BANDWIDTH_GBPS.name),
-            })?;
+        let bad = TransportError::Config;
+        let gbps = env::SIM_BANDWIDTH_GBPS.number_value().map_err(bad)?;
         Ok(Self {
             reorder: env::SIM_REORDER.bool().map_err(bad)?,
             max_delay: env::SIM_DELAY_US.micros().map_err(bad)?,
@@ -337,6 +327,10 @@ impl SimTransport {
                 .map_err(io_err("sim: spawn"))?;
         }
         let caps = Caps {
+            fabric: format!(
+                "simulated fabric ({})",
+                if cfg.reorder { "unordered" } else { "ordered" }
+            ),
             name: format!(
                 "simulated fabric ({}, delay ≤ {:?}, {})",
                 if cfg.reorder { "unordered" } else { "ordered" },

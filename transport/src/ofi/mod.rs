@@ -63,10 +63,7 @@ impl OfiConfig {
     /// Defaults for `provider` (or the preference order), with `PSHMEM_FABRIC_IFACE` and
     /// `PSHMEM_RAILS` from the environment.
     pub fn from_env(provider: Option<&str>) -> Result<Self> {
-        let bad = |e: pshmem_env::EnvError| TransportError::InvalidArgument {
-            op: "transport configuration",
-            reason: e.to_string(),
-        };
+        let bad = TransportError::Config;
         Ok(Self {
             providers: match provider {
                 Some(p) => vec![p.to_string()],
@@ -479,6 +476,7 @@ impl OfiTransport {
                 i.domain(),
                 cfg.rails
             ),
+            fabric: format!("libfabric {}", i.provider()),
             ordered: order & need == need && cfg.rails == 1,
             delivery_complete: dc,
             native_atomics,
