@@ -102,6 +102,7 @@ impl BootstrapConfig {
         // Every variable of the table, checked against its kind and bounds before anything
         // starts: a bad setting fails here, naming itself, not later as a strange fault.
         env::validate_all()?;
+        die_with_launcher()?;
         let rank = int_var(env::RANK.name, "RANK")?;
         let world = int_var(env::WORLD_SIZE.name, "WORLD_SIZE")?;
         let (rank, world) = match (rank, world) {
@@ -166,6 +167,26 @@ impl BootstrapConfig {
         cfg.local_rank = int_var(env::LOCAL_RANK.name, "LOCAL_RANK")?;
         cfg.local_size = int_var(env::LOCAL_SIZE.name, "LOCAL_WORLD_SIZE")?;
         Ok(cfg)
+    }
+}
+
+/// Under pshmrun (`PSHMEM_LAUNCHER_PID`), makes this process die with its parent, so that no
+/// rank outlives the launcher, even one that a script started (pshmrun gives its direct children
+/// the same signal); fails if the launcher is already gone.
+fn die_with_launcher() -> Result<()> {
+    let Some(pid) = env::LAUNCHER_PID.opt_usize()? else {
+        return Ok(());
+    };
+    let gone = || {
+        BootstrapError::Config(env::LAUNCHER_PID.bad(
+            &pid.to_string(),
+            "the launcher (pshmrun) is gone: this rank would outlive it",
+        ))
+    };
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(|_| gone())?;
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None) {
+        Err(nix::errno::Errno::ESRCH) => Err(gone()),
+        _ => Ok(()),
     }
 }
 

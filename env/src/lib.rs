@@ -224,6 +224,8 @@ vars! {
         "Interval between heartbeats on idle bootstrap connections, in milliseconds.");
     PEER_TIMEOUT_MS = ("PSHMEM_BOOTSTRAP_PEER_TIMEOUT_MS", "4000", Kind::Millis, between(100.0, 3600000.0), "bootstrap",
         "A connection silent for this long (no data, no heartbeat) means the peer is dead.");
+    LAUNCHER_PID = ("PSHMEM_LAUNCHER_PID", "", Kind::Count, between(1.0, 4194304.0), "bootstrap",
+        "Set by pshmrun: a rank's runtime (and what it started) dies with this launcher process, through a parent-death signal, even where the rank's program is a script that started it.");
     HOST_ID = ("PSHMEM_HOST_ID", "", Kind::Text, ANY, "bootstrap",
         "Overrides the host identity (hostname + boot id) used to find same-host peers; tests use it to emulate several hosts.");
     LOG = ("PSHMEM_LOG", "warn", Kind::Text, ANY, "all",

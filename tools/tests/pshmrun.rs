@@ -193,3 +193,142 @@ fn sigint_stops_all_ranks() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Whether `pid` is gone (or a zombie waiting for its new parent to reap it).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[test]
+fn bad_arguments_are_refused_before_any_rank_starts() {
+    let dir = std::env::temp_dir().join(format!("pshmrun-args-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let marker = dir.join("started");
+    let script = format!("touch {}; exec sleep 5", marker.display());
+    for t in ["-1", "nan", "inf", "0", "abc", "1e30"] {
+        let (out, took) = pshmrun(&["-n", "2", "--timeout", t, "--", "sh", "-c", &script]);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "--timeout {t}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains("--timeout"),
+            "{}",
+            text(&out.stderr)
+        );
+        assert!(took < Duration::from_secs(2));
+    }
+    let (out, _) = pshmrun(&["-n", "2", "--grace", "-3", "--", "sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(!marker.exists(), "a rank started despite bad arguments");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// pshmrun killed by SIGKILL (no chance to stop anything itself): every rank dies with it.
+#[test]
+fn no_rank_outlives_a_killed_launcher() {
+    let mut child = Command::new(PSHMRUN)
+        .args(["-n", "3", "--", "sh", "-c", "echo PID=$$; exec sleep 60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut pids = Vec::new();
+    while pids.len() < 3 {
+        let mut line = String::new();
+        assert!(
+            std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0,
+            "no PID lines"
+        );
+        if let Some(p) = line
+            .trim()
+            .rsplit("PID=")
+            .next()
+            .and_then(|p| p.parse::<i32>().ok())
+        {
+            pids.push(p);
+        }
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = child.wait();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while pids.iter().any(|&p| !gone(p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let alive: Vec<i32> = pids.iter().copied().filter(|&p| !gone(p)).collect();
+    for &p in &alive {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::SIGKILL);
+    }
+    assert!(alive.is_empty(), "ranks {alive:?} outlived their launcher");
+}
+
+/// Rank 2 is killed; the others notice at once (a pipe it held closes) and exit with an error,
+/// racing its death to pshmrun: pshmrun names rank 2 and SIGKILL every time.
+#[test]
+fn the_rank_killed_first_is_blamed_not_those_that_noticed() {
+    for i in 0..10 {
+        let dir = std::env::temp_dir().join(format!("pshmrun-blame-{}-{i}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let script = format!(
+            "if [ $PSHMEM_RANK = 2 ]; then exec 3>{f}; sleep 0.2; kill -9 $$; fi; \
+             cat {f} >/dev/null; exit 3",
+            f = fifo.display()
+        );
+        let (out, took) = pshmrun(&["-n", "4", "--", "sh", "-c", &script]);
+        let _ = std::fs::remove_dir_all(&dir);
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("rank 2 was killed by signal 9 (SIGKILL)"),
+            "run {i} blamed another rank:\n{err}"
+        );
+        assert_eq!(out.status.code(), Some(128 + 9), "{err}");
+        assert!(took < Duration::from_secs(10));
+    }
+}
+
+/// A rank stopped by SIGSTOP, whose peers then give up on it, is the one named; the stopped
+/// rank is killed, so the job ends.
+#[test]
+fn a_stopped_rank_is_blamed_and_the_job_ends() {
+    let script =
+        "if [ $PSHMEM_RANK = 1 ]; then kill -STOP $$; exec sleep 60; fi; sleep 0.5; exit 3";
+    let (out, took) = pshmrun(&["-n", "3", "--grace", "0.5", "--", "sh", "-c", script]);
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("rank 1 was stopped by signal 19 (SIGSTOP)"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+}
+
+#[test]
+fn every_launch_gets_its_own_secret() {
+    let secret = || {
+        let (out, _) = pshmrun(&["-n", "1", "--", "sh", "-c", "echo S=$PSHMEM_JOB_SECRET"]);
+        text(&out.stdout)
+            .rsplit("S=")
+            .next()
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let (a, b) = (secret(), secret());
+    assert_eq!(a.len(), 16, "{a}");
+    assert_ne!(a, b, "two launches shared a secret");
+    assert_ne!(a, "0000000000000000");
+}

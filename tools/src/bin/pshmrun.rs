@@ -1,19 +1,27 @@
 //! `pshmrun -n N [--timeout S] -- PROGRAM [ARGS...]`: starts N local processes of one
 //! proxyshmem job, prefixes each output line with the rank, and propagates failure.
 //!
-//! Each rank runs in its own process group, so that stopping a rank stops what it started.
-//! If a rank exits non-zero or is killed, the others are terminated (SIGTERM, then SIGKILL after
-//! a grace period) and pshmrun exits with that rank's status, naming it. Ctrl-C (SIGINT),
-//! SIGTERM and SIGHUP stop every rank. Multi-host jobs use torchrun, srun or mpirun with the
-//! same environment variables instead.
+//! - Arguments are checked before anything starts (a bad `--timeout` never leaves ranks behind).
+//! - Each rank runs in its own process group, so that stopping a rank stops what it started, and
+//!   with a parent-death signal: if pshmrun itself dies (even by SIGKILL), its ranks are killed;
+//!   the ranks' runtime sets its own too (`PSHMEM_LAUNCHER_PID`), for programs a rank started.
+//! - Every rank has a waiter that reports its exit, death or stop the moment it happens. When a
+//!   rank fails, the others are terminated (SIGTERM, then SIGKILL after a grace period) and
+//!   pshmrun names the rank that failed *first* — a rank killed or stopped by a signal before the
+//!   others reported its death — with its status or signal, and exits with that status.
+//! - Ctrl-C (SIGINT), SIGTERM and SIGHUP stop every rank.
+//!
+//! Multi-host jobs use torchrun, srun or mpirun with the same environment variables instead.
 
 use std::{
     io::{BufRead, BufReader, Read, Write},
-    os::unix::process::{CommandExt, ExitStatusExt},
-    process::{Child, Command, ExitStatus, Stdio},
+    os::unix::process::CommandExt,
+    path::Path,
+    process::{Command, Stdio},
     sync::{
         Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
+        mpsc,
     },
     thread,
     time::{Duration, Instant},
@@ -21,7 +29,10 @@ use std::{
 
 use clap::Parser;
 use nix::{
-    sys::signal::{Signal, killpg},
+    sys::{
+        signal::{Signal, killpg},
+        wait::{WaitPidFlag, WaitStatus, waitpid},
+    },
     unistd::Pid,
 };
 use pshmem_env as env;
@@ -37,22 +48,34 @@ struct Args {
     /// Number of processes (PEs).
     #[arg(short = 'n', long = "np", value_parser = clap::value_parser!(u32).range(1..=4096))]
     n: u32,
-    /// Stop every rank and fail after this many seconds.
-    #[arg(long)]
-    timeout: Option<f64>,
+    /// Stop every rank and fail after this many seconds (positive, finite).
+    #[arg(long, value_parser = seconds)]
+    timeout: Option<Duration>,
     /// Emulate this many hosts (ranks split into contiguous blocks with distinct host ids), so
     /// that same-host shortcuts are not taken between blocks. For testing the network path.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     hosts: u32,
     /// Do not prefix output lines with the rank.
     #[arg(long)]
     no_prefix: bool,
     /// Seconds between SIGTERM and SIGKILL when stopping ranks.
-    #[arg(long, default_value_t = 3.0)]
-    grace: f64,
+    #[arg(long, default_value = "3", value_parser = seconds)]
+    grace: Duration,
     /// The program and its arguments.
     #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
     command: Vec<String>,
+}
+
+/// Parses a positive, finite number of seconds (at most a week).
+fn seconds(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(v.is_finite() && v > 0.0 && v <= 604_800.0) {
+        return Err(format!("{s:?}: expected seconds in (0, 604800]"));
+    }
+    Ok(Duration::from_secs_f64(v))
 }
 
 /// Signal number received (0 = none).
@@ -63,23 +86,69 @@ fn main() {
     std::process::exit(run(args));
 }
 
-fn describe(status: ExitStatus) -> String {
-    match (status.code(), status.signal()) {
-        (Some(c), _) => format!("exited with status {c}"),
-        (None, Some(s)) => {
-            let name = Signal::try_from(s)
-                .map(|s| s.as_str().to_string())
-                .unwrap_or_default();
-            format!("was killed by signal {s} ({name})")
+/// What happened to a rank, as its waiter saw it.
+#[derive(Debug, Clone, Copy)]
+enum What {
+    Exited(i32),
+    Killed(Signal),
+    Stopped(Signal),
+    Continued,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Event {
+    rank: usize,
+    at: Instant,
+    what: What,
+}
+
+impl What {
+    fn describe(self) -> String {
+        match self {
+            What::Exited(c) => format!("exited with status {c}"),
+            What::Killed(s) => format!("was killed by signal {} ({})", s as i32, s.as_str()),
+            What::Stopped(s) => format!("was stopped by signal {} ({})", s as i32, s.as_str()),
+            What::Continued => "was continued".into(),
         }
-        _ => format!("ended with {status}"),
+    }
+
+    fn exit_code(self) -> i32 {
+        match self {
+            What::Exited(c) => c,
+            What::Killed(s) | What::Stopped(s) => 128 + s as i32,
+            What::Continued => 1,
+        }
+    }
+
+    /// A rank's end by an outside hand (a signal), rather than its own exit.
+    fn by_signal(self) -> bool {
+        matches!(self, What::Killed(_) | What::Stopped(_))
     }
 }
 
-fn exit_code(status: ExitStatus) -> i32 {
-    status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+/// Waits for `pid` (rank `rank`): reports stops and continues, and its end.
+fn waiter(rank: usize, pid: Pid, tx: mpsc::Sender<Event>) {
+    let flags = WaitPidFlag::WUNTRACED | WaitPidFlag::WCONTINUED;
+    loop {
+        let what = match waitpid(pid, Some(flags)) {
+            Ok(WaitStatus::Exited(_, c)) => What::Exited(c),
+            Ok(WaitStatus::Signaled(_, s, _)) => What::Killed(s),
+            Ok(WaitStatus::Stopped(_, s)) => What::Stopped(s),
+            Ok(WaitStatus::Continued(_)) => What::Continued,
+            Ok(_) => continue,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => What::Exited(1),
+        };
+        let end = matches!(what, What::Exited(_) | What::Killed(_));
+        let _ = tx.send(Event {
+            rank,
+            at: Instant::now(),
+            what,
+        });
+        if end {
+            return;
+        }
+    }
 }
 
 fn pump(
@@ -110,9 +179,115 @@ fn pump(
     }
 }
 
-fn run(args: Args) -> i32 {
+/// Whether `program` names something this process could execute (as `execvp` would look it up).
+fn executable(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        return runnable(Path::new(program));
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| runnable(&d.join(program))))
+}
+
+/// The ranks started, their output pumps, and the events of their waiters.
+struct Ranks {
+    pids: Vec<Pid>,
+    running: Vec<bool>,
+    pumps: Vec<thread::JoinHandle<()>>,
+    events: mpsc::Receiver<Event>,
+}
+
+fn start(args: &Args, port: u16, secret: u64) -> Result<Ranks, String> {
     let n = args.n as usize;
-    let hosts = (args.hosts as usize).clamp(1, n);
+    let hosts = (args.hosts as usize).min(n);
+    let per_host = n.div_ceil(hosts);
+    let lock = Arc::new(Mutex::new(()));
+    let (tx, events) = mpsc::channel();
+    let me = std::process::id();
+    let mut ranks = Ranks {
+        pids: Vec::new(),
+        running: Vec::new(),
+        pumps: Vec::new(),
+        events,
+    };
+    for rank in 0..n {
+        let host = rank / per_host;
+        let mut cmd = Command::new(&args.command[0]);
+        cmd.args(&args.command[1..])
+            .env(env::RANK.name, rank.to_string())
+            .env(env::WORLD_SIZE.name, n.to_string())
+            .env(env::LOCAL_RANK.name, (rank % per_host).to_string())
+            .env(
+                env::LOCAL_SIZE.name,
+                per_host.min(n - host * per_host).to_string(),
+            )
+            .env(env::BOOTSTRAP_ADDR.name, format!("127.0.0.1:{port}"))
+            .env(env::JOB_SECRET.name, format!("{secret:016x}"))
+            .env(env::LAUNCHER_PID.name, me.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        if hosts > 1 {
+            cmd.env(env::HOST_ID.name, format!("pshmrun-emulated-host-{host}"));
+        }
+        // SAFETY: the hook runs in the child between fork and exec and calls only prctl and
+        // getppid, both async-signal-safe; it allocates nothing and takes no lock.
+        unsafe {
+            cmd.pre_exec(move || {
+                // Killed with pshmrun, even if pshmrun is killed by SIGKILL; and if pshmrun died
+                // between fork and here, exit now.
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+                if nix::unistd::getppid().as_raw() as u32 != me {
+                    return Err(std::io::Error::other("pshmrun is gone"));
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {:?} for rank {rank}: {e}", args.command[0]))?;
+        let pid = Pid::from_raw(child.id() as i32);
+        let (out, err) = (child.stdout.take(), child.stderr.take());
+        let p = !args.no_prefix;
+        for (src, to_err) in [(out.map(box_read), false), (err.map(box_read), true)] {
+            let (Some(src), l) = (src, lock.clone()) else {
+                continue;
+            };
+            ranks.pumps.push(thread::spawn(move || {
+                if to_err {
+                    pump(rank, p, src, std::io::stderr(), l)
+                } else {
+                    pump(rank, p, src, std::io::stdout(), l)
+                }
+            }));
+        }
+        // Reaped by the waiter (waitpid), not by `Child`.
+        drop(child);
+        let tx = tx.clone();
+        thread::spawn(move || waiter(rank, pid, tx));
+        ranks.pids.push(pid);
+        ranks.running.push(true);
+    }
+    Ok(ranks)
+}
+
+fn box_read(r: impl Read + Send + 'static) -> Box<dyn Read + Send> {
+    Box::new(r)
+}
+
+fn run(args: Args) -> i32 {
+    if !executable(&args.command[0]) {
+        eprintln!(
+            "pshmrun: cannot start {:?}: no such executable program",
+            args.command[0]
+        );
+        return 127;
+    }
     let signals = match signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
@@ -131,7 +306,6 @@ fn run(args: Args) -> i32 {
             SIGNALLED.store(s as usize, Ordering::SeqCst);
         }
     });
-
     // A free port on loopback for rank 0, chosen below the ephemeral range so that no outgoing
     // connection can take it first. Another program binding it in the meantime makes rank 0 fail
     // with a clear "address in use" error rather than hang.
@@ -142,118 +316,19 @@ fn run(args: Args) -> i32 {
             return 1;
         }
     };
-    let secret: u64 = rand::random();
-    let lock = Arc::new(Mutex::new(()));
-    let mut children: Vec<Option<Child>> = Vec::with_capacity(n);
-    let mut pumps = Vec::new();
-    let per_host = n.div_ceil(hosts);
-    for rank in 0..n {
-        let host = rank / per_host;
-        let local_rank = rank % per_host;
-        let local_size = per_host.min(n - host * per_host);
-        let mut cmd = Command::new(&args.command[0]);
-        cmd.args(&args.command[1..])
-            .env(env::RANK.name, rank.to_string())
-            .env(env::WORLD_SIZE.name, n.to_string())
-            .env(env::LOCAL_RANK.name, local_rank.to_string())
-            .env(env::LOCAL_SIZE.name, local_size.to_string())
-            .env(env::BOOTSTRAP_ADDR.name, format!("127.0.0.1:{port}"))
-            .env(env::JOB_SECRET.name, format!("{secret:016x}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        if hosts > 1 {
-            cmd.env(env::HOST_ID.name, format!("pshmrun-emulated-host-{host}"));
+    let mut ranks = match start(&args, port, rand::random()) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("pshmrun: {e}");
+            return 127;
         }
-        match cmd.spawn() {
-            Ok(mut child) => {
-                let out = child.stdout.take().expect("piped");
-                let err = child.stderr.take().expect("piped");
-                let (l1, l2) = (lock.clone(), lock.clone());
-                let p = !args.no_prefix;
-                pumps.push(thread::spawn(move || {
-                    pump(rank, p, out, std::io::stdout(), l1)
-                }));
-                pumps.push(thread::spawn(move || {
-                    pump(rank, p, err, std::io::stderr(), l2)
-                }));
-                children.push(Some(child));
-            }
-            Err(e) => {
-                eprintln!(
-                    "pshmrun: cannot start {:?} for rank {rank}: {e}",
-                    args.command[0]
-                );
-                stop_all(&mut children, args.grace);
-                return 127;
-            }
-        }
-    }
-
-    let start = Instant::now();
-    let timeout = args.timeout.map(Duration::from_secs_f64);
-    let mut code = 0;
-    let mut running = n;
-    while running > 0 {
-        let sig = SIGNALLED.load(Ordering::SeqCst);
-        if sig != 0 {
-            eprintln!("pshmrun: received signal {sig}; stopping all ranks");
-            stop_all(&mut children, args.grace);
-            code = 128 + sig as i32;
-            break;
-        }
-        if timeout.is_some_and(|t| start.elapsed() >= t) {
-            let still: Vec<usize> = children
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| c.is_some())
-                .map(|(r, _)| r)
-                .collect();
-            eprintln!(
-                "pshmrun: timeout after {:.1} s; ranks {still:?} still running, stopping them",
-                start.elapsed().as_secs_f64()
-            );
-            stop_all(&mut children, args.grace);
-            code = 124;
-            break;
-        }
-        let mut failed = None;
-        for (rank, slot) in children.iter_mut().enumerate() {
-            let Some(child) = slot else { continue };
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    *slot = None;
-                    running -= 1;
-                    if !status.success() && failed.is_none() {
-                        failed = Some((rank, status));
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    eprintln!("pshmrun: cannot wait for rank {rank}: {e}");
-                    *slot = None;
-                    running -= 1;
-                    failed.get_or_insert((rank, ExitStatus::from_raw(1 << 8)));
-                }
-            }
-        }
-        if let Some((rank, status)) = failed {
-            eprintln!(
-                "pshmrun: rank {rank} {}; stopping the other ranks",
-                describe(status)
-            );
-            stop_all(&mut children, args.grace);
-            code = exit_code(status);
-            break;
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
+    };
+    let code = supervise(&args, &mut ranks);
     handle.close();
     // Output of the stopped ranks drains now; a grandchild that escaped its process group
     // could hold a pipe open, so do not wait forever.
     let deadline = Instant::now() + Duration::from_secs(2);
-    for p in pumps {
+    for p in ranks.pumps.drain(..) {
         while !p.is_finished() && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(5));
         }
@@ -264,44 +339,131 @@ fn run(args: Args) -> i32 {
     code
 }
 
-/// SIGTERM to every running rank's process group, SIGKILL after `grace` seconds, then reap.
-fn stop_all(children: &mut [Option<Child>], grace: f64) {
-    let groups: Vec<Pid> = children
+/// Waits for the ranks; stops them all on a failure, a signal or the timeout. Returns the exit
+/// code.
+fn supervise(args: &Args, ranks: &mut Ranks) -> i32 {
+    let start = Instant::now();
+    let mut log: Vec<Event> = Vec::new();
+    while ranks.running.iter().any(|&r| r) {
+        let sig = SIGNALLED.load(Ordering::SeqCst);
+        if sig != 0 {
+            eprintln!("pshmrun: received signal {sig}; stopping all ranks");
+            stop_all(ranks, args.grace);
+            return 128 + sig as i32;
+        }
+        if args.timeout.is_some_and(|t| start.elapsed() >= t) {
+            let still: Vec<usize> = (0..ranks.pids.len())
+                .filter(|&r| ranks.running[r])
+                .collect();
+            eprintln!(
+                "pshmrun: timeout after {:.1} s; ranks {still:?} still running, stopping them",
+                start.elapsed().as_secs_f64()
+            );
+            stop_all(ranks, args.grace);
+            return 124;
+        }
+        let Ok(e) = ranks.events.recv_timeout(Duration::from_millis(5)) else {
+            continue;
+        };
+        log.push(e);
+        match e.what {
+            What::Exited(0) => ranks.running[e.rank] = false,
+            What::Exited(_) | What::Killed(_) => {
+                ranks.running[e.rank] = false;
+                // The ranks that notice a death exit moments after it: collect them, then name
+                // the one that went first.
+                settle(ranks, &mut log, Duration::from_millis(100));
+                let first = first_failure(&log);
+                report(first, &log, start);
+                stop_all(ranks, args.grace);
+                return first.what.exit_code();
+            }
+            What::Stopped(_) | What::Continued => {}
+        }
+    }
+    0
+}
+
+/// Collects the events of the next `window`.
+fn settle(ranks: &mut Ranks, log: &mut Vec<Event>, window: Duration) {
+    let end = Instant::now() + window;
+    while let Ok(e) = ranks
+        .events
+        .recv_timeout(end.saturating_duration_since(Instant::now()))
+    {
+        if matches!(e.what, What::Exited(_) | What::Killed(_)) {
+            ranks.running[e.rank] = false;
+        }
+        log.push(e);
+    }
+}
+
+/// The failure to blame: the earliest rank ended or left stopped by a signal (the others
+/// typically fail because of it), else the earliest failure.
+fn first_failure(log: &[Event]) -> Event {
+    let still_stopped = |e: &Event| {
+        !log.iter()
+            .any(|l| l.rank == e.rank && l.at > e.at && !matches!(l.what, What::Stopped(_)))
+    };
+    let by_signal = log
         .iter()
-        .flatten()
-        .map(|c| Pid::from_raw(c.id() as i32))
+        .find(|e| e.what.by_signal() && (!matches!(e.what, What::Stopped(_)) || still_stopped(e)));
+    by_signal
+        .or_else(|| {
+            log.iter()
+                .find(|e| matches!(e.what, What::Exited(c) if c != 0))
+        })
+        .copied()
+        .expect("a failure was logged")
+}
+
+fn report(first: Event, log: &[Event], start: Instant) {
+    let then: Vec<usize> = log
+        .iter()
+        .filter(|e| e.rank != first.rank && matches!(e.what, What::Exited(c) if c != 0))
+        .map(|e| e.rank)
         .collect();
+    let also = if then.is_empty() {
+        String::new()
+    } else {
+        format!(" (then ranks {then:?} failed)")
+    };
+    eprintln!(
+        "pshmrun: rank {} {} at +{:.3} s{also}; stopping the other ranks",
+        first.rank,
+        first.what.describe(),
+        first.at.duration_since(start).as_secs_f64()
+    );
+}
+
+/// SIGTERM (and SIGCONT, so that stopped ranks take it) to every running rank's process group,
+/// SIGKILL after `grace`; then SIGKILL to every group, for grandchildren left behind.
+fn stop_all(ranks: &mut Ranks, grace: Duration) {
+    let groups: Vec<Pid> = ranks.pids.clone();
+    for (r, g) in groups.iter().enumerate() {
+        if ranks.running[r] {
+            let _ = killpg(*g, Signal::SIGTERM);
+            let _ = killpg(*g, Signal::SIGCONT);
+        }
+    }
+    let deadline = Instant::now() + grace;
+    while ranks.running.iter().any(|&r| r) && Instant::now() < deadline {
+        if let Ok(e) = ranks.events.recv_timeout(Duration::from_millis(10))
+            && matches!(e.what, What::Exited(_) | What::Killed(_))
+        {
+            ranks.running[e.rank] = false;
+        }
+    }
     for g in &groups {
-        let _ = killpg(*g, Signal::SIGTERM);
+        let _ = killpg(*g, Signal::SIGKILL);
     }
-    let deadline = Instant::now() + Duration::from_secs_f64(grace.max(0.0));
-    loop {
-        let mut alive = false;
-        for slot in children.iter_mut() {
-            if let Some(c) = slot {
-                match c.try_wait() {
-                    Ok(Some(_)) | Err(_) => *slot = None,
-                    Ok(None) => alive = true,
-                }
-            }
+    // Reaped by their waiters: wait (bounded) until every rank is gone.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while ranks.running.iter().any(|&r| r) && Instant::now() < deadline {
+        if let Ok(e) = ranks.events.recv_timeout(Duration::from_millis(10))
+            && matches!(e.what, What::Exited(_) | What::Killed(_))
+        {
+            ranks.running[e.rank] = false;
         }
-        if !alive {
-            break;
-        }
-        if Instant::now() >= deadline {
-            for slot in children.iter_mut() {
-                if let Some(c) = slot.take() {
-                    let _ = killpg(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
-                    let mut c = c;
-                    let _ = c.wait();
-                }
-            }
-            break;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    // Grandchildren left in the groups after the rank itself exited.
-    for g in groups {
-        let _ = killpg(g, Signal::SIGKILL);
     }
 }
