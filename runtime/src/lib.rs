@@ -62,6 +62,10 @@ use pshmem_bootstrap::Bootstrap;
 use pshmem_proxy::{Health, HeapMem, MemError, Proxy, ProxySetup};
 pub use pshmem_ring::SignalOp;
 use pshmem_ring::{AmoOp, Desc, Local, Producer, Ring, RingError, WaitLimit};
+/// For executables: `pshmem::hold_signals_through_load!();` at the top level of the binary's
+/// crate makes a SIGTERM sent while the process loads end it by that signal (see
+/// `pshmem_libfabric_sys::hold_signals_through_load`).
+pub use pshmem_transport::hold_signals_through_load;
 use pshmem_transport::{LocalMem, MemKind};
 
 use crate::{alloc::Allocator, heap::Mapping};

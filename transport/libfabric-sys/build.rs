@@ -11,6 +11,7 @@ fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     let here = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     println!("cargo:rerun-if-changed=wrapper.h");
+    println!("cargo:rerun-if-changed=signals.c");
 
     let mut builder = bindgen::Builder::default()
         .header(here.join("wrapper.h").to_string_lossy())
@@ -34,6 +35,7 @@ fn main() {
 
     let mut cc = cc::Build::new();
     cc.file(out.join("fabric_static_fns.c"))
+        .file(here.join("signals.c"))
         .include(&here)
         .warnings(false);
     for p in &lib.include_paths {

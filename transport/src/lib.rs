@@ -26,6 +26,7 @@ mod slab;
 use pshmem_bootstrap::Bootstrap;
 
 pub use error::{PostError, Result, TransportError};
+pub use pshmem_libfabric_sys::hold_signals_through_load;
 
 /// A PE number.
 pub type Pe = usize;

@@ -63,6 +63,8 @@ enum Cmd {
     },
 }
 
+pshmem_transport::hold_signals_through_load!();
+
 fn main() {
     pshmem_tools::init_logging();
     let a = Args::parse();

@@ -149,6 +149,8 @@ fn barrier(bs: &Bootstrap, r: &mut RawPair, c: *mut Craw, shared: bool) {
     });
 }
 
+pshmem_transport::hold_signals_through_load!();
+
 fn main() {
     pshmem_tools::init_logging();
     let a = Args::parse();

@@ -261,6 +261,8 @@ fn us(t: &[f64]) -> Vec<f64> {
     t.iter().map(|x| x * 1e6).collect()
 }
 
+pshmem_transport::hold_signals_through_load!();
+
 fn main() {
     pshmem_tools::init_logging();
     let a = Args::parse();

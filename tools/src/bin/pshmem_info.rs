@@ -185,6 +185,8 @@ fn mapping(p: &HostPlan, threads: usize) {
     }
 }
 
+pshmem_transport::hold_signals_through_load!();
+
 fn main() {
     pshmem_tools::init_logging();
     let a = Args::parse();

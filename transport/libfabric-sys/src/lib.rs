@@ -24,6 +24,37 @@
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 
+unsafe extern "C" {
+    /// Puts back to the default every fatal-signal handler (SIGTERM, SIGINT, SIGSEGV, …) that a
+    /// PSM library linked by libfabric installed (libinfinipath's SIGTERM handler calls `exit()`,
+    /// which can deadlock on a lock libfabric holds). Handlers of anyone else are left alone.
+    /// Also run at load by a constructor in `signals.c`; returns how many were reset.
+    pub fn pshmem_fabric_reset_provider_signals() -> ::std::os::raw::c_int;
+    /// Blocks SIGTERM, SIGINT, SIGHUP and SIGQUIT until the load-time constructor of
+    /// `signals.c` has reset the PSM handlers; only for an executable's `.preinit_array`
+    /// (use [`hold_signals_through_load!`]).
+    pub fn pshmem_fabric_hold_termination();
+}
+
+/// Closes the window in which a termination signal sent to a starting process meets the
+/// handlers that PSM libraries (linked by Debian's libfabric) install while they load (the
+/// SIGTERM one calls `exit(1)`, and can hang): invoked once at the top level of an
+/// executable's crate, it blocks those signals before any library initialiser runs; they are
+/// unblocked, and one sent meanwhile delivered with its default action, once the handlers are
+/// reset. Executables only (a shared library has no `.preinit_array`).
+#[macro_export]
+macro_rules! hold_signals_through_load {
+    () => {
+        // SAFETY: the dynamic loader calls each .preinit_array entry once, before any library
+        // initialiser, on the only thread; the entry only blocks signals for that thread and
+        // records the previous mask, which the constructor in signals.c restores.
+        #[used]
+        #[unsafe(link_section = ".preinit_array")]
+        static PSHMEM_HOLD_SIGNALS_THROUGH_LOAD: unsafe extern "C" fn() =
+            $crate::pshmem_fabric_hold_termination;
+    };
+}
+
 /// `FI_VERSION(major, minor)`.
 pub const fn FI_VERSION(major: u32, minor: u32) -> u32 {
     (major << 16) | minor

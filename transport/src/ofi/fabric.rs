@@ -148,6 +148,10 @@ impl InfoList {
             )
         };
         drop(guard);
+        // A provider initialised by this call may have installed its own fatal-signal handlers
+        // (libinfinipath's SIGTERM handler calls exit(), which can deadlock): put them back.
+        // SAFETY: takes no arguments; only reads and resets signal dispositions.
+        unsafe { sys::pshmem_fabric_reset_provider_signals() };
         check(rc as isize, "fi_getinfo")?;
         Ok(Self { head: info })
     }

@@ -510,6 +510,8 @@ fn ring_latency(dev: usize, iters: u64) -> R<String> {
     ))
 }
 
+pshmem_transport::hold_signals_through_load!();
+
 fn main() -> ExitCode {
     pshmem_tools::init_logging();
     let cli = Cli::parse();

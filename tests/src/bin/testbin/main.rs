@@ -288,6 +288,8 @@ fn run_runtime(cmd: &Cmd, bs: Bootstrap) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+pshmem_transport::hold_signals_through_load!();
+
 fn main() -> ExitCode {
     pshmem_tools::init_logging();
     // Tests of descriptor exhaustion give a rank few descriptors.

@@ -1,0 +1,88 @@
+//! A rank stopped or killed at any moment: it ends promptly, by the signal it was sent, and
+//! leaves nothing behind on the host.
+
+use std::{
+    os::unix::process::ExitStatusExt,
+    thread,
+    time::{Duration, Instant},
+};
+
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+use pshmem_tests::JobSpec;
+use rand::Rng;
+
+const BIN: &str = env!("CARGO_BIN_EXE_pshmem-testbin");
+
+/// SIGTERM sent to a rank at a random moment of its start (bootstrap, transport probing and
+/// opening, heap exchange, the first operations), over tcp and the simulated fabric: the rank
+/// ends within 1 s, killed by SIGTERM, in every trial. (Before the fix, a handler that a PSM
+/// library linked by libfabric installs at load turned SIGTERM into `exit()`, which can hang.)
+#[test]
+fn sigterm_at_any_moment_of_init_ends_the_rank_within_a_second() {
+    let mut rng = rand::rng();
+    let mut late = 0;
+    for trial in 0..40 {
+        let provider = if trial % 2 == 0 { "tcp" } else { "sim" };
+        let n = 2 + trial % 3;
+        let victim = rng.random_range(0..n);
+        let spec = JobSpec::new(BIN, n, &["rt-ops", "--rounds", "1", "--sizes", "1,4096"])
+            .env("PSHMEM_PROVIDER", provider)
+            .timeout(Duration::from_secs(30));
+        let mut job = spec.launch();
+        // Starting a job takes 250–400 ms here (200 ms of it loading libfabric's
+        // dependencies): aim anywhere in it, the first instants included.
+        thread::sleep(Duration::from_micros(rng.random_range(0..400_000)));
+        let pid = job.pid(victim);
+        let sent = Instant::now();
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+        let child = &mut job
+            .children
+            .iter_mut()
+            .find(|(r, _)| *r == victim)
+            .expect("victim")
+            .1;
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                break Some(s);
+            }
+            if sent.elapsed() > Duration::from_secs(5) {
+                break None;
+            }
+            thread::sleep(Duration::from_millis(2));
+        };
+        let took = sent.elapsed();
+        // The others would wait for the victim until their join or peer deadline; a launcher
+        // ends them at once, and so does this test.
+        for (_, c) in job.children.iter_mut() {
+            let _ = c.kill();
+        }
+        let results = job.wait();
+        let status = status.unwrap_or_else(|| {
+            panic!(
+                "trial {trial} ({provider}, {n} PEs): rank {victim} still running 5 s after \
+                 SIGTERM\n{}",
+                results[victim]
+            )
+        });
+        // A rank that had already finished is not a failure; one that survived the signal, or
+        // turned it into an exit status, is.
+        if status.success() {
+            continue;
+        }
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGTERM),
+            "trial {trial} ({provider}, {n} PEs): rank {victim} ended by {status} instead of \
+             SIGTERM\n{}",
+            results[victim]
+        );
+        if took > Duration::from_secs(1) {
+            late += 1;
+            eprintln!("trial {trial}: rank {victim} took {took:?} to end after SIGTERM");
+        }
+    }
+    assert_eq!(late, 0, "ranks took over 1 s to end after SIGTERM");
+}
