@@ -31,7 +31,7 @@ pub enum BootstrapError {
     },
     /// A non-root rank never reached rank 0.
     #[error(
-        "rank {rank}: cannot reach rank 0 at {addr} after {waited:?} ({last_error}); \
+        "rank {rank}: cannot reach rank 0 at {addr} after {waited:.1?} ({last_error}); \
          is rank 0 running, and is the address reachable from this host?"
     )]
     RootUnreachable {
@@ -46,7 +46,7 @@ pub enum BootstrapError {
     },
     /// Some ranks never joined within the join timeout.
     #[error(
-        "rank {rank}: ranks {missing:?} did not join within {timeout:?} \
+        "rank {rank}: ranks {missing:?} did not join within {timeout:.1?} \
          (did they start? same PSHMEM_BOOTSTRAP_ADDR and job secret? raise PSHMEM_BOOTSTRAP_TIMEOUT)"
     )]
     JoinTimeout {
@@ -144,7 +144,7 @@ pub enum BootstrapError {
     },
     /// A collective waited too long for live ranks.
     #[error(
-        "rank {rank}: {op} timed out after {waited:?} waiting for ranks {waiting_for:?} (raise PSHMEM_BOOTSTRAP_OP_TIMEOUT if they are just slow)"
+        "rank {rank}: {op} timed out after {waited:.1?} waiting for ranks {waiting_for:?} (raise PSHMEM_BOOTSTRAP_OP_TIMEOUT if they are just slow)"
     )]
     Timeout {
         /// The rank reporting.

@@ -375,7 +375,7 @@ pub(crate) async fn reader_task<R: AsyncRead + Unpin>(
                 let detail = match e {
                     ReadError::Eof => "connection closed without goodbye".to_string(),
                     ReadError::Reset => "connection reset".to_string(),
-                    ReadError::Idle(d) => format!("no heartbeat for {d:?}"),
+                    ReadError::Idle(d) => format!("no heartbeat for {d:.1?}"),
                     ReadError::Io(m) => m,
                     ReadError::Frame(error, _) => {
                         shared.fail(Failure::Protocol {

@@ -49,7 +49,7 @@ pub enum RingError {
         pe: Option<u32>,
     },
     /// A wait ran past its deadline.
-    #[error("timed out after {waited:?} waiting for {what}: is the proxy thread running?")]
+    #[error("timed out after {waited:.1?} waiting for {what}: is the proxy thread running?")]
     Timeout {
         /// What was awaited.
         what: &'static str,

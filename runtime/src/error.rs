@@ -204,7 +204,7 @@ pub enum Error {
     },
     /// A wait ran past `PSHMEM_OP_TIMEOUT`.
     #[error(
-        "PE {me}: {op} waited {waited:?} without completing (PSHMEM_OP_TIMEOUT): a peer may be \
+        "PE {me}: {op} waited {waited:.1?} without completing (PSHMEM_OP_TIMEOUT): a peer may be \
          stuck or the condition never met"
     )]
     Timeout {
@@ -215,6 +215,54 @@ pub enum Error {
         /// How long.
         waited: Duration,
     },
+    /// A barrier ran past `PSHMEM_OP_TIMEOUT`: the PEs that have not arrived.
+    #[error(
+        "PE {me}: {op} waited {waited:.1?} (PSHMEM_OP_TIMEOUT) for PE {waiting_for}: {}",
+        stragglers(missing, silent)
+    )]
+    NotArrived {
+        /// This PE.
+        me: usize,
+        /// The operation.
+        op: &'static str,
+        /// How long.
+        waited: Duration,
+        /// The PE whose signal this PE was waiting for.
+        waiting_for: usize,
+        /// PEs that have not entered the barrier.
+        missing: Vec<usize>,
+        /// PEs whose arrival could not be read.
+        silent: Vec<usize>,
+    },
+}
+
+/// "PE 2" or "PEs 2, 3".
+fn pes(list: &[usize]) -> String {
+    let names: Vec<String> = list.iter().map(ToString::to_string).collect();
+    match list.len() {
+        1 => format!("PE {}", names[0]),
+        _ => format!("PEs {}", names.join(", ")),
+    }
+}
+
+/// Who held a barrier up, in words.
+fn stragglers(missing: &[usize], silent: &[usize]) -> String {
+    let mut parts = Vec::new();
+    if !missing.is_empty() {
+        let verb = if missing.len() == 1 { "has" } else { "have" };
+        parts.push(format!("{} {verb} not arrived", pes(missing)));
+    }
+    if !silent.is_empty() {
+        let whose = if silent.len() == 1 { "its" } else { "their" };
+        parts.push(format!(
+            "{} did not answer (stopped, or {whose} path is stuck)",
+            pes(silent)
+        ));
+    }
+    if parts.is_empty() {
+        parts.push("every PE has arrived, but the signal did not come in time".into());
+    }
+    parts.join("; ")
 }
 
 impl From<BootstrapError> for Error {
@@ -235,6 +283,9 @@ impl Error {
         match self {
             Error::PeerDied { pe, .. } | Error::OpFailed { pe, .. } => *pe,
             Error::InvalidPe { pe, .. } => Some(*pe),
+            Error::NotArrived {
+                missing, silent, ..
+            } => missing.first().or(silent.first()).copied(),
             Error::Bootstrap(b) => b.dead_rank(),
             _ => None,
         }

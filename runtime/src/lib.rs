@@ -39,6 +39,7 @@
 //! up to the next [`Pshmem::quiet`]); their `_sym` forms on symmetric buffers are safe.
 
 pub mod alloc;
+mod barrier;
 pub mod config;
 pub mod cuda;
 mod elem;
@@ -148,9 +149,6 @@ impl std::fmt::Debug for Pshmem {
             .finish_non_exhaustive()
     }
 }
-
-/// Bytes of the barrier words at the start of the reserved area (one per dissemination round).
-const BARRIER_WORDS: u64 = 64;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -1330,25 +1328,6 @@ impl Pshmem {
     pub fn barrier_all(&self) -> Result<()> {
         self.live("barrier_all")?;
         self.barrier_inner("barrier_all")
-    }
-
-    /// A dissemination barrier over signals on the reserved barrier words: in round k, signal
-    /// PE (me + 2^k) mod n and wait for the signal from PE (me - 2^k) mod n. Each word counts
-    /// arrivals, so waiting for count >= epoch is immune to a fast peer's next barrier.
-    fn barrier_inner(&self, op: &'static str) -> Result<()> {
-        let mut epoch = lock(&self.barrier_epoch);
-        self.quiet_inner(op)?;
-        *epoch += 1;
-        let mut k = 0;
-        while (1usize << k) < self.n {
-            let word = SymPtr(8 * k as u64);
-            debug_assert!(word.0 < BARRIER_WORDS * 8);
-            let partner = (self.me + (1 << k)) % self.n;
-            self.signal_inner(op, self.route(partner), word, 1, SignalOp::Add, partner)?;
-            self.wait_local(op, word, Cmp::Ge, *epoch)?;
-            k += 1;
-        }
-        Ok(())
     }
 }
 

@@ -86,3 +86,63 @@ fn sigterm_at_any_moment_of_init_ends_the_rank_within_a_second() {
     }
     assert_eq!(late, 0, "ranks took over 1 s to end after SIGTERM");
 }
+
+/// The shm provider's region files (`/dev/shm/<pid>:<d>:<e>`) of these processes.
+fn shm_files_of(pids: &[u32]) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| {
+                    n.split(':')
+                        .next()
+                        .and_then(|p| p.parse::<u32>().ok())
+                        .is_some_and(|p| pids.contains(&p))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A shm job whose rank is SIGKILLed after the job started leaves no region file in
+/// /dev/shm (each was 16 MiB, left for good before); one killed at a random moment, its start
+/// included, leaves none once the next job on the host has started.
+#[test]
+fn killed_shm_jobs_leave_nothing_in_dev_shm() {
+    let spec = JobSpec::new(BIN, 3, &["rt-kill", "--victim", "1", "--phase", "barrier"])
+        .env("PSHMEM_PROVIDER", "shm")
+        .timeout(Duration::from_secs(60));
+    let job = spec.launch();
+    let pids: Vec<u32> = (0..3).map(|r| job.pid(r)).collect();
+    let results = job.wait();
+    assert!(
+        results[1].status.and_then(|s| s.signal()) == Some(libc::SIGKILL),
+        "rank 1 should have killed itself:\n{}",
+        results[1]
+    );
+    assert_eq!(shm_files_of(&pids), Vec::<String>::new(), "left behind");
+
+    let mut rng = rand::rng();
+    let mut killed = Vec::new();
+    for _ in 0..10 {
+        let spec = JobSpec::new(BIN, 2, &["rt-ops", "--rounds", "2", "--sizes", "1,4096"])
+            .env("PSHMEM_PROVIDER", "shm")
+            .timeout(Duration::from_secs(30));
+        let mut job = spec.launch();
+        thread::sleep(Duration::from_micros(rng.random_range(0..500_000)));
+        let victim = rng.random_range(0..2);
+        killed.extend((0..2).map(|r| job.pid(r)));
+        let _ = kill(Pid::from_raw(job.pid(victim) as i32), Signal::SIGKILL);
+        for (_, c) in job.children.iter_mut() {
+            let _ = c.kill();
+        }
+        job.wait();
+    }
+    let next = JobSpec::new(BIN, 2, &["rt-ops", "--rounds", "1", "--sizes", "1"])
+        .env("PSHMEM_PROVIDER", "shm")
+        .timeout(Duration::from_secs(60))
+        .launch()
+        .wait();
+    pshmem_tests::assert_all_ok(&next);
+    assert_eq!(shm_files_of(&killed), Vec::<String>::new(), "left behind");
+}

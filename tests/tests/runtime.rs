@@ -204,6 +204,45 @@ fn a_dead_peer_fails_barrier_quiet_and_wait_within_5s_on_the_simulated_fabric() 
     }
 }
 
+/// PEs 2 and 3 stay away from a barrier (asleep, or stopped by SIGSTOP): PEs 0 and 1 time out
+/// (PSHMEM_OP_TIMEOUT=1) and their error names PEs 2 and 3: "have not arrived" where their
+/// barrier state can be read (the direct path always; through the proxy when the peer
+/// answers), "did not answer" for a stopped peer behind a fabric that needs its progress.
+fn late_peers(how: &str, env: &[(&str, &str)], want: &str) {
+    let mut env = env.to_vec();
+    env.push(("PSHMEM_OP_TIMEOUT", "1"));
+    let spec =
+        job(4, &["rt-late", "--late", "2,3", "--how", how], &env).timeout(Duration::from_secs(60));
+    let mut j = spec.launch();
+    // The stopped ranks are ended once the others are done.
+    let mut on_time: Vec<_> = j.children.drain(..).collect();
+    let late: Vec<_> = on_time.split_off(2);
+    let res = spec.job(on_time).wait();
+    for (_, mut c) in late {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    for r in &res {
+        let f = err(r);
+        assert_eq!(f["kind"], "NotArrived", "{how} {env:?}: {r}");
+        assert!(
+            f["msg"].contains(&want.replace(' ', "_")),
+            "{how} {env:?}: want \"{want}\" in {r}"
+        );
+        assert!(!f["msg"].contains("Some("), "{r}");
+    }
+}
+
+#[test]
+fn a_barrier_timeout_names_the_pes_that_have_not_arrived() {
+    let arrived = "PEs 2, 3 have not arrived";
+    late_peers("sleep", &[("PSHMEM_PROVIDER", "tcp")], arrived);
+    late_peers("stop", &[("PSHMEM_PROVIDER", "tcp")], arrived);
+    late_peers("sleep", &proxied("tcp"), arrived);
+    late_peers("stop", &proxied("tcp"), "PEs 2, 3 did not answer");
+    late_peers("sleep", &proxied("sim"), arrived);
+}
+
 /// The host-staged GPU path's protocol on a host heap standing in for GPU memory: landing
 /// slots, target-side copies and AMOs, gates for put-with-signal and fence.
 fn staged(provider: &'static str) -> Vec<(&'static str, &'static str)> {

@@ -192,6 +192,9 @@ pub trait Transport: Send {
     fn address(&self) -> Vec<u8>;
     /// Makes every PE reachable, given all addresses in PE order.
     fn connect(&mut self, addresses: &[Vec<u8>]) -> Result<()>;
+    /// Called by [`establish`] once every PE's [`Transport::connect`] has returned (to drop
+    /// what only connecting needed, such as the shm provider's region files).
+    fn all_connected(&mut self) {}
 
     /// Registers memory for local use and remote access.
     ///
@@ -316,7 +319,13 @@ pub fn establish(t: &mut dyn Transport, bs: &Bootstrap) -> Result<()> {
         }
         addresses.push(address.to_vec());
     }
-    t.connect(&addresses)
+    t.connect(&addresses)?;
+    bs.barrier().map_err(|source| TransportError::Bootstrap {
+        what: "connecting",
+        source,
+    })?;
+    t.all_connected();
+    Ok(())
 }
 
 /// The fabric, rail count and address of an exchanged endpoint record.

@@ -16,6 +16,7 @@
 //!   posted receive buffers turns into [`Event::Recv`].
 
 pub mod fabric;
+mod shm;
 
 use std::{ffi::c_void, mem::size_of, sync::Arc};
 
@@ -237,6 +238,9 @@ pub struct OfiTransport {
     entries: Vec<sys::fi_cq_data_entry>,
     /// Rail of the next write with remote CQ data (they take turns over the rails).
     next_data_rail: usize,
+    /// The shm provider's region files of this PE's endpoints (unlinked once every PE has
+    /// connected; see `shm`).
+    shm_regions: Vec<String>,
 }
 
 // SAFETY: the transport is used by one thread at a time; its raw pointers (registration
@@ -393,6 +397,10 @@ impl OfiTransport {
 
     /// Opens with explicit rank and world size.
     pub fn open_raw(me: Pe, n: usize, cfg: &OfiConfig) -> Result<Self> {
+        let stale = shm::sweep_stale();
+        if stale > 0 {
+            tracing::info!("removed {stale} shm region file(s) left by killed processes");
+        }
         let version = if fabric::runtime_version() >= sys::FI_VERSION(1, 20) {
             sys::FI_VERSION(1, 20)
         } else {
@@ -503,7 +511,15 @@ impl OfiTransport {
             deferred: Vec::new(),
             entries: vec![sys::fi_cq_data_entry::default(); 64],
             next_data_rail: 0,
+            shm_regions: Vec::new(),
         };
+        if prov == "shm" {
+            t.shm_regions = t
+                .rails
+                .iter()
+                .filter_map(|r| shm::region_of(&r.ep.name().ok()?))
+                .collect();
+        }
         for r in 0..t.rails.len() {
             for b in 0..t.cfg.recv_buffers {
                 t.post_recv(r, b)?;
@@ -1058,6 +1074,12 @@ impl Transport for OfiTransport {
             self.rails[r].peers = self.rails[r].av.insert(names)?;
         }
         Ok(())
+    }
+
+    fn all_connected(&mut self) {
+        // Every peer mapped our shm regions when it inserted our address (it has connected):
+        // the files are no longer needed, and a SIGKILL can no longer leave them behind.
+        shm::unlink_own(&std::mem::take(&mut self.shm_regions));
     }
 
     unsafe fn mr_reg(&mut self, mem: LocalMem) -> Result<MrId> {

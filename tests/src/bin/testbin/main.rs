@@ -137,6 +137,14 @@ enum Cmd {
         #[arg(long, default_value = "barrier")]
         phase: String,
     },
+    /// Runtime: the `late` PEs do not come to a barrier (they sleep, or stop themselves with
+    /// SIGSTOP when `how` is "stop"); the others report who held them up.
+    RtLate {
+        #[arg(long, value_delimiter = ',')]
+        late: Vec<usize>,
+        #[arg(long, default_value = "sleep")]
+        how: String,
+    },
     /// Runtime: put then signal without a fence, counting signals seen before their data.
     RtUnordered {
         #[arg(long, default_value_t = 200)]
@@ -276,6 +284,9 @@ fn run_runtime(cmd: &Cmd, bs: Bootstrap) -> ExitCode {
         Cmd::RtKill { victim, phase } => runtime::kill(&s, *victim, phase)
             .err()
             .map(|e| runtime::report(&e)),
+        Cmd::RtLate { late, how } => runtime::late(&s, late, how)
+            .err()
+            .map(|e| runtime::report(&e)),
         _ => unreachable!("not a runtime scenario"),
     };
     if let Some(code) = failed {
@@ -318,6 +329,7 @@ fn main() -> ExitCode {
             | Cmd::RtErrors
             | Cmd::RtMismatch { .. }
             | Cmd::RtKill { .. }
+            | Cmd::RtLate { .. }
             | Cmd::RtUnordered { .. }
     ) {
         return run_runtime(&cli.cmd, bs);
@@ -413,6 +425,7 @@ fn main() -> ExitCode {
         | Cmd::RtErrors
         | Cmd::RtMismatch { .. }
         | Cmd::RtKill { .. }
+        | Cmd::RtLate { .. }
         | Cmd::RtUnordered { .. }
         | Cmd::HeapSnoop { .. } => unreachable!("dispatched above"),
         Cmd::BsInit { hold_ms } => {

@@ -502,6 +502,29 @@ pub fn kill(s: &Pshmem, victim: usize, phase: &str) -> Result<(), Error> {
     }
 }
 
+/// The `late` PEs stay away from a barrier (sleeping well past PSHMEM_OP_TIMEOUT, or stopped
+/// by SIGSTOP); the others' barrier times out and names them.
+pub fn late(s: &Pshmem, late: &[usize], how: &str) -> Result<(), Error> {
+    s.barrier_all()?;
+    let patience = s.config().op_timeout;
+    if late.contains(&s.my_pe()) {
+        // The last signals of a barrier may still be in flight when it returns here: deliver
+        // them, so that the others' first barrier is complete.
+        s.quiet()?;
+        println!("LATE pe={}", s.my_pe());
+        if how == "stop" {
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+        }
+        std::thread::sleep(patience * 8);
+        // Leave without a goodbye: the others have given up already.
+        std::process::exit(0);
+    }
+    let r = s.barrier_all();
+    // Stay while the other on-time PEs look at this one's barrier state.
+    std::thread::sleep(patience * 3);
+    r
+}
+
 /// Ordering negative control: a plain put followed by a signal with no fence, and two `p`s with
 /// no fence, on a fabric that reorders. Counts the rounds where the signal was seen before all
 /// of its data, and the flag before the data; the sim test expects some of each, which shows
