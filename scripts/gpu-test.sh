@@ -24,6 +24,11 @@ run() {
 }
 (command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv) 2>&1 | tee -a "$LOG"
 NGPU="$(nvidia-smi -L 2>/dev/null | wc -l)"
+# Before MPS starts: two PEs on one GPU without MPS must say so (and not with it, below).
+NO_MPS="$(mktemp -d)"
+run env CUDA_MPS_PIPE_DIRECTORY="$NO_MPS" "$BIN/pshmem-gpu-tests" mps-check --expect-warning
+run env CUDA_MPS_PIPE_DIRECTORY="$NO_MPS" bash -c \
+  '"$0" --local-size 2 | tee /dev/stderr | grep -q "share GPUs, but CUDA MPS is not running"' "$BIN/pshmem-info"
 # Several PEs on one GPU need CUDA MPS: without it their kernels are time-sliced and a kernel
 # waiting on a peer's store sees it only at the next slice (about 2000 times slower). On a
 # one-GPU machine every multi-PE test below shares the GPU, so start an MPS server for them.
@@ -39,6 +44,7 @@ if [ "$NGPU" -eq 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
   fi
 fi
 # >= 10^7 descriptors from every warp of 132 blocks x 8 warps, through a 1024-slot ring.
+[ -n "${MPS_DIR:-}" ] && run "$BIN/pshmem-gpu-tests" mps-check
 run "$BIN/pshmem-gpu-tests" ring-stress --blocks 132 --threads 256 --per-warp 10000 --slots 1024
 run "$BIN/pshmem-gpu-tests" ring-rate --blocks 132 --threads 128 --per-warp 4000
 run "$BIN/pshmem-gpu-tests" ring-rate --blocks 1 --threads 32 --per-warp 200000

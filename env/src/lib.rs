@@ -294,6 +294,10 @@ pub const TORCHRUN_VARS: &[(&str, &str)] = &[
     ),
     ("MASTER_PORT", "see PSHMEM_BOOTSTRAP_PORT_OFFSET"),
     ("FI_PROVIDER", "fallback for PSHMEM_PROVIDER"),
+    (
+        "CUDA_MPS_PIPE_DIRECTORY",
+        "where the CUDA MPS check looks for the control daemon (default /tmp/nvidia-mps)",
+    ),
 ];
 
 impl EnvVar {

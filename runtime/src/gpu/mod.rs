@@ -14,6 +14,7 @@
 
 mod device;
 mod mem;
+pub mod mps;
 
 use std::{
     ffi::CStr,
@@ -300,6 +301,17 @@ fn open_peers(
     rec.extend(bus.iter().map(|&c| c as u8));
     rec.extend((s.heap_len as u64).to_le_bytes());
     let all = s.bs.allgather(&rec)?;
+    let bus_of = |r: usize| {
+        s.bs.same_host(r).then(|| {
+            CStr::from_bytes_until_nul(&all[r][64..96])
+                .map(|c| c.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        })
+    };
+    let buses: Vec<Option<String>> = (0..s.n).map(bus_of).collect();
+    if let Some(mine) = &buses[me] {
+        mps::warn_if_unserved(me, mine, &mps::sharing(me, mine, &buses));
+    }
     let mut peers = vec![0u64; s.n];
     peers[me] = heap.ptr;
     let mut ipc = Vec::new();

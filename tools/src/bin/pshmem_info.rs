@@ -102,6 +102,7 @@ fn devices(p: &HostPlan) {
         }
         Err(why) => println!("no CUDA devices: {why}"),
     }
+    println!("CUDA MPS: {}", pshmem::gpu::mps::status().describe());
     let v = runtime_version();
     println!("\n== libfabric {}.{}", v >> 16, v & 0xffff);
     for prov in DEFAULT_PROVIDERS {
@@ -211,12 +212,23 @@ fn main() {
     mapping(&plan, threads);
     println!("\n== Environment (the table in docs/ENVIRONMENT.md)");
     print!("{}", env::render_table());
+    let gpus = plan.cuda.as_ref().map_or(0, Vec::len);
+    let mps = pshmem::gpu::mps::status();
+    let shared_gpu = (gpus > 0 && local > gpus && !a.host_mode && !mps.running()).then(|| {
+        format!(
+            "{local} PEs on {gpus} GPU(s) share GPUs, but CUDA MPS is {}: device operations \
+             between PEs on one GPU would run about 2000x slower; {}",
+            mps.describe(),
+            pshmem::gpu::mps::HOW_TO_START
+        )
+    });
     let warnings: Vec<&String> = plan
         .machine
         .warnings
         .iter()
         .chain(&plan.warnings)
         .chain(&plan.placement.warnings)
+        .chain(&shared_gpu)
         .collect();
     println!("\n== Warnings: {}", warnings.len());
     for w in warnings {

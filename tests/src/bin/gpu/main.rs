@@ -101,6 +101,15 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         victim: usize,
     },
+    /// Launches 2 PEs on GPU 0 that start the GPU path and stop; checks that they warn about
+    /// sharing a GPU without CUDA MPS exactly when `expect_warning` (run it with no MPS, and
+    /// with MPS serving the CUDA_MPS_PIPE_DIRECTORY in force).
+    MpsCheck {
+        #[arg(long)]
+        expect_warning: bool,
+    },
+    /// One PE of `mps-check` (launched by it).
+    GpuInitRank,
 }
 
 /// Runs `args` as a job of `n` PEs of this program; prints every rank's output.
@@ -151,6 +160,26 @@ fn gpu_ops(pes: usize, same_gpu: bool) -> R<String> {
         "OK gpu-ops pes={pes} same_gpu={same_gpu} disable_p2p={p2p} secs={:.1}",
         t0.elapsed().as_secs_f64()
     ))
+}
+
+fn mps_check(expect_warning: bool) -> R<String> {
+    let res = launch(2, &["gpu-init-rank"], &[("PSHMEM_CUDA_DEVICE", "0")])?;
+    if let Some(bad) = res.iter().find(|r| !r.ok()) {
+        return Err(format!("PE {} failed (status {:?})", bad.rank, bad.status));
+    }
+    for r in &res {
+        let warned = r.stderr.contains("without CUDA MPS") || r.stderr.contains("CUDA MPS is");
+        if warned != expect_warning {
+            return Err(format!(
+                "PE {}: warned={warned}, expected {expect_warning}; stderr:\n{}",
+                r.rank, r.stderr
+            ));
+        }
+        if let Some(line) = r.stderr.lines().find(|l| l.contains("CUDA MPS")) {
+            println!("  [pe {}] {line}", r.rank);
+        }
+    }
+    Ok(format!("OK mps-check warned={expect_warning}"))
 }
 
 fn gpu_kill() -> R<String> {
@@ -555,6 +584,8 @@ fn main() -> ExitCode {
         Cmd::GpuOpsRank => rank(api::ops_rank),
         Cmd::GpuKill => gpu_kill(),
         Cmd::GpuKillRank { victim } => rank(|s| api::kill_rank(s, victim)),
+        Cmd::MpsCheck { expect_warning } => mps_check(expect_warning),
+        Cmd::GpuInitRank => rank(|s| s.gpu_init().map(|_| ()).map_err(|e| e.to_string())),
     };
     match res {
         Ok(line) => {
