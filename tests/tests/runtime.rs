@@ -125,11 +125,18 @@ fn the_simulated_fabric_reorders_what_the_runtime_keeps_in_order() {
 
 #[test]
 fn bad_arguments_and_use_after_finalize_are_typed_errors() {
-    for env in [proxied("tcp"), vec![("PSHMEM_PROVIDER", "tcp")]] {
+    for env in [
+        proxied("tcp"),
+        vec![("PSHMEM_PROVIDER", "tcp")],
+        proxied("sim"),
+    ] {
         let res = job(2, &["rt-errors"], &env).launch().wait();
         assert_all_ok(&res);
         for r in &res {
-            assert_eq!(r.fields("OK error").len(), 12, "{r}");
+            // 12 argument errors, 11 operations x 3 PEs outside the job, 10 + 2 x 13 ranges
+            // outside the heap.
+            assert_eq!(r.fields("OK error").len(), 12 + 33 + 36, "{r}");
+            assert_eq!(r.fields("OK zero-length").len(), 1, "{r}");
         }
     }
 }

@@ -442,6 +442,8 @@ pub fn errors(s: &Pshmem) -> R<()> {
         "Misaligned",
     )?;
     expect("bad alignment", s.align(3, 8).map(|_| ()), "BadAlignment")?;
+    bad_targets(s, x, &expect)?;
+    zero_length(s)?;
     expect(
         "heap exhausted",
         s.malloc(1 << 50).map(|_| ()),
@@ -453,6 +455,178 @@ pub fn errors(s: &Pshmem) -> R<()> {
     expect("put after finalize", s.put(x, &[1], 0), "Finalized")?;
     expect("quiet after finalize", s.quiet(), "Finalized")?;
     expect("finalize twice", s.finalize(), "Finalized")?;
+    Ok(())
+}
+
+/// Every operation given a PE outside the job, a range that starts inside the heap and runs
+/// past its end, and (for the `_sym` variants) an out-of-heap source, destination or signal:
+/// each a typed error, and nothing sent.
+fn bad_targets(
+    s: &Pshmem,
+    x: SymPtr,
+    expect: &dyn Fn(&str, Result<(), Error>, &str) -> R<()>,
+) -> R<()> {
+    let n = s.n_pes();
+    let peer = (s.my_pe() + 1) % n;
+    let end = SymPtr::from_offset(s.config().heap_size as u64);
+    let tail = SymPtr::from_offset(s.config().heap_size as u64 - 8);
+    let far = SymPtr::from_offset(u64::MAX - 7);
+    let mut buf = [0u8; 16];
+    let unit = |r: Result<u64, Error>| r.map(|_| ());
+    for pe in [n, n + 7, usize::MAX] {
+        let what = |op: &str| format!("{op} to PE {pe}");
+        expect(&what("get"), s.get(&mut buf, x, pe), "InvalidPe")?;
+        expect(&what("g"), unit(s.g::<u64>(x, pe)), "InvalidPe")?;
+        expect(
+            &what("put_nbi_sym"),
+            s.put_nbi_sym(x, x, 8, pe),
+            "InvalidPe",
+        )?;
+        expect(
+            &what("get_nbi_sym"),
+            s.get_nbi_sym(x, x, 8, pe),
+            "InvalidPe",
+        )?;
+        expect(
+            &what("atomic_fetch_add"),
+            unit(s.atomic_fetch_add::<u64>(x, 1, pe)),
+            "InvalidPe",
+        )?;
+        expect(
+            &what("atomic_compare_swap"),
+            unit(s.atomic_compare_swap::<u64>(x, 0, 1, pe)),
+            "InvalidPe",
+        )?;
+        expect(
+            &what("atomic_fetch"),
+            unit(s.atomic_fetch::<u64>(x, pe)),
+            "InvalidPe",
+        )?;
+        expect(
+            &what("atomic_set"),
+            s.atomic_set::<u64>(x, 1, pe),
+            "InvalidPe",
+        )?;
+        expect(
+            &what("signal_op"),
+            s.signal_op(x, 1, SignalOp::Add, pe),
+            "InvalidPe",
+        )?;
+        expect(
+            &what("put_signal"),
+            s.put_signal(x + 8, &buf[..8], x, 1, SignalOp::Set, pe),
+            "InvalidPe",
+        )?;
+        expect(
+            &what("put_signal_nbi_sym"),
+            s.put_signal_nbi_sym(x + 8, x + 8, 8, x, 1, SignalOp::Set, pe),
+            "InvalidPe",
+        )?;
+    }
+    // Ranges that start inside the heap and run past its end, then ones wholly outside it.
+    for (at, how) in [
+        (tail, "running past the end"),
+        (end, "at the end"),
+        (far, "far"),
+    ] {
+        let what = |op: &str| format!("{op} {how}");
+        expect(&what("put"), s.put(at, &buf, peer), "OutOfHeap")?;
+        expect(&what("get"), s.get(&mut buf, at, peer), "OutOfHeap")?;
+        expect(
+            &what("put_nbi_sym dest"),
+            s.put_nbi_sym(at, x, 16, peer),
+            "OutOfHeap",
+        )?;
+        expect(
+            &what("put_nbi_sym src"),
+            s.put_nbi_sym(x, at, 16, peer),
+            "OutOfHeap",
+        )?;
+        expect(
+            &what("get_nbi_sym dest"),
+            s.get_nbi_sym(at, x, 16, peer),
+            "OutOfHeap",
+        )?;
+        expect(
+            &what("get_nbi_sym src"),
+            s.get_nbi_sym(x, at, 16, peer),
+            "OutOfHeap",
+        )?;
+        expect(
+            &what("put_signal_nbi_sym dest"),
+            s.put_signal_nbi_sym(at, x + 8, 16, x, 1, SignalOp::Set, peer),
+            "OutOfHeap",
+        )?;
+        expect(
+            &what("put_signal_nbi_sym src"),
+            s.put_signal_nbi_sym(x + 8, at, 16, x, 1, SignalOp::Set, peer),
+            "OutOfHeap",
+        )?;
+        expect(
+            &what("local_copy_in"),
+            s.local_copy_in(at, &buf),
+            "OutOfHeap",
+        )?;
+        expect(
+            &what("local_copy_out"),
+            s.local_copy_out(at, &mut buf),
+            "OutOfHeap",
+        )?;
+        if at != tail {
+            // The signal word itself outside (a tail word is a valid signal).
+            expect(
+                &what("put_signal_nbi_sym signal"),
+                s.put_signal_nbi_sym(x + 8, x + 8, 8, at, 1, SignalOp::Set, peer),
+                "OutOfHeap",
+            )?;
+            expect(
+                &what("signal_op"),
+                s.signal_op(at, 1, SignalOp::Add, peer),
+                "OutOfHeap",
+            )?;
+            expect(
+                &what("atomic_fetch_add"),
+                unit(s.atomic_fetch_add::<u64>(at, 1, peer)),
+                "OutOfHeap",
+            )?;
+        }
+    }
+    s.quiet().map_err(e)?;
+    Ok(())
+}
+
+/// Zero-length transfers of every kind succeed, move nothing, and a zero-length put-with-signal
+/// still delivers its signal.
+fn zero_length(s: &Pshmem) -> R<()> {
+    let (me, n) = (s.my_pe(), s.n_pes());
+    let peer = (me + 1) % n;
+    let from = (me + n - 1) % n;
+    let buf = s.calloc(1, 64).map_err(e)?;
+    let sig = s.calloc(1, 8).map_err(e)?;
+    s.put(buf, &[], peer).map_err(e)?;
+    s.get(&mut [], buf, peer).map_err(e)?;
+    s.put_nbi_sym(buf, buf, 0, peer).map_err(e)?;
+    s.get_nbi_sym(buf, buf, 0, peer).map_err(e)?;
+    s.put_signal(buf, &[], sig, 7, SignalOp::Set, peer)
+        .map_err(e)?;
+    s.put_signal_nbi_sym(buf, buf, 0, sig, 3, SignalOp::Add, peer)
+        .map_err(e)?;
+    s.quiet().map_err(e)?;
+    let got = s.signal_wait_until(sig, Cmp::Ge, 10).map_err(e)?;
+    if got != 10 {
+        return Err(format!(
+            "zero-length put-signals from PE {from} left {got}, not 10"
+        ));
+    }
+    s.barrier_all().map_err(e)?;
+    let mut bytes = [1u8; 64];
+    s.local_copy_out(buf, &mut bytes).map_err(e)?;
+    if bytes != [0u8; 64] {
+        return Err("a zero-length transfer wrote bytes".into());
+    }
+    println!("OK zero-length");
+    s.free(sig).map_err(e)?;
+    s.free(buf).map_err(e)?;
     Ok(())
 }
 
