@@ -316,6 +316,45 @@ fn a_stopped_rank_is_blamed_and_the_job_ends() {
     assert!(took < Duration::from_secs(10), "took {took:?}");
 }
 
+/// A rank that stays stopped while no other rank fails (stopped before it joined, say, when
+/// nobody would notice) is reported once it has been stopped for the peer timeout, and the
+/// job ends; a rank stopped and continued within it is no failure.
+#[test]
+fn a_rank_left_stopped_ends_the_job_after_the_peer_timeout() {
+    let script = "if [ $PSHMEM_RANK = 1 ]; then kill -STOP $$; fi; sleep 30";
+    let t0 = Instant::now();
+    let out = Command::new(PSHMRUN)
+        .env("PSHMEM_BOOTSTRAP_PEER_TIMEOUT_MS", "1000")
+        .args(["-n", "3", "--grace", "0.5", "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    let took = t0.elapsed();
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("rank 1 was stopped by signal 19 (SIGSTOP)")
+            && err.contains("not continued within 1.0 s"),
+        "{err}"
+    );
+    assert_eq!(out.status.code(), Some(128 + 19), "{err}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+
+    // A token in the command line that only this test's ranks carry, for pkill.
+    let token = format!("resume-{}", std::process::id());
+    let script =
+        format!("if [ $PSHMEM_RANK = 1 ]; then kill -STOP $$; fi; sleep 1; exit 0 # {token}");
+    let resumer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        let _ = Command::new("pkill").args(["-CONT", "-f", &token]).status();
+    });
+    let out = Command::new(PSHMRUN)
+        .env("PSHMEM_BOOTSTRAP_PEER_TIMEOUT_MS", "3000")
+        .args(["-n", "3", "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    resumer.join().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
 #[test]
 fn every_launch_gets_its_own_secret() {
     let secret = || {

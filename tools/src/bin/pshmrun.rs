@@ -9,6 +9,9 @@
 //!   rank fails, the others are terminated (SIGTERM, then SIGKILL after a grace period) and
 //!   pshmrun names the rank that failed *first* — a rank killed or stopped by a signal before the
 //!   others reported its death — with its status or signal, and exits with that status.
+//! - A rank left stopped (SIGSTOP) for `PSHMEM_BOOTSTRAP_PEER_TIMEOUT_MS` fails the job too,
+//!   named as such: its peers would declare it dead after that long, and before it has joined
+//!   nobody else would notice. A rank stopped and continued within it is no failure.
 //! - Ctrl-C (SIGINT), SIGTERM and SIGHUP stop every rank.
 //!
 //! Multi-host jobs use torchrun, srun or mpirun with the same environment variables instead.
@@ -344,7 +347,34 @@ fn run(args: Args) -> i32 {
 fn supervise(args: &Args, ranks: &mut Ranks) -> i32 {
     let start = Instant::now();
     let mut log: Vec<Event> = Vec::new();
+    // A rank stopped this long holds the job up: its peers would declare it dead after the
+    // same time (no heartbeat), and before it has joined nobody else would notice.
+    let stop_limit = env::PEER_TIMEOUT_MS
+        .millis()
+        .unwrap_or(Duration::from_secs(4));
+    let mut stopped_since: Vec<Option<Instant>> = vec![None; ranks.pids.len()];
     while ranks.running.iter().any(|&r| r) {
+        if let Some((rank, since)) = stopped_since
+            .iter()
+            .enumerate()
+            .find_map(|(r, s)| s.filter(|t| t.elapsed() >= stop_limit).map(|t| (r, t)))
+        {
+            let first = log
+                .iter()
+                .rev()
+                .find(|e| e.rank == rank && matches!(e.what, What::Stopped(_)))
+                .copied()
+                .expect("a stop was logged");
+            eprintln!(
+                "pshmrun: rank {rank} {} at +{:.3} s and was not continued within {:.1} s \
+                 (PSHMEM_BOOTSTRAP_PEER_TIMEOUT_MS); stopping the job",
+                first.what.describe(),
+                since.duration_since(start).as_secs_f64(),
+                stop_limit.as_secs_f64()
+            );
+            stop_all(ranks, args.grace);
+            return first.what.exit_code();
+        }
         let sig = SIGNALLED.load(Ordering::SeqCst);
         if sig != 0 {
             eprintln!("pshmrun: received signal {sig}; stopping all ranks");
@@ -378,7 +408,8 @@ fn supervise(args: &Args, ranks: &mut Ranks) -> i32 {
                 stop_all(ranks, args.grace);
                 return first.what.exit_code();
             }
-            What::Stopped(_) | What::Continued => {}
+            What::Stopped(_) => stopped_since[e.rank] = Some(e.at),
+            What::Continued => stopped_since[e.rank] = None,
         }
     }
     0
