@@ -394,23 +394,25 @@ pub fn ops(s: &Pshmem, sizes: &[usize], rounds: usize) -> R<()> {
     Ok(())
 }
 
+/// Checks that `r` failed with the error variant `want`; prints an `OK error` line.
+fn expect(what: &str, r: Result<(), Error>, want: &str) -> R<()> {
+    match r {
+        Err(err) if kind(&err) == want => {
+            println!("OK error {what} kind={want}");
+            Ok(())
+        }
+        Err(err) => Err(format!(
+            "{what}: expected {want}, got {}: {err}",
+            kind(&err)
+        )),
+        Ok(()) => Err(format!("{what}: expected {want}, got success")),
+    }
+}
+
 /// The typed errors of bad arguments and use after finalize.
 pub fn errors(s: &Pshmem) -> R<()> {
     let n = s.n_pes();
     let x = s.malloc(64).map_err(e)?;
-    let expect = |what: &str, r: Result<(), Error>, want: &str| -> R<()> {
-        match r {
-            Err(err) if kind(&err) == want => {
-                println!("OK error {what} kind={want}");
-                Ok(())
-            }
-            Err(err) => Err(format!(
-                "{what}: expected {want}, got {}: {err}",
-                kind(&err)
-            )),
-            Ok(()) => Err(format!("{what}: expected {want}, got success")),
-        }
-    };
     expect("invalid pe", s.p(x, 1u64, n), "InvalidPe")?;
     expect(
         "outside the heap",
@@ -442,7 +444,7 @@ pub fn errors(s: &Pshmem) -> R<()> {
         "Misaligned",
     )?;
     expect("bad alignment", s.align(3, 8).map(|_| ()), "BadAlignment")?;
-    bad_targets(s, x, &expect)?;
+    bad_targets(s, x)?;
     zero_length(s)?;
     expect(
         "heap exhausted",
@@ -461,11 +463,7 @@ pub fn errors(s: &Pshmem) -> R<()> {
 /// Every operation given a PE outside the job, a range that starts inside the heap and runs
 /// past its end, and (for the `_sym` variants) an out-of-heap source, destination or signal:
 /// each a typed error, and nothing sent.
-fn bad_targets(
-    s: &Pshmem,
-    x: SymPtr,
-    expect: &dyn Fn(&str, Result<(), Error>, &str) -> R<()>,
-) -> R<()> {
+fn bad_targets(s: &Pshmem, x: SymPtr) -> R<()> {
     let n = s.n_pes();
     let peer = (s.my_pe() + 1) % n;
     let end = SymPtr::from_offset(s.config().heap_size as u64);
