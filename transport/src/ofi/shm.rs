@@ -76,13 +76,26 @@ fn sweep_in(dir: &Path) -> usize {
     removed
 }
 
-/// Whether a process with this pid exists (EPERM: it does, under another user).
+/// Whether a process with this pid exists and has not exited. A zombie has exited: its
+/// parent has not reaped it yet, which may be never (a launcher killed with its ranks leaves
+/// them to a pid 1 that does not reap, in some containers). EPERM from kill means it exists
+/// under another user.
 fn alive(pid: i32) -> bool {
-    pid > 0
-        && !matches!(
-            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
-            Err(nix::errno::Errno::ESRCH)
-        )
+    if pid <= 0 {
+        return false;
+    }
+    if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name, which may itself hold ')'.
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|s| s.split_whitespace().next());
+        return !matches!(state, Some("Z") | Some("X"));
+    }
+    !matches!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+        Err(nix::errno::Errno::ESRCH)
+    )
 }
 
 #[cfg(test)]
@@ -120,9 +133,18 @@ mod tests {
         for f in [&dead, &live, &other] {
             std::fs::write(f, b"x").unwrap();
         }
-        assert_eq!(sweep_in(&dir), 1);
-        assert!(!dead.exists());
+        // A process that has exited but is not reaped yet (a zombie) is gone too.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let zombie = dir.join(format!("{}:0:0", child.id()));
+        std::fs::write(&zombie, b"x").unwrap();
+        let t = std::time::Instant::now();
+        while alive(child.id() as i32) && t.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(sweep_in(&dir), 2);
+        assert!(!dead.exists() && !zombie.exists());
         assert!(live.exists() && other.exists());
+        child.wait().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
