@@ -384,6 +384,8 @@ pub fn open_from_env(bs: &Bootstrap) -> Result<Box<dyn Transport>> {
 /// As [`open_from_env`], with the libfabric rails on `domains` (this PE's NICs, from
 /// placement) when not empty: one rail per domain unless `PSHMEM_RAILS` says otherwise.
 pub fn open_from_env_on(bs: &Bootstrap, domains: &[String]) -> Result<Box<dyn Transport>> {
+    // Whatever this job uses, clean up after killed jobs of any provider.
+    ofi::sweep_stale_shm();
     let wanted = pshmem_env::PROVIDER
         .raw()
         .or_else(|| pshmem_env::fallback("FI_PROVIDER"));

@@ -9,8 +9,8 @@
 //!
 //! - **hangs**: a job not ended within 10 s of its fault (then killed, to go on);
 //! - **orphans**: a rank still alive 10 s after its launcher ended;
-//! - **leaks**: a file that appeared in /dev/shm during a trial and is still there once the
-//!   next job has run;
+//! - **leaks**: a file that appeared in /dev/shm during a trial and is still there once a
+//!   later job has run (through its init: one that succeeded);
 //! - **wrong blames**: a job failed by a signalled or stopped rank whose launcher named
 //!   another rank or another cause;
 //! - **digest mismatches**: a job that succeeded but whose ranks verified other data than a
@@ -62,6 +62,16 @@ struct Args {
     /// Writes the counters and timings here as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Only this fault (none, sigkill, sigterm, stop-cont, stop, garbage, slow,
+    /// kill-launcher), to chase one problem.
+    #[arg(long)]
+    fault: Option<String>,
+    /// Only this path (direct, tcp, sim, shm).
+    #[arg(long)]
+    way: Option<String>,
+    /// Only jobs of this many PEs.
+    #[arg(long)]
+    pes: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -295,6 +305,37 @@ impl Job {
     }
 }
 
+/// Where each rank's threads are (state and kernel wait channel), for a hung job.
+fn dump(job: &Job) -> String {
+    let mut out = String::new();
+    let mut ranks: Vec<(&u32, &usize)> = job.ranks.iter().collect();
+    ranks.sort_by_key(|(_, r)| **r);
+    for (pid, rank) in ranks {
+        let _ = write!(out, "  rank {rank} (pid {pid}):");
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+            .unwrap_or_default();
+        for t in tasks {
+            let read = |f: &str| std::fs::read_to_string(t.join(f)).unwrap_or_default();
+            let stat = read("stat");
+            let state = stat
+                .rsplit(')')
+                .next()
+                .and_then(|s| s.split_whitespace().next())
+                .unwrap_or("?")
+                .to_string();
+            let _ = write!(
+                out,
+                " [{} {state} {}]",
+                read("comm").trim(),
+                read("wchan").trim()
+            );
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// The children of `pid` (its main thread's, which starts the ranks).
 fn children(pid: u32) -> Vec<u32> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
@@ -436,6 +477,7 @@ struct Found {
     digest_mismatch: bool,
     disturbed: bool,
     new_shm: HashSet<String>,
+    succeeded: bool,
     note: String,
 }
 
@@ -451,6 +493,7 @@ fn run_trial(b: &Bins, p: Plan, reference: &BTreeMap<usize, String>, hang: Durat
     let mut missed = false;
     let mut hung = false;
     let mut launcher_killed_at = None;
+    let mut hang_dump = String::new();
     loop {
         let ended = job.poll();
         let now = Instant::now();
@@ -514,6 +557,7 @@ fn run_trial(b: &Bins, p: Plan, reference: &BTreeMap<usize, String>, hang: Durat
         let deadline = fault_end.unwrap_or(job.start + p.at) + hang;
         if now >= deadline.max(job.start + p.at + hang) {
             hung = true;
+            hang_dump = dump(&job);
             job.kill_all();
             break;
         }
@@ -561,10 +605,15 @@ fn run_trial(b: &Bins, p: Plan, reference: &BTreeMap<usize, String>, hang: Durat
         digest_mismatch: false,
         disturbed: false,
         new_shm: shm_names().difference(&before).cloned().collect(),
+        succeeded: ok,
         note: String::new(),
     };
     if hung {
-        found.note = format!("hung; stderr tail:\n{}", tail(&err, 12));
+        found.note = format!(
+            "hung; ranks:\n{hang_dump}stdout tail:\n{}\nstderr tail:\n{}",
+            tail(&out, 2 * p.n),
+            tail(&err, 12)
+        );
         return found;
     }
     if ok && p.fault != Fault::KillLauncher {
@@ -660,12 +709,26 @@ fn main() -> ExitCode {
     let mut reported: BTreeMap<Fault, Vec<f64>> = BTreeMap::new();
     let mut pending_shm: Vec<(usize, HashSet<String>)> = Vec::new();
     let mut missed = 0;
+    let faults: Vec<Fault> = Fault::ALL
+        .into_iter()
+        .filter(|f| a.fault.as_ref().is_none_or(|x| x == f.name()))
+        .collect();
+    let ways: Vec<Way> = Way::ALL
+        .into_iter()
+        .filter(|w| a.way.as_ref().is_none_or(|x| x == w.name()))
+        .collect();
+    if faults.is_empty() || ways.is_empty() {
+        eprintln!("chaos: unknown --fault or --way");
+        return ExitCode::from(2);
+    }
     for trial in 0..a.trials {
-        let n = rng.random_range(2..=max);
+        let n = a
+            .pes
+            .map_or_else(|| rng.random_range(2..=max), |p| p.clamp(2, max));
         let plan = Plan {
             n,
-            way: *Way::ALL.choose(&mut rng).expect("ways"),
-            fault: *Fault::ALL.choose(&mut rng).expect("faults"),
+            way: *ways.choose(&mut rng).expect("ways"),
+            fault: *faults.choose(&mut rng).expect("faults"),
             victim: rng.random_range(0..n),
             at: duration[&n].mul_f64(rng.random_range(0.0..0.9)),
             stop_for: Duration::from_millis(rng.random_range(50..1500)),
@@ -673,8 +736,14 @@ fn main() -> ExitCode {
         let f = run_trial(&bins, plan, &reference[&n], hang);
         c.trials += 1;
         *per_fault.entry(plan.fault).or_default() += 1;
-        // Files of the trial before this one must be gone now that another job has run.
-        for (t, names) in pending_shm.drain(..) {
+        // Files of earlier trials must be gone once another job has started its transport (a
+        // job that succeeded certainly did; one killed before its init could not clean).
+        let drained = if f.succeeded {
+            std::mem::take(&mut pending_shm)
+        } else {
+            Vec::new()
+        };
+        for (t, names) in drained {
             let left: Vec<&String> = names
                 .iter()
                 .filter(|x| Path::new("/dev/shm").join(x).exists())

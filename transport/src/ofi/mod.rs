@@ -18,6 +18,16 @@
 pub mod fabric;
 mod shm;
 
+/// Removes the shm provider's region files that this user's dead processes left in /dev/shm
+/// (a SIGKILLed endpoint never removes its own); returns how many. Every transport open runs it.
+pub fn sweep_stale_shm() -> usize {
+    let stale = shm::sweep_stale();
+    if stale > 0 {
+        tracing::info!("removed {stale} shm region file(s) left by killed processes");
+    }
+    stale
+}
+
 use std::{ffi::c_void, mem::size_of, sync::Arc};
 
 use pshmem_bootstrap::Bootstrap;
@@ -397,10 +407,6 @@ impl OfiTransport {
 
     /// Opens with explicit rank and world size.
     pub fn open_raw(me: Pe, n: usize, cfg: &OfiConfig) -> Result<Self> {
-        let stale = shm::sweep_stale();
-        if stale > 0 {
-            tracing::info!("removed {stale} shm region file(s) left by killed processes");
-        }
         let version = if fabric::runtime_version() >= sys::FI_VERSION(1, 20) {
             sys::FI_VERSION(1, 20)
         } else {
