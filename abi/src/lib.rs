@@ -31,6 +31,18 @@ pub enum AmoOp {
     Fetch = 5,
     /// Store.
     Set = 6,
+    /// Bitwise and, return the old value.
+    FetchAnd = 7,
+    /// Bitwise and.
+    And = 8,
+    /// Bitwise or, return the old value.
+    FetchOr = 9,
+    /// Bitwise or.
+    Or = 10,
+    /// Bitwise exclusive or, return the old value.
+    FetchXor = 11,
+    /// Bitwise exclusive or.
+    Xor = 12,
 }
 
 /// Marks a 64-bit operand in an AMO's sub-operation byte (`PSHMEM_AMO_WIDE`).
@@ -38,13 +50,19 @@ pub const AMO_WIDE: u8 = 0x10;
 
 impl AmoOp {
     /// Every operation.
-    pub const ALL: [AmoOp; 6] = [
+    pub const ALL: [AmoOp; 12] = [
         AmoOp::FetchAdd,
         AmoOp::Add,
         AmoOp::Swap,
         AmoOp::CompareSwap,
         AmoOp::Fetch,
         AmoOp::Set,
+        AmoOp::FetchAnd,
+        AmoOp::And,
+        AmoOp::FetchOr,
+        AmoOp::Or,
+        AmoOp::FetchXor,
+        AmoOp::Xor,
     ];
 
     /// Its code (`PSHMEM_AMO_*`).
@@ -59,7 +77,10 @@ impl AmoOp {
 
     /// Whether it returns the old value.
     pub fn fetches(self) -> bool {
-        !matches!(self, AmoOp::Add | AmoOp::Set)
+        !matches!(
+            self,
+            AmoOp::Add | AmoOp::Set | AmoOp::And | AmoOp::Or | AmoOp::Xor
+        )
     }
 
     /// Applies the operation to `old`, giving the new value (truncate it to the width).
@@ -69,6 +90,9 @@ impl AmoOp {
             AmoOp::Swap | AmoOp::Set => operand,
             AmoOp::CompareSwap if old == compare => operand,
             AmoOp::CompareSwap | AmoOp::Fetch => old,
+            AmoOp::FetchAnd | AmoOp::And => old & operand,
+            AmoOp::FetchOr | AmoOp::Or => old | operand,
+            AmoOp::FetchXor | AmoOp::Xor => old ^ operand,
         }
     }
 }
@@ -248,6 +272,12 @@ mod tests {
             ("PSHMEM_AMO_COMPARE_SWAP", AmoOp::CompareSwap),
             ("PSHMEM_AMO_FETCH", AmoOp::Fetch),
             ("PSHMEM_AMO_SET", AmoOp::Set),
+            ("PSHMEM_AMO_FETCH_AND", AmoOp::FetchAnd),
+            ("PSHMEM_AMO_AND", AmoOp::And),
+            ("PSHMEM_AMO_FETCH_OR", AmoOp::FetchOr),
+            ("PSHMEM_AMO_OR", AmoOp::Or),
+            ("PSHMEM_AMO_FETCH_XOR", AmoOp::FetchXor),
+            ("PSHMEM_AMO_XOR", AmoOp::Xor),
         ];
         for (name, o) in amo {
             assert_eq!(probe::value(name), u64::from(o.code()), "{name}");

@@ -19,6 +19,8 @@ static const struct pshmem_probe_entry probe[] = {
     /* abi.h */
     VAL(PSHMEM_AMO_FETCH_ADD), VAL(PSHMEM_AMO_ADD), VAL(PSHMEM_AMO_SWAP),
     VAL(PSHMEM_AMO_COMPARE_SWAP), VAL(PSHMEM_AMO_FETCH), VAL(PSHMEM_AMO_SET), VAL(PSHMEM_AMO_WIDE),
+    VAL(PSHMEM_AMO_FETCH_AND), VAL(PSHMEM_AMO_AND), VAL(PSHMEM_AMO_FETCH_OR), VAL(PSHMEM_AMO_OR),
+    VAL(PSHMEM_AMO_FETCH_XOR), VAL(PSHMEM_AMO_XOR),
     VAL(PSHMEM_SIGNAL_SET), VAL(PSHMEM_SIGNAL_ADD),
     VAL(PSHMEM_CMP_EQ), VAL(PSHMEM_CMP_NE), VAL(PSHMEM_CMP_GT), VAL(PSHMEM_CMP_LE),
     VAL(PSHMEM_CMP_LT), VAL(PSHMEM_CMP_GE),
@@ -47,7 +49,11 @@ static const struct pshmem_probe_entry probe[] = {
     OFF(pshmem_device_state_t, cells), OFF(pshmem_device_state_t, n_cells),
     OFF(pshmem_device_state_t, any_ring), OFF(pshmem_device_state_t, barrier_epoch),
     OFF(pshmem_device_state_t, barrier_off), OFF(pshmem_device_state_t, dev_error),
-    OFF(pshmem_device_state_t, timeout_ns),
+    OFF(pshmem_device_state_t, timeout_ns), OFF(pshmem_device_state_t, teams),
+    OFF(pshmem_device_state_t, max_teams), OFF(pshmem_device_state_t, version),
+    VAL(PSHMEM_STATE_VERSION), SIZE(pshmem_team_device_t), OFF(pshmem_team_device_t, size),
+    OFF(pshmem_team_device_t, my_index), OFF(pshmem_team_device_t, members),
+    OFF(pshmem_team_device_t, sync_off), OFF(pshmem_team_device_t, epoch),
 };
 
 const struct pshmem_probe_entry *pshmem_abi_probe(size_t *n) {

@@ -278,9 +278,19 @@ vars! {
         "Bytes of GPU symmetric heap (device memory) per PE, allocated by gpu_init (suffixes K, M, G accepted).");
     EMULATE_GPU_HEAP = ("PSHMEM_EMULATE_GPU_HEAP", "0", Kind::Choice(&["0", "1", "staged", "registered"]), ANY, "runtime",
         "Tests the GPU paths' protocols without a GPU (use with PSHMEM_DISABLE_P2P=1): 1 (or staged) runs the host heap through the host-staged path (landing area, target-side copies and AMOs); registered treats it as a registered GPU heap (RMA into it, AMOs and copies through the device interface), as DMA-BUF registration would.");
+    MAX_TEAMS = ("PSHMEM_MAX_TEAMS", "32", Kind::Count, between(4.0, 64.0), "runtime",
+        "Team slots per PE, the four predefined teams included (falls back to NVSHMEM_MAX_TEAMS); each takes a little host and GPU heap per PE of the job.");
     GPU_LANDING_SLOTS = ("PSHMEM_GPU_LANDING_SLOTS", "4", Kind::Count, between(1.0, 1024.0), "proxy",
         "Host-staged GPU path: landing slots (of PSHMEM_STAGING_CHUNK bytes, pinned) each PE keeps for every initiator; the chunks of one transfer in flight per target.");
 }
+
+/// NVSHMEM's variables that ours fall back to, for programs built against the NVSHMEM
+/// compatibility headers (ours win when both are set).
+pub const NVSHMEM_ALIASES: &[(&str, &str)] = &[
+    ("PSHMEM_GPU_SYMMETRIC_SIZE", "NVSHMEM_SYMMETRIC_SIZE"),
+    ("PSHMEM_DISABLE_P2P", "NVSHMEM_DISABLE_P2P"),
+    ("PSHMEM_MAX_TEAMS", "NVSHMEM_MAX_TEAMS"),
+];
 
 /// The torchrun variables read as fallbacks (documented with the table; not ours to default).
 pub const TORCHRUN_VARS: &[(&str, &str)] = &[
@@ -295,17 +305,27 @@ pub const TORCHRUN_VARS: &[(&str, &str)] = &[
     ("MASTER_PORT", "see PSHMEM_BOOTSTRAP_PORT_OFFSET"),
     ("FI_PROVIDER", "fallback for PSHMEM_PROVIDER"),
     (
+        "NVSHMEM_SYMMETRIC_SIZE",
+        "fallback for PSHMEM_GPU_SYMMETRIC_SIZE (programs built against the NVSHMEM headers)",
+    ),
+    ("NVSHMEM_DISABLE_P2P", "fallback for PSHMEM_DISABLE_P2P"),
+    ("NVSHMEM_MAX_TEAMS", "fallback for PSHMEM_MAX_TEAMS"),
+    (
         "CUDA_MPS_PIPE_DIRECTORY",
         "where the CUDA MPS check looks for the control daemon (default /tmp/nvidia-mps)",
     ),
 ];
 
 impl EnvVar {
-    /// The raw value if set and not empty.
+    /// The raw value if set and not empty (ours, else the NVSHMEM variable it falls back to).
     pub fn raw(&self) -> Option<String> {
-        std::env::var(self.name)
-            .ok()
-            .filter(|v| !v.trim().is_empty())
+        let get = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
+        get(self.name).or_else(|| {
+            NVSHMEM_ALIASES
+                .iter()
+                .find(|(ours, _)| *ours == self.name)
+                .and_then(|(_, theirs)| get(theirs))
+        })
     }
 
     /// The value in force: the set value, else the default.

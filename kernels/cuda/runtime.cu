@@ -42,3 +42,74 @@ extern "C" __global__ void pshmem_k_amo(unsigned long long addr, unsigned int su
 /* Host on-stream variants: one thread. */
 extern "C" __global__ void pshmem_k_quiet(void) { pshmem_quiet(); }
 extern "C" __global__ void pshmem_k_barrier_all(void) { pshmem_barrier_all(); }
+
+/* ---- host-initiated operations on the GPU heap (the C API and the NVSHMEM layer) ----------- *
+ * One block runs the device API's block variants, so a host call takes the same path as a
+ * kernel's (loads and stores to mapped peers, the ring to the others). */
+
+/* put (put != 0) or get of n bytes with `pe`; nbi: leave completion to a later quiet. */
+extern "C" __global__ void pshmem_k_rma(int put, void *dest, const void *src,
+                                        unsigned long long n, int pe, int nbi) {
+    if (put) {
+        if (nbi) pshmemx_putmem_nbi_block(dest, src, n, pe);
+        else pshmemx_putmem_block(dest, src, n, pe);
+    } else {
+        if (nbi) pshmemx_getmem_nbi_block(dest, src, n, pe);
+        else pshmemx_getmem_block(dest, src, n, pe);
+    }
+}
+
+/* put-with-signal; nbi as above. */
+extern "C" __global__ void pshmem_k_put_signal(void *dest, const void *src, unsigned long long n,
+                                               uint64_t *sig, unsigned long long v, int op,
+                                               int pe, int nbi) {
+    if (nbi) pshmemx_putmem_signal_nbi_block(dest, src, n, sig, v, op, pe);
+    else pshmemx_putmem_signal_block(dest, src, n, sig, v, op, pe);
+}
+
+/* A signal update (complete at quiet). One thread. */
+extern "C" __global__ void pshmem_k_signal_op(uint64_t *sig, unsigned long long v, int op, int pe) {
+    pshmemx_signal_op(sig, v, op, pe);
+}
+
+/* An AMO of the host: `sub` as a ring slot's (PSHMEM_AMO_* | PSHMEM_AMO_WIDE); the old value
+ * goes to *result (pinned host memory, read after the stream is synchronized). One thread. */
+extern "C" __global__ void pshmem_k_host_amo(void *dest, unsigned int sub,
+                                             unsigned long long operand,
+                                             unsigned long long compare, int pe,
+                                             unsigned long long *result) {
+    unsigned int op = sub & 0xfu;
+    unsigned long long old;
+    if (sub & PSHMEM_AMO_WIDE) {
+        old = pshmem_i_atomic<unsigned long long>((unsigned long long *)dest, op, operand,
+                                                  compare, pe);
+    } else {
+        old = pshmem_i_atomic<unsigned int>((unsigned int *)dest, op, (unsigned int)operand,
+                                            (unsigned int)compare, pe);
+    }
+    *(volatile unsigned long long *)result = old;
+    __threadfence_system();
+}
+
+/* A team's sync (barrier != 0: barrier, that is quiet first). One thread. */
+extern "C" __global__ void pshmem_k_team_sync(int team, int barrier) {
+    if (barrier) pshmem_barrier(team);
+    else pshmem_team_sync(team);
+}
+
+/* The data of an alltoall over `team`: block j of `src` (nbytes) to member j's `dest` at this
+ * member's index; blocks of the grid take members in turn. The caller completes it with a
+ * team barrier launched after it on the same stream. */
+extern "C" __global__ void pshmem_k_alltoallmem(int team, char *dest, const char *src,
+                                                unsigned long long nbytes) {
+    const pshmem_team_device_t *t = pshmem_i_team(team);
+    if (!t || t->my_index < 0) {
+        if (PSHMEM_I_TID == 0 && blockIdx.x == 0)
+            pshmem_i_record(PSHMEM_ERROR_WORD(PSHMEM_ERROR_BAD_ADDRESS, PSHMEM_ERROR_NO_PE));
+        return;
+    }
+    for (int j = blockIdx.x; j < t->size; j += gridDim.x) {
+        pshmemx_putmem_nbi_block(dest + (unsigned long long)t->my_index * nbytes,
+                                 src + (unsigned long long)j * nbytes, nbytes, t->members[j]);
+    }
+}

@@ -273,6 +273,9 @@ impl HeapMem {
                     }
                 }
                 AmoOp::Fetch => a.load(Ordering::Acquire),
+                AmoOp::FetchAnd | AmoOp::And => a.fetch_and(operand, o),
+                AmoOp::FetchOr | AmoOp::Or => a.fetch_or(operand, o),
+                AmoOp::FetchXor | AmoOp::Xor => a.fetch_xor(operand, o),
             })
         } else {
             // SAFETY: aligned 4-byte word inside the mapping; all access to it is atomic.
@@ -285,6 +288,9 @@ impl HeapMem {
                     Ok(v) | Err(v) => v,
                 },
                 AmoOp::Fetch => a.load(Ordering::Acquire),
+                AmoOp::FetchAnd | AmoOp::And => a.fetch_and(x, o),
+                AmoOp::FetchOr | AmoOp::Or => a.fetch_or(x, o),
+                AmoOp::FetchXor | AmoOp::Xor => a.fetch_xor(x, o),
             }))
         }
     }

@@ -177,28 +177,11 @@ pub fn encode_acks(src: u32, acks: &[Ack]) -> Vec<u8> {
 }
 
 fn amo_code(op: pshmem_ring::AmoOp) -> u8 {
-    use pshmem_ring::AmoOp::*;
-    match op {
-        FetchAdd => 1,
-        Add => 2,
-        Swap => 3,
-        CompareSwap => 4,
-        Fetch => 5,
-        Set => 6,
-    }
+    op.code()
 }
 
 fn amo_of(c: u8) -> Option<pshmem_ring::AmoOp> {
-    use pshmem_ring::AmoOp::*;
-    Some(match c {
-        1 => FetchAdd,
-        2 => Add,
-        3 => Swap,
-        4 => CompareSwap,
-        5 => Fetch,
-        6 => Set,
-        _ => return None,
-    })
+    pshmem_ring::AmoOp::from_code(c)
 }
 
 fn signal_code(op: pshmem_ring::SignalOp) -> u8 {

@@ -26,6 +26,8 @@ pub struct Config {
     pub proxy_cpus: Option<Vec<usize>>,
     /// Proxy behaviour (batch, back-off, staging).
     pub proxy: ProxyConfig,
+    /// Team slots, predefined teams included (`PSHMEM_MAX_TEAMS`).
+    pub max_teams: usize,
 }
 
 impl Config {
@@ -67,6 +69,7 @@ impl Config {
             op_timeout: env::OP_TIMEOUT.secs()?,
             proxy_cpus,
             proxy,
+            max_teams: env::MAX_TEAMS.usize()?,
         })
     }
 }

@@ -126,6 +126,25 @@ pub fn devices() -> Result<Vec<CudaDevice>, CudaError> {
         .collect()
 }
 
+/// The ordinal of the CUDA device current on this thread (its current context's), if any:
+/// where the NVSHMEM layer completes its two-stage init.
+pub fn current_device() -> Option<usize> {
+    driver_present().ok()?;
+    use cudarc::driver::sys;
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: cuInit is idempotent; the others write out-pointers.
+    unsafe {
+        if sys::cuInit(0) != sys::CUresult::CUDA_SUCCESS
+            || sys::cuCtxGetCurrent(&mut ctx) != sys::CUresult::CUDA_SUCCESS
+            || ctx.is_null()
+        {
+            return None;
+        }
+        let mut dev: sys::CUdevice = 0;
+        (sys::cuCtxGetDevice(&mut dev) == sys::CUresult::CUDA_SUCCESS).then_some(dev as usize)
+    }
+}
+
 /// A kernel's view of a ring: `pshmem_ring_device_t` in `kernels/include/pshmem/ring.h` (compared
 /// with the C compiler's layout by a test of `gpu`).
 #[repr(C)]

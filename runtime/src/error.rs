@@ -215,6 +215,29 @@ pub enum Error {
         /// How long.
         waited: Duration,
     },
+    /// A team handle that names no team this PE knows (or one that cannot be used so).
+    #[error("PE {me}: {op}: team {team} does not exist here (or cannot be used for this)")]
+    InvalidTeam {
+        /// This PE.
+        me: usize,
+        /// The operation.
+        op: &'static str,
+        /// The handle given.
+        team: i32,
+    },
+    /// No team slot is free on every member of a new team.
+    #[error(
+        "PE {me}: {op}: no team slot free on every member ({max} slots: raise PSHMEM_MAX_TEAMS \
+         or destroy teams no longer used)"
+    )]
+    TeamsExhausted {
+        /// This PE.
+        me: usize,
+        /// The operation.
+        op: &'static str,
+        /// Slots per PE.
+        max: usize,
+    },
     /// A barrier ran past `PSHMEM_OP_TIMEOUT`: the PEs that have not arrived.
     #[error(
         "PE {me}: {op} waited {waited:.1?} (PSHMEM_OP_TIMEOUT) for PE {waiting_for}: {}",

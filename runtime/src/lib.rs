@@ -48,6 +48,7 @@ pub mod gpu;
 mod heap;
 pub mod placement;
 mod share;
+pub mod team;
 
 use std::{
     cell::Cell,
@@ -61,8 +62,8 @@ use std::{
 use pshmem_abi::error as code;
 use pshmem_bootstrap::Bootstrap;
 use pshmem_proxy::{Health, HeapMem, MemError, Proxy, ProxySetup};
-pub use pshmem_ring::SignalOp;
-use pshmem_ring::{AmoOp, Desc, Local, Producer, Ring, RingError, WaitLimit};
+pub use pshmem_ring::{AmoOp, SignalOp};
+use pshmem_ring::{Desc, Local, Producer, Ring, RingError, WaitLimit};
 /// For executables: `pshmem::hold_signals_through_load!();` at the top level of the binary's
 /// crate makes a SIGTERM sent while the process loads end it by that signal (see
 /// `pshmem_libfabric_sys::hold_signals_through_load`).
@@ -132,6 +133,7 @@ pub struct Pshmem {
     health: Arc<Health>,
     bs: Mutex<Option<Bootstrap>>,
     alloc: Mutex<Allocator>,
+    teams: Mutex<team::Teams>,
     barrier_epoch: Mutex<u64>,
     finalized: AtomicBool,
     me: usize,
@@ -304,6 +306,19 @@ impl Pshmem {
                 health.clone(),
             )?);
         }
+        // The teams' exchange area: the first allocation, the same offset on every PE.
+        let mut alloc = Allocator::new(cfg.heap_size as u64);
+        let area_bytes = team::Teams::area_bytes(cfg.max_teams, n);
+        let area = alloc.alloc(area_bytes, 64).ok_or_else(|| Error::Config {
+            me,
+            detail: format!(
+                "PSHMEM_SYMMETRIC_SIZE={} cannot hold the team area ({area_bytes} bytes for {} \
+                 teams of {n} PEs)",
+                cfg.heap_size, cfg.max_teams
+            ),
+        })?;
+        let hosts: Vec<&str> = bs.peers().iter().map(|p| p.host_id.as_str()).collect();
+        let teams = team::Teams::new(SymPtr(area), cfg.max_teams, me, &hosts, !cfg.disable_p2p);
         bs.barrier()?;
         Ok(Self {
             gpu: std::sync::OnceLock::new(),
@@ -316,7 +331,8 @@ impl Pshmem {
             producers: rings.into_iter().map(Producer::new).collect(),
             health,
             bs: Mutex::new(Some(bs)),
-            alloc: Mutex::new(Allocator::new(cfg.heap_size as u64)),
+            alloc: Mutex::new(alloc),
+            teams: Mutex::new(teams),
             barrier_epoch: Mutex::new(0),
             finalized: AtomicBool::new(false),
             me,
@@ -646,6 +662,12 @@ impl Pshmem {
     /// GPU command ring drained by a proxy that reaches the other PEs through host staging.
     /// Fails with [`Error::Cuda`] (on every PE) where there is no GPU.
     pub fn gpu_init(&self) -> Result<&gpu::Gpu> {
+        self.gpu_init_on(None)
+    }
+
+    /// [`Pshmem::gpu_init`] on CUDA device `device` (the NVSHMEM layer passes the device
+    /// current when the GPU part of its two-stage init completes); `None` as `gpu_init`.
+    pub fn gpu_init_on(&self, device: Option<usize>) -> Result<&gpu::Gpu> {
         self.live("gpu_init")?;
         if let Some(g) = self.gpu.get() {
             return Ok(g);
@@ -695,8 +717,23 @@ impl Pshmem {
                 op_timeout: self.cfg.op_timeout,
                 proxy: self.cfg.proxy.clone(),
                 health: self.health.clone(),
+                max_teams: self.cfg.max_teams,
+                device,
             })?
         };
+        // Every team known so far gets its device entry.
+        let known: Vec<(team::Team, Vec<usize>, usize)> = lock(&self.teams)
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(t, s)| {
+                s.as_ref()
+                    .map(|s| (t as team::Team, s.members.clone(), s.my_index))
+            })
+            .collect();
+        for (t, members, mine) in known {
+            g.set_team(t, &members, mine)?;
+        }
         Ok(self.gpu.get_or_init(|| g))
     }
 
@@ -1289,6 +1326,34 @@ impl Pshmem {
     pub fn atomic_set<T: AmoElem>(&self, dest: SymPtr, value: T, pe: usize) -> Result<()> {
         self.amo("atomic_set", dest, AmoOp::Set, value, value, pe)
             .map(|_| ())
+    }
+
+    /// Any atomic: `op` on `dest` at `pe` with `operand` (and `compare` for compare-swap).
+    /// Returns the old value for the fetching operations; the others return 0 and complete
+    /// after `quiet`.
+    pub fn atomic<T: AmoElem>(
+        &self,
+        op: AmoOp,
+        dest: SymPtr,
+        operand: T,
+        compare: T,
+        pe: usize,
+    ) -> Result<T> {
+        let name = match op {
+            AmoOp::FetchAdd => "atomic_fetch_add",
+            AmoOp::Add => "atomic_add",
+            AmoOp::Swap => "atomic_swap",
+            AmoOp::CompareSwap => "atomic_compare_swap",
+            AmoOp::Fetch => "atomic_fetch",
+            AmoOp::Set => "atomic_set",
+            AmoOp::FetchAnd => "atomic_fetch_and",
+            AmoOp::And => "atomic_and",
+            AmoOp::FetchOr => "atomic_fetch_or",
+            AmoOp::Or => "atomic_or",
+            AmoOp::FetchXor => "atomic_fetch_xor",
+            AmoOp::Xor => "atomic_xor",
+        };
+        self.amo(name, dest, op, operand, compare, pe)
     }
 
     // ---- ordering and synchronisation -------------------------------------------------------

@@ -733,6 +733,9 @@ macro_rules! atomic_apply {
                     }
                 }
                 AmoOp::Fetch => a.load(Ordering::SeqCst),
+                AmoOp::FetchAnd | AmoOp::And => a.fetch_and(operand, Ordering::SeqCst),
+                AmoOp::FetchOr | AmoOp::Or => a.fetch_or(operand, Ordering::SeqCst),
+                AmoOp::FetchXor | AmoOp::Xor => a.fetch_xor(operand, Ordering::SeqCst),
             }
         }
     };

@@ -1,5 +1,5 @@
-/* proxyshmem device API: atomics (fetch_add, add, swap, compare_swap, fetch, set) on 32- and
- * 64-bit words. A mapped peer gets system-scope atomics on its heap; any other PE a ring
+/* proxyshmem device API: atomics (fetch, set, swap, compare_swap, fetch_add, add, inc and
+ * fetch_inc, and the bitwise and/or/xor with their fetching forms) on 32- and 64-bit words. A mapped peer gets system-scope atomics on its heap; any other PE a ring
  * descriptor that its proxy applies with the target GPU's own atomics (a one-thread kernel),
  * so every AMO on a word is atomic with respect to every other, whatever path it took. */
 #ifndef PSHMEM_AMO_CUH
@@ -29,48 +29,111 @@ __device__ __forceinline__ uint64_t pshmem_i_amo_ring(const void *dest, uint32_t
     return v;
 }
 
-#define PSHMEM_I_AMO(NAME, T, U, WIDE)                                                        \
-    __device__ inline T pshmem_##NAME##_atomic_fetch_add(T *dest, T v, int pe) {              \
-        U *r = (U *)pshmem_ptr(dest, pe);                                                     \
-        if (r) return (T)atomicAdd_system(r, (U)v);                                           \
-        return (T)pshmem_i_amo_ring(dest, PSHMEM_AMO_FETCH_ADD, WIDE, (uint64_t)(U)v, 0, true, \
-                                    pe);                                                      \
-    }                                                                                         \
-    __device__ inline void pshmem_##NAME##_atomic_add(T *dest, T v, int pe) {                 \
-        U *r = (U *)pshmem_ptr(dest, pe);                                                     \
-        if (r) {                                                                              \
-            atomicAdd_system(r, (U)v);                                                        \
-            return;                                                                           \
-        }                                                                                     \
-        pshmem_i_amo_ring(dest, PSHMEM_AMO_ADD, WIDE, (uint64_t)(U)v, 0, false, pe);          \
-    }                                                                                         \
-    __device__ inline T pshmem_##NAME##_atomic_swap(T *dest, T v, int pe) {                   \
-        U *r = (U *)pshmem_ptr(dest, pe);                                                     \
-        if (r) return (T)atomicExch_system(r, (U)v);                                          \
-        return (T)pshmem_i_amo_ring(dest, PSHMEM_AMO_SWAP, WIDE, (uint64_t)(U)v, 0, true, pe); \
-    }                                                                                         \
-    __device__ inline T pshmem_##NAME##_atomic_compare_swap(T *dest, T cond, T v, int pe) {   \
-        U *r = (U *)pshmem_ptr(dest, pe);                                                     \
-        if (r) return (T)atomicCAS_system(r, (U)cond, (U)v);                                  \
-        return (T)pshmem_i_amo_ring(dest, PSHMEM_AMO_COMPARE_SWAP, WIDE, (uint64_t)(U)v,      \
-                                    (uint64_t)(U)cond, true, pe);                             \
-    }                                                                                         \
-    __device__ inline T pshmem_##NAME##_atomic_fetch(const T *dest, int pe) {                 \
-        U *r = (U *)pshmem_ptr(dest, pe);                                                     \
-        if (r) return (T)atomicAdd_system(r, (U)0);                                           \
-        return (T)pshmem_i_amo_ring(dest, PSHMEM_AMO_FETCH, WIDE, 0, 0, true, pe);            \
-    }                                                                                         \
-    __device__ inline void pshmem_##NAME##_atomic_set(T *dest, T v, int pe) {                 \
-        U *r = (U *)pshmem_ptr(dest, pe);                                                     \
-        if (r) {                                                                              \
-            atomicExch_system(r, (U)v);                                                       \
-            return;                                                                           \
-        }                                                                                     \
-        pshmem_i_amo_ring(dest, PSHMEM_AMO_SET, WIDE, (uint64_t)(U)v, 0, false, pe);          \
+/* The unsigned word of a 4- or 8-byte type. */
+template <unsigned N> struct pshmem_i_word;
+template <> struct pshmem_i_word<4> { typedef unsigned int type; };
+template <> struct pshmem_i_word<8> { typedef unsigned long long type; };
+
+__device__ __forceinline__ bool pshmem_i_amo_fetches(uint32_t op) {
+    return op != PSHMEM_AMO_ADD && op != PSHMEM_AMO_SET && op != PSHMEM_AMO_AND &&
+           op != PSHMEM_AMO_OR && op != PSHMEM_AMO_XOR;
+}
+
+/* Any AMO (PSHMEM_AMO_*) on a 4- or 8-byte word of any type: system-scope atomics on a mapped
+ * heap, a ring descriptor otherwise. Returns the old value (fetching operations; 0 for the
+ * others, which complete at quiet). Bitwise operations are for integer types. */
+template <typename T>
+__device__ __forceinline__ T pshmem_i_atomic(T *dest, uint32_t op, T operand, T compare, int pe) {
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "atomics are on 4- or 8-byte words");
+    typedef typename pshmem_i_word<sizeof(T)>::type U;
+    U x, c, old = 0;
+    memcpy(&x, &operand, sizeof(T));
+    memcpy(&c, &compare, sizeof(T));
+    U *r = (U *)pshmem_ptr(dest, pe);
+    if (r) {
+        switch (op) {
+        case PSHMEM_AMO_FETCH_ADD:
+        case PSHMEM_AMO_ADD: old = atomicAdd_system(r, x); break;
+        case PSHMEM_AMO_SWAP:
+        case PSHMEM_AMO_SET: old = atomicExch_system(r, x); break;
+        case PSHMEM_AMO_COMPARE_SWAP: old = atomicCAS_system(r, c, x); break;
+        case PSHMEM_AMO_FETCH_AND:
+        case PSHMEM_AMO_AND: old = atomicAnd_system(r, x); break;
+        case PSHMEM_AMO_FETCH_OR:
+        case PSHMEM_AMO_OR: old = atomicOr_system(r, x); break;
+        case PSHMEM_AMO_FETCH_XOR:
+        case PSHMEM_AMO_XOR: old = atomicXor_system(r, x); break;
+        default: old = atomicAdd_system(r, (U)0); break; /* FETCH */
+        }
+    } else {
+        old = (U)pshmem_i_amo_ring(dest, op, sizeof(T) == 8, (uint64_t)x, (uint64_t)c,
+                                   pshmem_i_amo_fetches(op), pe);
     }
-PSHMEM_I_AMO(uint32, uint32_t, unsigned int, false)
-PSHMEM_I_AMO(int, int, unsigned int, false)
-PSHMEM_I_AMO(uint64, uint64_t, unsigned long long, true)
-PSHMEM_I_AMO(int64, int64_t, unsigned long long, true)
+    T out;
+    memcpy(&out, &old, sizeof(T));
+    return out;
+}
+
+/* The typed atomics (NVSHMEM's names with pshmem_): every type gets fetch, set, swap and
+ * compare_swap; integer types also add, inc and the bitwise operations. */
+#define PSHMEM_I_AMO_STD(NAME, T)                                                             \
+    __device__ inline T pshmem_##NAME##_atomic_fetch(const T *d, int pe) {                   \
+        return pshmem_i_atomic<T>((T *)d, PSHMEM_AMO_FETCH, (T)0, (T)0, pe);                  \
+    }                                                                                         \
+    __device__ inline void pshmem_##NAME##_atomic_set(T *d, T v, int pe) {                    \
+        pshmem_i_atomic<T>(d, PSHMEM_AMO_SET, v, v, pe);                                      \
+    }                                                                                         \
+    __device__ inline T pshmem_##NAME##_atomic_swap(T *d, T v, int pe) {                      \
+        return pshmem_i_atomic<T>(d, PSHMEM_AMO_SWAP, v, v, pe);                              \
+    }
+#define PSHMEM_I_AMO_INT(NAME, T)                                                             \
+    PSHMEM_I_AMO_STD(NAME, T)                                                                 \
+    __device__ inline T pshmem_##NAME##_atomic_compare_swap(T *d, T cond, T v, int pe) {      \
+        return pshmem_i_atomic<T>(d, PSHMEM_AMO_COMPARE_SWAP, v, cond, pe);                   \
+    }                                                                                         \
+    __device__ inline T pshmem_##NAME##_atomic_fetch_add(T *d, T v, int pe) {                 \
+        return pshmem_i_atomic<T>(d, PSHMEM_AMO_FETCH_ADD, v, v, pe);                         \
+    }                                                                                         \
+    __device__ inline void pshmem_##NAME##_atomic_add(T *d, T v, int pe) {                    \
+        pshmem_i_atomic<T>(d, PSHMEM_AMO_ADD, v, v, pe);                                      \
+    }                                                                                         \
+    __device__ inline T pshmem_##NAME##_atomic_fetch_inc(T *d, int pe) {                      \
+        return pshmem_i_atomic<T>(d, PSHMEM_AMO_FETCH_ADD, (T)1, (T)1, pe);                   \
+    }                                                                                         \
+    __device__ inline void pshmem_##NAME##_atomic_inc(T *d, int pe) {                         \
+        pshmem_i_atomic<T>(d, PSHMEM_AMO_ADD, (T)1, (T)1, pe);                                \
+    }                                                                                         \
+    __device__ inline T pshmem_##NAME##_atomic_fetch_and(T *d, T v, int pe) {                 \
+        return pshmem_i_atomic<T>(d, PSHMEM_AMO_FETCH_AND, v, v, pe);                         \
+    }                                                                                         \
+    __device__ inline void pshmem_##NAME##_atomic_and(T *d, T v, int pe) {                    \
+        pshmem_i_atomic<T>(d, PSHMEM_AMO_AND, v, v, pe);                                      \
+    }                                                                                         \
+    __device__ inline T pshmem_##NAME##_atomic_fetch_or(T *d, T v, int pe) {                  \
+        return pshmem_i_atomic<T>(d, PSHMEM_AMO_FETCH_OR, v, v, pe);                          \
+    }                                                                                         \
+    __device__ inline void pshmem_##NAME##_atomic_or(T *d, T v, int pe) {                     \
+        pshmem_i_atomic<T>(d, PSHMEM_AMO_OR, v, v, pe);                                       \
+    }                                                                                         \
+    __device__ inline T pshmem_##NAME##_atomic_fetch_xor(T *d, T v, int pe) {                 \
+        return pshmem_i_atomic<T>(d, PSHMEM_AMO_FETCH_XOR, v, v, pe);                         \
+    }                                                                                         \
+    __device__ inline void pshmem_##NAME##_atomic_xor(T *d, T v, int pe) {                    \
+        pshmem_i_atomic<T>(d, PSHMEM_AMO_XOR, v, v, pe);                                      \
+    }
+PSHMEM_I_AMO_INT(int, int)
+PSHMEM_I_AMO_INT(long, long)
+PSHMEM_I_AMO_INT(longlong, long long)
+PSHMEM_I_AMO_INT(uint, unsigned int)
+PSHMEM_I_AMO_INT(ulong, unsigned long)
+PSHMEM_I_AMO_INT(ulonglong, unsigned long long)
+PSHMEM_I_AMO_INT(int32, int32_t)
+PSHMEM_I_AMO_INT(int64, int64_t)
+PSHMEM_I_AMO_INT(uint32, uint32_t)
+PSHMEM_I_AMO_INT(uint64, uint64_t)
+PSHMEM_I_AMO_INT(size, size_t)
+PSHMEM_I_AMO_INT(ptrdiff, ptrdiff_t)
+PSHMEM_I_AMO_STD(float, float)
+PSHMEM_I_AMO_STD(double, double)
 
 #endif /* PSHMEM_AMO_CUH */

@@ -21,6 +21,12 @@ __device__ __forceinline__ uint32_t pshmem_ld_acquire_sys_u32(const uint32_t *p)
     return v;
 }
 
+__device__ __forceinline__ uint16_t pshmem_ld_acquire_sys_u16(const uint16_t *p) {
+    uint16_t v;
+    asm volatile("ld.acquire.sys.global.u16 %0, [%1];" : "=h"(v) : "l"(p) : "memory");
+    return v;
+}
+
 /* Relaxed but coherent at system scope: a word another agent writes (an error flag). */
 __device__ __forceinline__ uint64_t pshmem_ld_relaxed_sys(const uint64_t *p) {
     uint64_t v;

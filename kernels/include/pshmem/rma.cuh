@@ -99,42 +99,110 @@ PSHMEM_I_GROUP_RMA(pshmemx_getmem_nbi_block, false, false, PSHMEM_I_TID, PSHMEM_
 
 /* ---- p / g --------------------------------------------------------------------------------- */
 
-#define PSHMEM_I_PG(NAME, T)                                                               \
-    __device__ inline void pshmem_##NAME##_p(T *dest, T v, int pe) {                      \
-        T *remote = (T *)pshmem_ptr(dest, pe);                                             \
-        if (remote) {                                                                      \
-            *(volatile T *)remote = v;                                                     \
-            return;                                                                        \
-        }                                                                                  \
-        if (!pshmem_i_valid_pe(pe)) return;                                                \
-        uint64_t off = pshmem_i_offset(dest, sizeof(T), pe);                               \
-        if (off == ~0ull) return;                                                          \
-        uint64_t bits = 0;                                                                 \
-        memcpy(&bits, &v, sizeof(T));                                                      \
-        pshmem_slot_t s = pshmem_i_slot(PSHMEM_OP_P, 0, 0, 1, (uint32_t)pe, off, bits,     \
-                                        sizeof(T));                                        \
-        pshmem_i_push(&s, 1);                                                              \
-    }                                                                                      \
-    __device__ inline T pshmem_##NAME##_g(const T *src, int pe) {                          \
-        const T *remote = (const T *)pshmem_ptr(src, pe);                                  \
-        if (remote) return *(const volatile T *)remote;                                    \
-        T out;                                                                             \
-        memset(&out, 0, sizeof(T));                                                        \
-        int c = pshmem_i_cell_claim();                                                     \
-        if (c < 0) return out;                                                             \
-        unsigned long long *cell = &pshmem_dstate.cells[c];                                \
-        pshmem_getmem(cell, src, sizeof(T), pe);                                           \
-        unsigned long long bits = *(volatile unsigned long long *)cell;                    \
-        memcpy(&out, &bits, sizeof(T));                                                    \
-        pshmem_i_cell_release(c);                                                          \
-        return out;                                                                        \
+/* One element to `pe` (complete at quiet). */
+template <typename T> __device__ __forceinline__ void pshmem_i_p(T *dest, T v, int pe) {
+    static_assert(sizeof(T) <= 8, "p is for elements of at most 8 bytes");
+    T *remote = (T *)pshmem_ptr(dest, pe);
+    if (remote) {
+        *(volatile T *)remote = v;
+        return;
     }
-PSHMEM_I_PG(char, char)
-PSHMEM_I_PG(int, int)
-PSHMEM_I_PG(uint32, uint32_t)
-PSHMEM_I_PG(int64, int64_t)
-PSHMEM_I_PG(uint64, uint64_t)
-PSHMEM_I_PG(float, float)
-PSHMEM_I_PG(double, double)
+    if (!pshmem_i_valid_pe(pe)) return;
+    uint64_t off = pshmem_i_offset(dest, sizeof(T), pe);
+    if (off == ~0ull) return;
+    uint64_t bits = 0;
+    memcpy(&bits, &v, sizeof(T));
+    pshmem_slot_t s = pshmem_i_slot(PSHMEM_OP_P, 0, 0, 1, (uint32_t)pe, off, bits, sizeof(T));
+    pshmem_i_push(&s, 1);
+}
+
+/* One element from `pe`. */
+template <typename T> __device__ __forceinline__ T pshmem_i_g(const T *src, int pe) {
+    static_assert(sizeof(T) <= 8, "g is for elements of at most 8 bytes");
+    const T *remote = (const T *)pshmem_ptr(src, pe);
+    if (remote) return *(const volatile T *)remote;
+    T out;
+    memset(&out, 0, sizeof(T));
+    int c = pshmem_i_cell_claim();
+    if (c < 0) return out;
+    unsigned long long *cell = &pshmem_dstate.cells[c];
+    pshmem_getmem(cell, src, sizeof(T), pe);
+    unsigned long long bits = *(volatile unsigned long long *)cell;
+    memcpy(&out, &bits, sizeof(T));
+    pshmem_i_cell_release(c);
+    return out;
+}
+
+/* The typed families (NVSHMEM's standard RMA types, with pshmem_ names): p and g, and put/get
+ * of `nelems` elements — thread, warp and block, blocking and nbi. */
+#define PSHMEM_I_TYPED_RMA(NAME, T)                                                            \
+    __device__ inline void pshmem_##NAME##_p(T *d, T v, int pe) { pshmem_i_p<T>(d, v, pe); }  \
+    __device__ inline T pshmem_##NAME##_g(const T *s, int pe) { return pshmem_i_g<T>(s, pe); } \
+    __device__ inline void pshmem_##NAME##_put(T *d, const T *s, size_t n, int pe) {          \
+        pshmem_putmem(d, s, n * sizeof(T), pe);                                                \
+    }                                                                                          \
+    __device__ inline void pshmem_##NAME##_get(T *d, const T *s, size_t n, int pe) {          \
+        pshmem_getmem(d, s, n * sizeof(T), pe);                                                \
+    }                                                                                          \
+    __device__ inline void pshmem_##NAME##_put_nbi(T *d, const T *s, size_t n, int pe) {      \
+        pshmem_putmem_nbi(d, s, n * sizeof(T), pe);                                            \
+    }                                                                                          \
+    __device__ inline void pshmem_##NAME##_get_nbi(T *d, const T *s, size_t n, int pe) {      \
+        pshmem_getmem_nbi(d, s, n * sizeof(T), pe);                                            \
+    }                                                                                          \
+    __device__ inline void pshmemx_##NAME##_put_warp(T *d, const T *s, size_t n, int pe) {    \
+        pshmemx_putmem_warp(d, s, n * sizeof(T), pe);                                          \
+    }                                                                                          \
+    __device__ inline void pshmemx_##NAME##_get_warp(T *d, const T *s, size_t n, int pe) {    \
+        pshmemx_getmem_warp(d, s, n * sizeof(T), pe);                                          \
+    }                                                                                          \
+    __device__ inline void pshmemx_##NAME##_put_nbi_warp(T *d, const T *s, size_t n, int pe) { \
+        pshmemx_putmem_nbi_warp(d, s, n * sizeof(T), pe);                                      \
+    }                                                                                          \
+    __device__ inline void pshmemx_##NAME##_get_nbi_warp(T *d, const T *s, size_t n, int pe) { \
+        pshmemx_getmem_nbi_warp(d, s, n * sizeof(T), pe);                                      \
+    }                                                                                          \
+    __device__ inline void pshmemx_##NAME##_put_block(T *d, const T *s, size_t n, int pe) {   \
+        pshmemx_putmem_block(d, s, n * sizeof(T), pe);                                         \
+    }                                                                                          \
+    __device__ inline void pshmemx_##NAME##_get_block(T *d, const T *s, size_t n, int pe) {   \
+        pshmemx_getmem_block(d, s, n * sizeof(T), pe);                                         \
+    }                                                                                          \
+    __device__ inline void pshmemx_##NAME##_put_nbi_block(T *d, const T *s, size_t n,         \
+                                                          int pe) {                            \
+        pshmemx_putmem_nbi_block(d, s, n * sizeof(T), pe);                                     \
+    }                                                                                          \
+    __device__ inline void pshmemx_##NAME##_get_nbi_block(T *d, const T *s, size_t n,         \
+                                                          int pe) {                            \
+        pshmemx_getmem_nbi_block(d, s, n * sizeof(T), pe);                                     \
+    }
+
+/* Every standard RMA type, as X(NAME, TYPE) (half and bfloat16 are not provided). */
+#define PSHMEM_I_RMA_TYPES(X)                                                                  \
+    X(float, float)                                                                            \
+    X(double, double)                                                                          \
+    X(char, char)                                                                              \
+    X(schar, signed char)                                                                      \
+    X(short, short)                                                                            \
+    X(int, int)                                                                                \
+    X(long, long)                                                                              \
+    X(longlong, long long)                                                                     \
+    X(uchar, unsigned char)                                                                    \
+    X(ushort, unsigned short)                                                                  \
+    X(uint, unsigned int)                                                                      \
+    X(ulong, unsigned long)                                                                    \
+    X(ulonglong, unsigned long long)                                                           \
+    X(int8, int8_t)                                                                            \
+    X(int16, int16_t)                                                                          \
+    X(int32, int32_t)                                                                          \
+    X(int64, int64_t)                                                                          \
+    X(uint8, uint8_t)                                                                          \
+    X(uint16, uint16_t)                                                                        \
+    X(uint32, uint32_t)                                                                        \
+    X(uint64, uint64_t)                                                                        \
+    X(size, size_t)                                                                            \
+    X(ptrdiff, ptrdiff_t)
+
+PSHMEM_I_RMA_TYPES(PSHMEM_I_TYPED_RMA)
 
 #endif /* PSHMEM_RMA_CUH */

@@ -82,6 +82,21 @@ __device__ inline void pshmemx_putmem_signal_nbi_block(void *dest, const void *s
     __syncthreads();
 }
 
+__device__ inline void pshmemx_putmem_signal_warp(void *dest, const void *src, size_t n,
+                                                  uint64_t *sig, uint64_t v, int op, int pe) {
+    uint32_t t = pshmem_laneid();
+    uint64_t end = pshmem_i_put_signal(dest, src, n, sig, v, op, pe, t, 32);
+    if (t == 0) pshmem_i_wait_done(end);
+    __syncwarp();
+}
+__device__ inline void pshmemx_putmem_signal_block(void *dest, const void *src, size_t n,
+                                                   uint64_t *sig, uint64_t v, int op, int pe) {
+    uint32_t t = PSHMEM_I_TID;
+    uint64_t end = pshmem_i_put_signal(dest, src, n, sig, v, op, pe, t, PSHMEM_I_NT);
+    if (t == 0) pshmem_i_wait_done(end);
+    __syncthreads();
+}
+
 /* ---- waits --------------------------------------------------------------------------------- */
 
 template <typename T>
@@ -96,16 +111,22 @@ __device__ __forceinline__ bool pshmem_i_cmp(T a, int cmp, T b) {
     }
 }
 
-/* Acquire loads of local words a peer's signal or the proxy writes. */
-__device__ __forceinline__ uint64_t pshmem_i_load(const uint64_t *p) { return pshmem_ld_acquire_sys(p); }
-__device__ __forceinline__ int64_t pshmem_i_load(const int64_t *p) {
-    return (int64_t)pshmem_ld_acquire_sys((const uint64_t *)p);
-}
-__device__ __forceinline__ uint32_t pshmem_i_load(const uint32_t *p) {
-    return pshmem_ld_acquire_sys_u32(p);
-}
-__device__ __forceinline__ int pshmem_i_load(const int *p) {
-    return (int)pshmem_ld_acquire_sys_u32((const uint32_t *)p);
+/* Acquire loads of local words a peer's signal or the proxy writes, for 2-, 4- and 8-byte
+ * types (the bits reinterpreted). */
+template <typename T> __device__ __forceinline__ T pshmem_i_load(const T *p) {
+    static_assert(sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8, "2, 4 or 8 bytes");
+    T out;
+    if (sizeof(T) == 8) {
+        uint64_t v = pshmem_ld_acquire_sys((const uint64_t *)p);
+        memcpy(&out, &v, sizeof(T));
+    } else if (sizeof(T) == 4) {
+        uint32_t v = pshmem_ld_acquire_sys_u32((const uint32_t *)p);
+        memcpy(&out, &v, sizeof(T));
+    } else {
+        uint16_t v = pshmem_ld_acquire_sys_u16((const uint16_t *)p);
+        memcpy(&out, &v, sizeof(T));
+    }
+    return out;
 }
 
 /* Waits until `*ivar cmp v` holds (a local symmetric word, loaded with acquire: pairs with the
@@ -121,20 +142,41 @@ __device__ __forceinline__ T pshmem_i_wait_until(T *ivar, int cmp, T v) {
     return x;
 }
 
+/* Whether `*ivar cmp v` holds now (one acquire load). */
+template <typename T> __device__ __forceinline__ int pshmem_i_test(T *ivar, int cmp, T v) {
+    return pshmem_i_cmp(pshmem_i_load(ivar), cmp, v) ? 1 : 0;
+}
+
 __device__ inline uint64_t pshmem_signal_wait_until(uint64_t *sig, int cmp, uint64_t v) {
     return pshmem_i_wait_until(sig, cmp, v);
 }
-__device__ inline uint64_t pshmem_uint64_wait_until(uint64_t *ivar, int cmp, uint64_t v) {
-    return pshmem_i_wait_until(ivar, cmp, v);
-}
-__device__ inline int64_t pshmem_int64_wait_until(int64_t *ivar, int cmp, int64_t v) {
-    return pshmem_i_wait_until(ivar, cmp, v);
-}
-__device__ inline uint32_t pshmem_uint32_wait_until(uint32_t *ivar, int cmp, uint32_t v) {
-    return pshmem_i_wait_until(ivar, cmp, v);
-}
-__device__ inline int pshmem_int_wait_until(int *ivar, int cmp, int v) {
-    return pshmem_i_wait_until(ivar, cmp, v);
-}
+
+/* The value of a local signal word (acquire). */
+__device__ inline uint64_t pshmem_signal_fetch(const uint64_t *sig) { return pshmem_i_load(sig); }
+
+/* TYPE_wait_until and TYPE_test for NVSHMEM's point-to-point synchronization types. */
+#define PSHMEM_I_WAIT(NAME, T)                                                                 \
+    __device__ inline T pshmem_##NAME##_wait_until(T *ivar, int cmp, T v) {                   \
+        return pshmem_i_wait_until(ivar, cmp, v);                                              \
+    }                                                                                          \
+    __device__ inline int pshmem_##NAME##_test(T *ivar, int cmp, T v) {                       \
+        return pshmem_i_test(ivar, cmp, v);                                                    \
+    }
+#define PSHMEM_I_WAIT_TYPES(X)                                                                 \
+    X(short, short)                                                                            \
+    X(int, int)                                                                                \
+    X(long, long)                                                                              \
+    X(longlong, long long)                                                                     \
+    X(ushort, unsigned short)                                                                  \
+    X(uint, unsigned int)                                                                      \
+    X(ulong, unsigned long)                                                                    \
+    X(ulonglong, unsigned long long)                                                           \
+    X(int32, int32_t)                                                                          \
+    X(int64, int64_t)                                                                          \
+    X(uint32, uint32_t)                                                                        \
+    X(uint64, uint64_t)                                                                        \
+    X(size, size_t)                                                                            \
+    X(ptrdiff, ptrdiff_t)
+PSHMEM_I_WAIT_TYPES(PSHMEM_I_WAIT)
 
 #endif /* PSHMEM_SIGNAL_CUH */

@@ -14,8 +14,46 @@
 #include "pshmem/ring_device.cuh"
 #include "pshmem/state.h"
 
-/* The module's copy of the state (each module loaded through the runtime gets it filled). */
+/* This translation unit's copy of the state. `static`, so that any number of translation units
+ * of one program or library, built with or without -rdc, can include the device API: each has
+ * its own copy, and the runtime fills every copy — modules it loads itself through
+ * cuModuleGetGlobal, the application's translation units through the registration below.
+ * An -rdc module loaded by the application and handed to pshmemx_cumodule_init() cannot be
+ * searched for static names: build it with -DPSHMEM_MODULE_STATE in every translation unit and
+ * -DPSHMEM_DEFINE_STATE in exactly one. */
+#if defined(PSHMEM_MODULE_STATE) && !defined(PSHMEM_DEFINE_STATE)
+extern __constant__ pshmem_device_state_t pshmem_dstate;
+#elif defined(PSHMEM_MODULE_STATE)
 __constant__ pshmem_device_state_t pshmem_dstate;
+#else
+static __constant__ pshmem_device_state_t pshmem_dstate;
+#endif
+
+/* Registration (host compilation of a .cu file only): a static initializer gives the runtime
+ * (libpshmem) a function that finds this copy with cudaGetSymbolAddress in the application's
+ * own CUDA runtime (static or shared); the runtime calls it once its GPU part is up, and again
+ * for translation units loaded later (a library dlopen'ed after init), at the next call into
+ * it (init, allocation, barrier, collective launch). Registration itself does nothing with
+ * CUDA. Define PSHMEM_NO_STATE_REGISTRATION for code loaded only as a module. */
+#if defined(__CUDACC__) && !defined(__CUDA_ARCH__) && !defined(PSHMEM_NO_STATE_REGISTRATION)
+#include <cuda_runtime.h>
+extern "C" int pshmemi_register_state(void *(*addr)(void), unsigned size, unsigned version);
+extern "C" void pshmemi_unregister_state(int id);
+static void *pshmemi_state_addr(void) {
+    void *p = 0;
+    return cudaGetSymbolAddress(&p, pshmem_dstate) == cudaSuccess ? p : 0;
+}
+namespace {
+struct pshmemi_state_registrar {
+    int id;
+    pshmemi_state_registrar()
+        : id(pshmemi_register_state(&pshmemi_state_addr, (unsigned)sizeof(pshmem_device_state_t),
+                                    PSHMEM_STATE_VERSION)) {}
+    ~pshmemi_state_registrar() { pshmemi_unregister_state(id); }
+};
+static pshmemi_state_registrar pshmemi_state_registrar_instance;
+} // namespace
+#endif
 
 __device__ __forceinline__ int pshmem_my_pe(void) { return pshmem_dstate.my_pe; }
 __device__ __forceinline__ int pshmem_n_pes(void) { return pshmem_dstate.n_pes; }

@@ -8,6 +8,18 @@
 #include <stdint.h>
 #include "pshmem/ring.h"
 
+/* One team as this PE knows it (device memory; written by the runtime when a team is made or
+ * destroyed, never while a kernel may use that entry). */
+typedef struct pshmem_team_device {
+    int32_t size;                      /* members (0: no such team here) */
+    int32_t my_index;                  /* this PE's index among them (-1: not a member) */
+    const int32_t *members;            /* [size]: world PE of each member */
+    uint64_t sync_off;                 /* heap offset of the team's sync words, one per member */
+    unsigned long long *epoch;         /* device memory: team syncs done by this PE */
+} pshmem_team_device_t;
+
+PSHMEM_STATIC_ASSERT(sizeof(pshmem_team_device_t) == 32, "team entry is 32 bytes");
+
 typedef struct pshmem_device_state {
     int32_t my_pe;
     int32_t n_pes;
@@ -23,8 +35,14 @@ typedef struct pshmem_device_state {
     uint64_t barrier_off;              /* heap offset of n_pes 8-byte barrier words */
     unsigned long long *dev_error;     /* device memory: first error word met by a device call */
     uint64_t timeout_ns;               /* longest wait (PSHMEM_OP_TIMEOUT); then a timeout error */
+    const pshmem_team_device_t *teams; /* [max_teams]: team table (device memory) */
+    uint32_t max_teams;
+    uint32_t version;                  /* PSHMEM_STATE_VERSION of the runtime that filled it */
 } pshmem_device_state_t;
 
-PSHMEM_STATIC_ASSERT(sizeof(pshmem_device_state_t) == 128, "device state is 128 bytes");
+/* Bumped whenever this struct changes: a module built against other headers is refused. */
+#define PSHMEM_STATE_VERSION 2u
+
+PSHMEM_STATIC_ASSERT(sizeof(pshmem_device_state_t) == 144, "device state is 144 bytes");
 
 #endif /* PSHMEM_STATE_H */

@@ -1,5 +1,12 @@
-/* proxyshmem device API: ordering and synchronization — fence, quiet, barrier_all (one thread
- * or a whole block). */
+/* proxyshmem device API: ordering and synchronization — fence, quiet, barriers and syncs over
+ * all PEs or a team (thread, warp and block variants).
+ *
+ * barrier = quiet + sync: a sync only waits for every member to arrive; a barrier first
+ * completes this PE's GPU's operations. Team syncs run over the team's sync words in the heap
+ * (one per member, in the region the runtime reserved): each member stores its sync count into
+ * its word at every member (a release store or signal), then waits for every member's word to
+ * reach that count (acquire). A team's handle indexes the device team table; calls on one team
+ * must not overlap within a PE. */
 #ifndef PSHMEM_SYNC_CUH
 #define PSHMEM_SYNC_CUH
 
@@ -48,11 +55,99 @@ __device__ inline void pshmemx_barrier_all_block(void) {
     __syncthreads();
 }
 
+__device__ inline void pshmemx_barrier_all_warp(void) {
+    __syncwarp();
+    if (pshmem_laneid() == 0) pshmem_barrier_all();
+    __syncwarp();
+}
+
+/* Quiet for a warp (every lane's operations are complete on return). */
+__device__ inline void pshmemx_quiet_warp(void) {
+    __syncwarp();
+    if (pshmem_laneid() == 0) pshmem_quiet();
+    __syncwarp();
+}
+
 /* Quiet for a whole block (every thread's operations are complete on return). */
 __device__ inline void pshmemx_quiet_block(void) {
     __syncthreads();
     if (PSHMEM_I_TID == 0) pshmem_quiet();
     __syncthreads();
 }
+
+/* ---- teams --------------------------------------------------------------------------------- */
+
+/* The team's entry, or NULL (recorded as a bad address) when `team` names no team here. */
+__device__ __forceinline__ const pshmem_team_device_t *pshmem_i_team(int team) {
+    if ((unsigned)team < pshmem_dstate.max_teams && pshmem_dstate.teams[team].size > 0)
+        return &pshmem_dstate.teams[team];
+    return NULL;
+}
+
+/* This PE's number in `team` (-1: not a member, or no such team). */
+__device__ inline int pshmem_team_my_pe(int team) {
+    const pshmem_team_device_t *t = pshmem_i_team(team);
+    return t ? t->my_index : -1;
+}
+
+/* The number of PEs in `team` (-1: no such team). */
+__device__ inline int pshmem_team_n_pes(int team) {
+    const pshmem_team_device_t *t = pshmem_i_team(team);
+    return t ? t->size : -1;
+}
+
+/* PE `pe` of `src` as numbered in `dest` (-1 when it is not in both). */
+__device__ inline int pshmem_team_translate_pe(int src, int pe, int dest) {
+    const pshmem_team_device_t *s = pshmem_i_team(src), *d = pshmem_i_team(dest);
+    if (!s || !d || pe < 0 || pe >= s->size) return -1;
+    int world = s->members[pe];
+    for (int i = 0; i < d->size; ++i)
+        if (d->members[i] == world) return i;
+    return -1;
+}
+
+/* Every member of `team` has arrived (no operation is completed). One thread of the PE. */
+__device__ inline void pshmem_team_sync(int team) {
+    const pshmem_team_device_t *t = pshmem_i_team(team);
+    if (!t || t->my_index < 0) {
+        pshmem_i_record(PSHMEM_ERROR_WORD(PSHMEM_ERROR_BAD_ADDRESS, PSHMEM_ERROR_NO_PE));
+        return;
+    }
+    uint64_t round = atomicAdd(t->epoch, 1ull) + 1;
+    int me = t->my_index, n = t->size;
+    uint64_t *words = (uint64_t *)(uintptr_t)(pshmem_dstate.heap_base + t->sync_off);
+    for (int i = 1; i <= n; ++i)
+        pshmem_i_signal_op(&words[me], round, PSHMEM_SIGNAL_SET, t->members[(me + i) % n]);
+    for (int k = 0; k < n; ++k)
+        if (pshmem_signal_wait_until(&words[k], PSHMEM_CMP_GE, round) < round) return;
+}
+
+/* quiet + team_sync. One thread of the PE. */
+__device__ inline void pshmem_barrier(int team) {
+    pshmem_quiet();
+    pshmem_team_sync(team);
+}
+
+/* Every PE has arrived (sync over the world team). One thread of the PE. */
+__device__ inline void pshmem_sync_all(void) { pshmem_team_sync(0); }
+
+#define PSHMEM_I_GROUP_SYNC(NAME, CALL, LEADER, SYNC)                                           \
+    __device__ inline void NAME {                                                               \
+        SYNC;                                                                                   \
+        if (LEADER) CALL;                                                                       \
+        SYNC;                                                                                   \
+    }
+PSHMEM_I_GROUP_SYNC(pshmemx_team_sync_warp(int team), pshmem_team_sync(team),
+                    pshmem_laneid() == 0, __syncwarp())
+PSHMEM_I_GROUP_SYNC(pshmemx_team_sync_block(int team), pshmem_team_sync(team),
+                    PSHMEM_I_TID == 0, __syncthreads())
+PSHMEM_I_GROUP_SYNC(pshmemx_barrier_warp(int team), pshmem_barrier(team), pshmem_laneid() == 0,
+                    __syncwarp())
+PSHMEM_I_GROUP_SYNC(pshmemx_barrier_block(int team), pshmem_barrier(team), PSHMEM_I_TID == 0,
+                    __syncthreads())
+PSHMEM_I_GROUP_SYNC(pshmemx_sync_all_warp(void), pshmem_sync_all(), pshmem_laneid() == 0,
+                    __syncwarp())
+PSHMEM_I_GROUP_SYNC(pshmemx_sync_all_block(void), pshmem_sync_all(), PSHMEM_I_TID == 0,
+                    __syncthreads())
 
 #endif /* PSHMEM_SYNC_CUH */

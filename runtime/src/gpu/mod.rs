@@ -13,8 +13,10 @@
 //! `Drop` are recorded in the context and reported by [`Gpu::check`] or finalize.
 
 mod device;
+pub mod host_ops;
 mod mem;
 pub mod mps;
+mod teams;
 
 use std::{
     ffi::CStr,
@@ -33,6 +35,7 @@ use pshmem_transport::{LocalMem, MemKind, MrId, RemoteMrId, Transport};
 use self::{
     device::CudaDeviceMem,
     mem::{DevAlloc, HostAlloc, IpcMapping, export_dmabuf},
+    teams::TeamTable,
 };
 use crate::{
     alloc::{Allocator, RESERVED},
@@ -73,9 +76,15 @@ struct DeviceState {
     barrier_off: u64,
     dev_error: u64,
     timeout_ns: u64,
+    teams: u64,
+    max_teams: u32,
+    version: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<DeviceState>() == 128);
+/// `PSHMEM_STATE_VERSION` of state.h (checked by the probe test).
+pub(crate) const STATE_VERSION: u32 = 2;
+
+const _: () = assert!(std::mem::size_of::<DeviceState>() == 144);
 
 /// The maker of an [`Error::Cuda`] for `what` on PE `me` (for `map_err`).
 fn cu(me: usize, what: &'static str) -> impl FnOnce(CudaError) -> Error {
@@ -111,6 +120,8 @@ pub struct Gpu {
     k_barrier: CudaFunction,
     state: DeviceState,
     peers: Vec<u64>,
+    teams: TeamTable,
+    host: host_ops::HostKernels,
     pub(crate) alloc: Mutex<Allocator>,
     registered: bool,
     ordinal: usize,
@@ -144,6 +155,9 @@ pub(crate) struct GpuSetup<'a> {
     pub op_timeout: std::time::Duration,
     pub proxy: ProxyConfig,
     pub health: Arc<Health>,
+    pub max_teams: usize,
+    /// The CUDA device to use (else `PSHMEM_CUDA_DEVICE`, else local rank modulo devices).
+    pub device: Option<usize>,
 }
 
 /// The proxy's registration of this PE's heap: the GPU heap itself (DMA-BUF) or the landing
@@ -159,7 +173,7 @@ impl Gpu {
     /// Collective: allocates the heap, opens same-host peers' heaps, starts the proxy.
     pub(crate) fn create(s: GpuSetup<'_>) -> Result<Self> {
         let (me, n) = (s.me, s.n);
-        let ordinal = choose_device(s.bs, me, n)?;
+        let ordinal = choose_device(s.bs, me, n, s.device)?;
         let ctx = cuda::open(ordinal).map_err(cu(me, "opening the device"))?;
         ctx.bind_to_thread()
             .map_err(|e| cu(me, "binding the context")(driver("cuCtxSetCurrent")(e)))?;
@@ -202,6 +216,22 @@ impl Gpu {
             function("pshmem_k_barrier_all")?,
         );
         let (proxy, reg) = start_proxy(&s, &ctx, &heap, ordinal, &ring, amo)?;
+        // The teams' sync words: the first allocation of the GPU heap, the same on every PE.
+        let mut alloc = Allocator::new(s.heap_len as u64);
+        let sync_base = alloc
+            .alloc(TeamTable::sync_bytes(s.max_teams, n), 256)
+            .ok_or_else(|| Error::Config {
+                me,
+                detail: format!(
+                    "the GPU heap ({} bytes) cannot hold the sync words of {} teams of {n} PEs",
+                    s.heap_len, s.max_teams
+                ),
+            })?;
+        let teams = TeamTable::new(&ctx, s.max_teams, n, sync_base)
+            .map_err(cu(me, "allocating the team table"))?;
+        let cell = HostAlloc::pinned(&ctx, 8).map_err(cu(me, "allocating a result cell"))?;
+        let host = host_ops::HostKernels::new(&runtime, cell)
+            .map_err(cu(me, "loading the runtime kernels"))?;
         let state = DeviceState {
             my_pe: me as i32,
             n_pes: n as i32,
@@ -217,6 +247,9 @@ impl Gpu {
             barrier_off: 0,
             dev_error: misc.ptr + err_off as u64,
             timeout_ns: s.op_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
+            teams: teams.entries(),
+            max_teams: teams.max() as u32,
+            version: STATE_VERSION,
         };
         let stream = ctx
             .new_stream()
@@ -238,7 +271,9 @@ impl Gpu {
             k_barrier,
             state,
             peers,
-            alloc: Mutex::new(Allocator::new(s.heap_len as u64)),
+            teams,
+            host,
+            alloc: Mutex::new(alloc),
             registered,
             ordinal,
             me,
@@ -250,8 +285,9 @@ impl Gpu {
     }
 }
 
-/// The CUDA device of this PE: `PSHMEM_CUDA_DEVICE`, or the local rank modulo the devices.
-fn choose_device(bs: &Bootstrap, me: usize, n: usize) -> Result<usize> {
+/// The CUDA device of this PE: the one given, `PSHMEM_CUDA_DEVICE`, or the local rank modulo the
+/// devices.
+fn choose_device(bs: &Bootstrap, me: usize, n: usize, given: Option<usize>) -> Result<usize> {
     let devs = cuda::devices().map_err(cu(me, "no GPU path"))?;
     if devs.is_empty() {
         return Err(cu(me, "no GPU path")(CudaError::NoDevice {
@@ -259,7 +295,7 @@ fn choose_device(bs: &Bootstrap, me: usize, n: usize) -> Result<usize> {
             count: 0,
         }));
     }
-    let ordinal = match pshmem_env::CUDA_DEVICE.opt_usize()? {
+    let ordinal = match given.or(pshmem_env::CUDA_DEVICE.opt_usize()?) {
         Some(d) if d < devs.len() => d,
         Some(d) => {
             return Err(cu(me, "PSHMEM_CUDA_DEVICE")(CudaError::NoDevice {
@@ -537,6 +573,65 @@ impl Gpu {
         Ok(m)
     }
 
+    /// Writes this PE's device state at `addr`, the device address of a `pshmem_dstate` of
+    /// `size` bytes and header version `version` (a translation unit of the application that
+    /// registered itself, or a module it loaded). Refuses another size or version: that code
+    /// was built against other headers.
+    pub fn fill_state_at(&self, addr: u64, size: usize, version: u32) -> Result<()> {
+        let what = "filling a registered pshmem_dstate";
+        let want = std::mem::size_of::<DeviceState>();
+        if size != want || version != STATE_VERSION {
+            return Err(self.cuda(
+                what,
+                CudaError::Unusable(format!(
+                    "the code was built against device headers of state version {version} ({size} \
+                     bytes); this runtime's is version {STATE_VERSION} ({want} bytes): rebuild it \
+                     against this installation's headers"
+                )),
+            ));
+        }
+        let _live = self.live(what)?;
+        // `addr` is a global of exactly this size (the registrant says so, and the size agrees);
+        // the state is live until the copy finished.
+        self.sync_copy(addr, &self.state as *const DeviceState as u64, want, what)
+    }
+
+    /// Fills `pshmem_dstate` of a module the application loaded itself (`cuModuleLoad*`);
+    /// fails (without touching it) when the module has no such global.
+    ///
+    /// # Safety
+    /// `module` is a `CUmodule` (`library == false`) or `CUlibrary` loaded in this PE's context.
+    pub unsafe fn init_cumodule(&self, module: *mut std::ffi::c_void, library: bool) -> Result<()> {
+        let what = if library {
+            "pshmemx_culibrary_init"
+        } else {
+            "pshmemx_cumodule_init"
+        };
+        let _live = self.live(what)?;
+        let (mut ptr, mut len) = (0u64, 0usize);
+        let name = c"pshmem_dstate".as_ptr();
+        // SAFETY: a lookup by a NUL-terminated name with out-pointers, in the caller's module
+        // or library.
+        let rc = unsafe {
+            if library {
+                sys::cuLibraryGetGlobal(&mut ptr, &mut len, module.cast(), name)
+            } else {
+                sys::cuModuleGetGlobal_v2(&mut ptr, &mut len, module.cast(), name)
+            }
+        };
+        check(rc, "cuModuleGetGlobal").map_err(|e| {
+            self.cuda(
+                what,
+                CudaError::Unusable(format!(
+                    "the module has no pshmem_dstate ({e}): it does not use the device API, or \
+                     it was built with -rdc without -DPSHMEM_MODULE_STATE"
+                )),
+            )
+        })?;
+        drop(_live);
+        self.fill_state_at(ptr, len, STATE_VERSION)
+    }
+
     fn init_module(&self, m: &Arc<CudaModule>) -> Result<()> {
         let what = "setting pshmem_dstate (does the module include pshmem/device.cuh?)";
         let g = m
@@ -745,8 +840,28 @@ mod tests {
             ("barrier_off", offset_of!(DeviceState, barrier_off)),
             ("dev_error", offset_of!(DeviceState, dev_error)),
             ("timeout_ns", offset_of!(DeviceState, timeout_ns)),
+            ("teams", offset_of!(DeviceState, teams)),
+            ("max_teams", offset_of!(DeviceState, max_teams)),
+            ("version", offset_of!(DeviceState, version)),
         ];
         matches_c("pshmem_device_state_t", &fields, size_of::<DeviceState>());
+        assert_eq!(
+            value("PSHMEM_STATE_VERSION"),
+            u64::from(super::STATE_VERSION)
+        );
+    }
+
+    #[test]
+    fn team_entry_matches_the_c_header() {
+        use super::teams::TeamEntry;
+        let fields = [
+            ("size", offset_of!(TeamEntry, size)),
+            ("my_index", offset_of!(TeamEntry, my_index)),
+            ("members", offset_of!(TeamEntry, members)),
+            ("sync_off", offset_of!(TeamEntry, sync_off)),
+            ("epoch", offset_of!(TeamEntry, epoch)),
+        ];
+        matches_c("pshmem_team_device_t", &fields, size_of::<TeamEntry>());
     }
 
     #[test]

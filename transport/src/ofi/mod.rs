@@ -1298,6 +1298,9 @@ impl Transport for OfiTransport {
             AmoOp::Swap | AmoOp::Set => sys::fi_op_FI_ATOMIC_WRITE,
             AmoOp::Fetch => sys::fi_op_FI_ATOMIC_READ,
             AmoOp::CompareSwap => sys::fi_op_FI_CSWAP,
+            AmoOp::FetchAnd | AmoOp::And => sys::fi_op_FI_BAND,
+            AmoOp::FetchOr | AmoOp::Or => sys::fi_op_FI_BOR,
+            AmoOp::FetchXor | AmoOp::Xor => sys::fi_op_FI_BXOR,
         };
         let desc = r.internal_mr.desc;
         let dest = r.peers[pe];

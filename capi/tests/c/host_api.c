@@ -1,0 +1,126 @@
+/* A host-only program on the C API (pshmem.h), run on several PEs by tests/capi.rs: every
+ * call family, checked; prints OK lines, and ERR with pshmem_last_error() on any failure.
+ * Usage: host_api [direct|proxied] */
+#include <pshmem/pshmem.h>
+#include <stdio.h>
+#include <string.h>
+
+#define CHECK(call)                                                                          \
+    do {                                                                                     \
+        int rc_ = (call);                                                                    \
+        if (rc_ != PSHMEM_SUCCESS) {                                                         \
+            printf("ERR %s rc=%d msg=%s\n", #call, rc_, pshmem_last_error());                \
+            return 1;                                                                        \
+        }                                                                                    \
+    } while (0)
+
+#define EXPECT(cond, what)                                                                   \
+    do {                                                                                     \
+        if (!(cond)) {                                                                       \
+            printf("ERR %s: %s (line %d)\n", what, #cond, __LINE__);                         \
+            return 1;                                                                        \
+        }                                                                                    \
+    } while (0)
+
+int main(int argc, char **argv) {
+    int direct = argc > 1 && strcmp(argv[1], "direct") == 0;
+    int provided = -1;
+    EXPECT(pshmem_my_pe() == -1, "my_pe before init");
+    EXPECT(pshmem_malloc(8) == NULL && strstr(pshmem_last_error(), "not initialized") != NULL,
+           "malloc before init");
+    CHECK(pshmem_init_thread(PSHMEM_THREAD_MULTIPLE, &provided));
+    EXPECT(provided == PSHMEM_THREAD_MULTIPLE, "thread level");
+    EXPECT(pshmem_init_status() == 1, "init status");
+    int me = pshmem_my_pe(), n = pshmem_n_pes();
+    int next = (me + 1) % n, prev = (me + n - 1) % n;
+    EXPECT(n >= 2 && me >= 0 && me < n, "PE numbers");
+
+    /* put-with-signal around the ring, then get back */
+    uint64_t *buf = (uint64_t *)pshmem_calloc(64, sizeof(uint64_t));
+    uint64_t *sig = (uint64_t *)pshmem_calloc(1, sizeof(uint64_t));
+    EXPECT(buf && sig, "calloc");
+    uint64_t src[64], back[64], seen = 0;
+    for (int i = 0; i < 64; ++i) src[i] = (uint64_t)me * 1000 + (uint64_t)i;
+    CHECK(pshmem_putmem_signal(buf, src, sizeof src, sig, 1, PSHMEM_SIGNAL_ADD, next));
+    CHECK(pshmem_signal_wait_until(sig, PSHMEM_CMP_GE, 1, &seen));
+    EXPECT(seen == 1, "signal value");
+    for (int i = 0; i < 64; ++i) EXPECT(buf[i] == (uint64_t)prev * 1000 + (uint64_t)i, "put data");
+    CHECK(pshmem_barrier_all());
+    CHECK(pshmem_getmem(back, buf, sizeof back, next));
+    for (int i = 0; i < 64; ++i) EXPECT(back[i] == (uint64_t)me * 1000 + (uint64_t)i, "get data");
+    CHECK(pshmem_putmem_nbi(buf + 1, src, 8, next));
+    CHECK(pshmem_quiet());
+    printf("OK rma pe=%d\n", me);
+
+    /* atomics: everyone adds to PE 0's counter and sets its bit there */
+    uint64_t *ctr = (uint64_t *)pshmem_calloc(2, sizeof(uint64_t));
+    uint32_t *w32 = (uint32_t *)pshmem_calloc(1, sizeof(uint32_t));
+    CHECK(pshmem_barrier_all());
+    uint64_t old = 0;
+    CHECK(pshmem_atomic64(PSHMEM_AMO_FETCH_ADD, &ctr[0], (uint64_t)me + 1, 0, 0, &old));
+    CHECK(pshmem_atomic64(PSHMEM_AMO_OR, &ctr[1], 1ull << me, 0, 0, NULL));
+    uint32_t o32 = 7;
+    CHECK(pshmem_atomic32(PSHMEM_AMO_COMPARE_SWAP, w32, (uint32_t)me + 1, 0, 0, &o32));
+    CHECK(pshmem_barrier_all());
+    if (me == 0) {
+        EXPECT(ctr[0] == (uint64_t)n * (n + 1) / 2, "fetch_add sum");
+        EXPECT(ctr[1] == (n == 64 ? ~0ull : (1ull << n) - 1), "or bits");
+        EXPECT(*w32 >= 1 && *w32 <= (uint32_t)n, "compare_swap winner");
+    }
+    uint64_t x = 0;
+    CHECK(pshmem_atomic64(PSHMEM_AMO_FETCH, &ctr[0], 0, 0, 0, &x));
+    EXPECT(x == (uint64_t)n * (n + 1) / 2, "atomic fetch");
+    printf("OK atomics pe=%d\n", me);
+
+    /* teams: evens and odds in one split, an alltoall in each, then destroyed and re-split */
+    pshmem_team_t t = PSHMEM_TEAM_INVALID;
+    int parity = me % 2, count = (n - parity + 1) / 2;
+    CHECK(pshmem_team_split_strided(PSHMEM_TEAM_WORLD, parity, 2, count, &t));
+    EXPECT(t != PSHMEM_TEAM_INVALID, "a team");
+    EXPECT(pshmem_team_my_pe(t) == me / 2, "team rank");
+    EXPECT(pshmem_team_n_pes(t) == count, "team size");
+    EXPECT(pshmem_team_translate_pe(t, me / 2, PSHMEM_TEAM_WORLD) == me, "translate");
+    EXPECT(pshmem_team_n_pes(PSHMEM_TEAM_WORLD) == n, "world size");
+    const size_t nb = 16;
+    unsigned char *a_src = (unsigned char *)pshmem_malloc(nb * (size_t)n);
+    unsigned char *a_dst = (unsigned char *)pshmem_calloc(nb, (size_t)n);
+    EXPECT(a_src && a_dst, "alltoall buffers");
+    for (int j = 0; j < count; ++j)
+        for (size_t k = 0; k < nb; ++k) a_src[(size_t)j * nb + k] = (unsigned char)(me * 16 + j);
+    CHECK(pshmem_alltoallmem(t, a_dst, a_src, nb));
+    for (int i = 0; i < count; ++i) {
+        int from = parity + 2 * i; /* world PE of member i */
+        for (size_t k = 0; k < nb; ++k)
+            EXPECT(a_dst[(size_t)i * nb + k] == (unsigned char)(from * 16 + me / 2), "alltoall");
+    }
+    CHECK(pshmem_team_sync(t));
+    CHECK(pshmem_team_destroy(t));
+    pshmem_team_t all = PSHMEM_TEAM_INVALID;
+    CHECK(pshmem_team_split_strided(PSHMEM_TEAM_WORLD, 0, 1, n, &all));
+    EXPECT(pshmem_team_my_pe(all) == me, "second split");
+    CHECK(pshmem_team_barrier(all));
+    CHECK(pshmem_team_destroy(all));
+    printf("OK teams pe=%d team=%d\n", me, (int)t);
+
+    /* pointers and errors */
+    EXPECT(pshmem_ptr(buf, me) == buf, "ptr to itself");
+    EXPECT((pshmem_ptr(buf, next) != NULL) == direct, "ptr to a peer");
+    EXPECT(pshmem_putmem(buf, src, 8, n) == PSHMEM_ERR_INVALID_ARG, "PE outside the job");
+    EXPECT(strstr(pshmem_last_error(), "PE") != NULL, "the message names the PE");
+    EXPECT(pshmem_putmem(src, src, 8, next) == PSHMEM_ERR_INVALID_ARG, "not symmetric");
+    EXPECT(pshmem_signal_op(sig, 1, 77, next) == PSHMEM_ERR_INVALID_ARG, "bad signal op");
+    EXPECT(pshmem_team_my_pe(12345) == -1, "no such team");
+    EXPECT(pshmemx_buffer_register_symmetric(src, 8, 0) == PSHMEM_ERR_UNSUPPORTED, "unsupported");
+    printf("OK errors pe=%d\n", me);
+
+    CHECK(pshmem_free(a_src));
+    CHECK(pshmem_free(a_dst));
+    CHECK(pshmem_free(w32));
+    CHECK(pshmem_free(ctr));
+    CHECK(pshmem_free(sig));
+    CHECK(pshmem_free(buf));
+    CHECK(pshmem_finalize());
+    EXPECT(pshmem_my_pe() == -1, "my_pe after finalize");
+    printf("OK done pe=%d\n", me);
+    return 0;
+}

@@ -1,0 +1,125 @@
+//! The C API from C: `tests/c/host_api.c` compiled by the system's C compiler with -Wall
+//! -Wextra -Werror against `include/pshmem/pshmem.h` and linked with `libpshmem.so`, run on 2
+//! and 4 PEs on the direct path and through the proxy (tcp and the simulated fabric), checking
+//! every call family; the header also compiles as C++.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use pshmem_tests::{JobSpec, assert_all_ok};
+
+/// The folder holding `libpshmem.so` (this test's `target/<profile>`).
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf();
+    assert!(
+        dir.join("libpshmem.so").exists(),
+        "{} has no libpshmem.so",
+        dir.display()
+    );
+    dir
+}
+
+fn includes() -> [PathBuf; 2] {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    [here.join("include"), here.join("../kernels/include")]
+}
+
+fn compile(src: &str, out: &Path) {
+    let lib = lib_dir();
+    let mut cmd = Command::new("cc");
+    cmd.args(["-std=c99", "-O1", "-Wall", "-Wextra", "-Werror"]);
+    for i in includes() {
+        cmd.arg("-I").arg(i);
+    }
+    cmd.arg(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/c")
+            .join(src),
+    )
+    .arg("-L")
+    .arg(&lib)
+    .arg("-lpshmem")
+    .arg(format!("-Wl,-rpath,{}", lib.display()))
+    .arg("-o")
+    .arg(out);
+    let o = cmd.output().expect("run cc");
+    assert!(
+        o.status.success(),
+        "cc failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn the_header_compiles_as_c_and_cpp_without_warnings() {
+    for (compiler, std) in [("cc", "-std=c99"), ("c++", "-std=c++17")] {
+        let mut cmd = Command::new(compiler);
+        if compiler == "c++" {
+            cmd.args(["-x", "c++"]);
+        }
+        cmd.args([
+            std,
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-fsyntax-only",
+        ]);
+        for i in includes() {
+            cmd.arg("-I").arg(i);
+        }
+        cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/host_api.c"));
+        let o = cmd.output().expect("run the compiler");
+        assert!(
+            o.status.success(),
+            "{compiler} {std}:\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+#[test]
+fn a_c_program_runs_every_call_family_on_every_path() {
+    let dir = std::env::temp_dir().join(format!("pshmem-capi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("host_api");
+    compile("host_api.c", &exe);
+    let paths: [(&str, &[(&str, &str)]); 3] = [
+        ("direct", &[("PSHMEM_PROVIDER", "tcp")]),
+        (
+            "proxied",
+            &[("PSHMEM_PROVIDER", "tcp"), ("PSHMEM_DISABLE_P2P", "1")],
+        ),
+        (
+            "proxied",
+            &[("PSHMEM_PROVIDER", "sim"), ("PSHMEM_DISABLE_P2P", "1")],
+        ),
+    ];
+    for n in [2, 4] {
+        for (how, env) in paths {
+            let mut spec = JobSpec::new(&exe, n, &[how])
+                .env("PSHMEM_SYMMETRIC_SIZE", "16M")
+                .env("PSHMEM_DISABLE_CUDA", "1")
+                .timeout(Duration::from_secs(60));
+            for (k, v) in env {
+                spec = spec.env(k, v);
+            }
+            let res = spec.launch().wait();
+            assert_all_ok(&res);
+            for r in &res {
+                for part in ["OK rma", "OK atomics", "OK teams", "OK errors", "OK done"] {
+                    assert_eq!(r.fields(part).len(), 1, "{n} PEs {env:?}: {part}\n{r}");
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,602 @@
+//! Host-initiated operations on the GPU symmetric heap (the C API and the NVSHMEM layer: host
+//! `putmem`, `getmem`, atomics, signals, team syncs, alltoall, and their on-stream forms).
+//!
+//! Each is one of the runtime's kernels (`kernels/cuda/runtime.cu`) running the device API's
+//! block variant, so a host call takes the same path as a kernel's: loads and stores to mapped
+//! peers, the GPU's ring and proxy to the others. Blocking calls run on the runtime's internal
+//! non-blocking stream, which they synchronize (never the legacy default stream or the whole
+//! device: a user kernel on another stream may be waiting on a peer). A source or destination
+//! the GPU cannot address (pageable host memory) is staged through a device buffer, chunk by
+//! chunk; the on-stream forms take only device-addressable memory (they must be capturable in
+//! a CUDA graph: kernel launches on the given stream, nothing else).
+
+use std::{
+    ffi::c_void,
+    sync::{Mutex, MutexGuard},
+};
+
+use cudarc::driver::{CudaFunction, CudaModule, sys};
+
+use super::{Gpu, cu, mem::DevAlloc};
+use crate::{
+    cuda::{CudaError, check, driver},
+    error::{Error, Result},
+    team::Team,
+};
+
+/// Bytes of the staging buffer for pageable host memory.
+const STAGE: usize = 4 << 20;
+/// Threads of the one block a host operation runs in.
+const THREADS: u32 = 256;
+/// Most blocks an alltoall uses (one per member in turn).
+const ALLTOALL_BLOCKS: u32 = 32;
+
+/// The runtime's kernels for host operations, fetched once at init (with CUDA's lazy loading,
+/// fetching one while a kernel waits on a peer can stall the context).
+pub(super) struct HostKernels {
+    rma: CudaFunction,
+    put_signal: CudaFunction,
+    signal_op: CudaFunction,
+    amo: CudaFunction,
+    team_sync: CudaFunction,
+    alltoall: CudaFunction,
+    /// The staging buffer (allocated at first use) and the pinned result cell of AMOs; the lock
+    /// also serializes the host operations of this PE on the internal stream.
+    scratch: Mutex<Option<DevAlloc>>,
+    cell: super::mem::HostAlloc,
+}
+
+impl HostKernels {
+    pub(super) fn new(
+        m: &std::sync::Arc<CudaModule>,
+        cell: super::mem::HostAlloc,
+    ) -> std::result::Result<Self, CudaError> {
+        let f = |name: &'static str| m.load_function(name).map_err(driver(name));
+        Ok(Self {
+            rma: f("pshmem_k_rma")?,
+            put_signal: f("pshmem_k_put_signal")?,
+            signal_op: f("pshmem_k_signal_op")?,
+            amo: f("pshmem_k_host_amo")?,
+            team_sync: f("pshmem_k_team_sync")?,
+            alltoall: f("pshmem_k_alltoallmem")?,
+            scratch: Mutex::new(None),
+            cell,
+        })
+    }
+}
+
+/// A raw CUDA stream of the application (`cudaStream_t` is a `CUstream`).
+pub type RawStream = sys::CUstream;
+
+/// Whether the GPU can address `p` (device memory, or pinned host memory, mapped under UVA).
+fn device_addressable(p: *const u8) -> bool {
+    let mut kind: u32 = 0;
+    // SAFETY: an attribute query with an out-pointer of the attribute's size (an enum value).
+    let rc = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut kind as *mut u32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            p as sys::CUdeviceptr,
+        )
+    };
+    rc == sys::CUresult::CUDA_SUCCESS
+        && (kind == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
+            || kind == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32)
+}
+
+impl Gpu {
+    /// The heap offset of `len` bytes at device address `addr` of this PE's GPU heap.
+    pub fn offset_of(&self, addr: u64, len: usize) -> Option<u64> {
+        let off = addr.checked_sub(self.state.heap_base)?;
+        (off.checked_add(len as u64)? <= self.state.heap_size).then_some(off)
+    }
+
+    /// This GPU's address of `pe`'s copy of the object at heap offset `off` (its own heap for
+    /// this PE), or `None` when `pe` is reached through the proxy.
+    pub fn peer_addr(&self, off: u64, pe: usize) -> Option<u64> {
+        match self.peers.get(pe) {
+            Some(&b) if b != 0 => Some(b + off),
+            _ => None,
+        }
+    }
+
+    fn check_pe(&self, op: &'static str, pe: usize) -> Result<()> {
+        let n = self.peers.len();
+        if pe < n {
+            Ok(())
+        } else {
+            Err(Error::InvalidPe {
+                me: self.me,
+                op,
+                pe,
+                n_pes: n,
+            })
+        }
+    }
+
+    fn sym(&self, op: &'static str, addr: u64, len: usize) -> Result<u64> {
+        self.offset_of(addr, len).ok_or(Error::OutOfHeap {
+            me: self.me,
+            op,
+            offset: addr.wrapping_sub(self.state.heap_base),
+            end: addr
+                .wrapping_sub(self.state.heap_base)
+                .saturating_add(len as u64),
+            start: 0,
+            heap: self.state.heap_size,
+        })
+    }
+
+    /// Launches `f` with `args` (pointers to each argument's value) on `stream`.
+    ///
+    /// # Safety
+    /// `args` must match the kernel's parameters in number, order and size, and every memory
+    /// the kernel touches through them must stay valid until it has run.
+    unsafe fn launch(
+        &self,
+        op: &'static str,
+        f: &CudaFunction,
+        grid: u32,
+        stream: RawStream,
+        args: &mut [*mut c_void],
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller; the context is bound by `live`.
+        let rc = unsafe {
+            sys::cuLaunchKernel(
+                f.cu_function(),
+                grid,
+                1,
+                1,
+                THREADS,
+                1,
+                1,
+                0,
+                stream,
+                args.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        check(rc, "cuLaunchKernel").map_err(cu(self.me, op))
+    }
+
+    fn host_lock(&self) -> MutexGuard<'_, Option<DevAlloc>> {
+        self.host.scratch.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn scratch(&self, op: &'static str, g: &mut MutexGuard<'_, Option<DevAlloc>>) -> Result<u64> {
+        if g.is_none() {
+            **g = Some(DevAlloc::new(&self.ctx, STAGE).map_err(cu(self.me, op))?);
+        }
+        Ok(g.as_ref().expect("allocated").ptr)
+    }
+
+    /// Waits for the internal stream, then reports any error a device call recorded.
+    fn finish(&self, op: &'static str) -> Result<()> {
+        self.sync_stream(op)?;
+        self.check(op)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rma_kernel(
+        &self,
+        op: &'static str,
+        put: bool,
+        dest: u64,
+        src: u64,
+        len: usize,
+        pe: usize,
+        nbi: bool,
+        stream: RawStream,
+    ) -> Result<()> {
+        let (mut put, mut dest, mut src) = (i32::from(put), dest, src);
+        let (mut n, mut pe, mut nbi) = (len as u64, pe as i32, i32::from(nbi));
+        let mut args: [*mut c_void; 6] = [
+            (&mut put as *mut i32).cast(),
+            (&mut dest as *mut u64).cast(),
+            (&mut src as *mut u64).cast(),
+            (&mut n as *mut u64).cast(),
+            (&mut pe as *mut i32).cast(),
+            (&mut nbi as *mut i32).cast(),
+        ];
+        // SAFETY: the arguments of pshmem_k_rma(int, void*, const void*, u64, int, int); the
+        // callers keep both ranges valid until the kernel ran (blocking calls synchronize).
+        unsafe { self.launch(op, &self.host.rma, 1, stream, &mut args) }
+    }
+
+    /// Copies `len` bytes at `src` (any memory of this process) to the GPU heap address `dest`
+    /// on `pe` (an address of this PE's heap, as every symmetric address). Blocking: on return
+    /// `src` may be reused. `nbi` leaves completion to [`Gpu::host_quiet`] where `src` is
+    /// device-addressable (a staged source is always waited for).
+    ///
+    /// # Safety
+    /// `src..src + len` is readable and unchanged until the call returns (or, for `nbi`, until
+    /// the next quiet).
+    pub unsafe fn host_put(
+        &self,
+        dest: u64,
+        src: *const u8,
+        len: usize,
+        pe: usize,
+        nbi: bool,
+    ) -> Result<()> {
+        let op = "putmem";
+        self.check_pe(op, pe)?;
+        self.sym(op, dest, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let _live = self.live(op)?;
+        let mut g = self.host_lock();
+        let st = self.stream.cu_stream();
+        if device_addressable(src) {
+            self.rma_kernel(op, true, dest, src as u64, len, pe, nbi, st)?;
+            return if nbi { Ok(()) } else { self.finish(op) };
+        }
+        let buf = self.scratch(op, &mut g)?;
+        for at in (0..len).step_by(STAGE) {
+            let k = STAGE.min(len - at);
+            // SAFETY: `src..src + len` is readable (the caller's slice); the buffer holds STAGE
+            // bytes; the stream orders this copy after the previous chunk's blocking kernel.
+            let rc = unsafe { sys::cuMemcpyHtoDAsync_v2(buf, src.add(at).cast(), k, st) };
+            check(rc, "cuMemcpyHtoDAsync").map_err(cu(self.me, op))?;
+            self.rma_kernel(op, true, dest + at as u64, buf, k, pe, false, st)?;
+        }
+        self.finish(op)
+    }
+
+    /// Copies `len` bytes of the GPU heap address `src` on `pe` into `dest` (any memory of this
+    /// process). Blocking (`nbi` as for [`Gpu::host_put`], for a device-addressable `dest`).
+    ///
+    /// # Safety
+    /// `dest..dest + len` is writable and untouched by others until the call returns (or, for
+    /// `nbi`, until the next quiet).
+    pub unsafe fn host_get(
+        &self,
+        dest: *mut u8,
+        src: u64,
+        len: usize,
+        pe: usize,
+        nbi: bool,
+    ) -> Result<()> {
+        let op = "getmem";
+        self.check_pe(op, pe)?;
+        self.sym(op, src, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let _live = self.live(op)?;
+        let mut g = self.host_lock();
+        let st = self.stream.cu_stream();
+        if device_addressable(dest) {
+            self.rma_kernel(op, false, dest as u64, src, len, pe, nbi, st)?;
+            return if nbi { Ok(()) } else { self.finish(op) };
+        }
+        let buf = self.scratch(op, &mut g)?;
+        for at in (0..len).step_by(STAGE) {
+            let k = STAGE.min(len - at);
+            self.rma_kernel(op, false, buf, src + at as u64, k, pe, false, st)?;
+            // SAFETY: `dest..dest + len` is writable (the caller's slice); the copy follows the
+            // blocking get on the stream.
+            let rc = unsafe { sys::cuMemcpyDtoHAsync_v2(dest.add(at).cast(), buf, k, st) };
+            check(rc, "cuMemcpyDtoHAsync").map_err(cu(self.me, op))?;
+            // Pageable destinations: the copy is complete once the stream is.
+            self.sync_stream(op)?;
+        }
+        self.finish(op)
+    }
+
+    /// put or get on `stream` (device-addressable `local` only; graph-capturable).
+    ///
+    /// # Safety
+    /// `stream` is a live stream of this PE's context; `local..local + len` stays valid (and,
+    /// for a get, untouched) until the stream has run the operation.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn rma_on_stream(
+        &self,
+        put: bool,
+        remote: u64,
+        local: *const u8,
+        len: usize,
+        pe: usize,
+        nbi: bool,
+        stream: RawStream,
+    ) -> Result<()> {
+        let op = if put {
+            "putmem_on_stream"
+        } else {
+            "getmem_on_stream"
+        };
+        self.check_pe(op, pe)?;
+        self.sym(op, remote, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        if !device_addressable(local) {
+            return Err(self.cuda(
+                op,
+                CudaError::Unusable(
+                    "the local buffer of an on-stream put or get must be device memory or \
+                     pinned host memory"
+                        .into(),
+                ),
+            ));
+        }
+        let _live = self.live(op)?;
+        let (d, s) = if put {
+            (remote, local as u64)
+        } else {
+            (local as u64, remote)
+        };
+        self.rma_kernel(op, put, d, s, len, pe, nbi, stream)
+    }
+
+    /// put-with-signal from the host (blocking unless `nbi` or on a `stream`).
+    ///
+    /// # Safety
+    /// `src..src + len` is device-addressable and stays valid until the operation ran;
+    /// `stream`, when given, is a live stream of this PE's context.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn host_put_signal(
+        &self,
+        dest: u64,
+        src: *const u8,
+        len: usize,
+        sig: u64,
+        value: u64,
+        sig_op: u8,
+        pe: usize,
+        nbi: bool,
+        stream: Option<RawStream>,
+    ) -> Result<()> {
+        let op = "putmem_signal";
+        self.check_pe(op, pe)?;
+        self.sym(op, dest, len)?;
+        self.sym(op, sig, 8)?;
+        if !device_addressable(src) && len > 0 {
+            return Err(self.cuda(
+                op,
+                CudaError::Unusable(
+                    "the source of a host put-with-signal must be device memory or pinned host \
+                     memory"
+                        .into(),
+                ),
+            ));
+        }
+        let _live = self.live(op)?;
+        let _g = self.host_lock();
+        let st = stream.unwrap_or_else(|| self.stream.cu_stream());
+        let (mut d, mut s, mut n, mut sg, mut v) = (dest, src as u64, len as u64, sig, value);
+        let (mut o, mut p, mut b) = (i32::from(sig_op), pe as i32, i32::from(nbi));
+        let mut args: [*mut c_void; 8] = [
+            (&mut d as *mut u64).cast(),
+            (&mut s as *mut u64).cast(),
+            (&mut n as *mut u64).cast(),
+            (&mut sg as *mut u64).cast(),
+            (&mut v as *mut u64).cast(),
+            (&mut o as *mut i32).cast(),
+            (&mut p as *mut i32).cast(),
+            (&mut b as *mut i32).cast(),
+        ];
+        // SAFETY: the arguments of pshmem_k_put_signal; the source stays valid (blocking calls
+        // synchronize; on-stream and nbi callers own that).
+        unsafe { self.launch(op, &self.host.put_signal, 1, st, &mut args)? };
+        if stream.is_some() || nbi {
+            Ok(())
+        } else {
+            self.finish(op)
+        }
+    }
+
+    /// A signal update from the host (complete at quiet; on `stream` when given).
+    ///
+    /// # Safety
+    /// `stream`, when given, is a live stream of this PE's context.
+    pub unsafe fn host_signal_op(
+        &self,
+        sig: u64,
+        value: u64,
+        sig_op: u8,
+        pe: usize,
+        stream: Option<RawStream>,
+    ) -> Result<()> {
+        let op = "signal_op";
+        self.check_pe(op, pe)?;
+        self.sym(op, sig, 8)?;
+        let _live = self.live(op)?;
+        let _g = self.host_lock();
+        let st = stream.unwrap_or_else(|| self.stream.cu_stream());
+        let (mut s, mut v, mut o, mut p) = (sig, value, i32::from(sig_op), pe as i32);
+        let mut args: [*mut c_void; 4] = [
+            (&mut s as *mut u64).cast(),
+            (&mut v as *mut u64).cast(),
+            (&mut o as *mut i32).cast(),
+            (&mut p as *mut i32).cast(),
+        ];
+        // SAFETY: the arguments of pshmem_k_signal_op(uint64_t*, u64, int, int).
+        unsafe { self.launch(op, &self.host.signal_op, 1, st, &mut args) }
+    }
+
+    /// An AMO from the host on a 4- or 8-byte (`wide`) word: `sub` a PSHMEM_AMO_* code.
+    /// Blocking; returns the old value (0 for the non-fetching operations).
+    pub fn host_atomic(
+        &self,
+        sub: u8,
+        wide: bool,
+        dest: u64,
+        operand: u64,
+        compare: u64,
+        pe: usize,
+    ) -> Result<u64> {
+        let op = "atomic";
+        self.check_pe(op, pe)?;
+        let w = if wide { 8 } else { 4 };
+        self.sym(op, dest, w)?;
+        if dest % w as u64 != 0 {
+            return Err(Error::Misaligned {
+                me: self.me,
+                op,
+                offset: dest - self.state.heap_base,
+                align: w as u64,
+            });
+        }
+        let _live = self.live(op)?;
+        let _g = self.host_lock();
+        let cell = self.host.cell.device_ptr().map_err(|e| self.cuda(op, e))?;
+        let mut d = dest;
+        let mut s = u32::from(sub)
+            | if wide {
+                u32::from(pshmem_abi::AMO_WIDE)
+            } else {
+                0
+            };
+        let (mut x, mut c, mut p, mut r) = (operand, compare, pe as i32, cell);
+        let mut args: [*mut c_void; 6] = [
+            (&mut d as *mut u64).cast(),
+            (&mut s as *mut u32).cast(),
+            (&mut x as *mut u64).cast(),
+            (&mut c as *mut u64).cast(),
+            (&mut p as *mut i32).cast(),
+            (&mut r as *mut u64).cast(),
+        ];
+        // SAFETY: the arguments of pshmem_k_host_amo; the result cell is pinned memory of this
+        // Gpu, read after the stream is synchronized.
+        unsafe { self.launch(op, &self.host.amo, 1, self.stream.cu_stream(), &mut args)? };
+        self.finish(op)?;
+        // SAFETY: 8 bytes of pinned host memory the finished kernel wrote.
+        Ok(unsafe { std::ptr::read_volatile(self.host.cell.ptr.cast::<u64>()) })
+    }
+
+    /// A team sync (or barrier: quiet first) on `stream`, or blocking on the internal stream.
+    ///
+    /// # Safety
+    /// `stream`, when given, is a live stream of this PE's context.
+    pub unsafe fn team_sync_on(
+        &self,
+        team: Team,
+        barrier: bool,
+        stream: Option<RawStream>,
+    ) -> Result<()> {
+        let op = if barrier { "barrier" } else { "team_sync" };
+        let _live = self.live(op)?;
+        let _g = self.host_lock();
+        let st = stream.unwrap_or_else(|| self.stream.cu_stream());
+        let (mut t, mut b) = (team, i32::from(barrier));
+        let mut args: [*mut c_void; 2] = [(&mut t as *mut i32).cast(), (&mut b as *mut i32).cast()];
+        // SAFETY: the arguments of pshmem_k_team_sync(int, int).
+        unsafe { self.launch(op, &self.host.team_sync, 1, st, &mut args)? };
+        if stream.is_some() {
+            Ok(())
+        } else {
+            self.finish(op)
+        }
+    }
+
+    /// alltoall of `nbytes` per member over `team` (symmetric `dest` and `src`), completed by a
+    /// team barrier; on `stream`, or blocking on the internal stream.
+    ///
+    /// # Safety
+    /// `stream`, when given, is a live stream of this PE's context.
+    pub unsafe fn alltoallmem_on(
+        &self,
+        team: Team,
+        dest: u64,
+        src: u64,
+        nbytes: usize,
+        members: usize,
+        stream: Option<RawStream>,
+    ) -> Result<()> {
+        let op = "alltoallmem";
+        let total = nbytes.checked_mul(members).ok_or(Error::SizeOverflow {
+            me: self.me,
+            op,
+            count: members,
+            size: nbytes,
+        })?;
+        self.sym(op, dest, total)?;
+        self.sym(op, src, total)?;
+        let _live = self.live(op)?;
+        let _g = self.host_lock();
+        let st = stream.unwrap_or_else(|| self.stream.cu_stream());
+        let (mut t, mut d, mut s, mut n) = (team, dest, src, nbytes as u64);
+        let mut args: [*mut c_void; 4] = [
+            (&mut t as *mut i32).cast(),
+            (&mut d as *mut u64).cast(),
+            (&mut s as *mut u64).cast(),
+            (&mut n as *mut u64).cast(),
+        ];
+        let grid = (members as u32).clamp(1, ALLTOALL_BLOCKS);
+        // SAFETY: the arguments of pshmem_k_alltoallmem(int, char*, const char*, u64); both
+        // ranges are in the symmetric heap (checked).
+        unsafe { self.launch(op, &self.host.alltoall, grid, st, &mut args)? };
+        let (mut t, mut b) = (team, 1i32);
+        let mut args: [*mut c_void; 2] = [(&mut t as *mut i32).cast(), (&mut b as *mut i32).cast()];
+        // SAFETY: the arguments of pshmem_k_team_sync(int, int).
+        unsafe { self.launch(op, &self.host.team_sync, 1, st, &mut args)? };
+        if stream.is_some() {
+            Ok(())
+        } else {
+            self.finish(op)
+        }
+    }
+
+    /// Quiet of the host's operations (blocking).
+    pub fn host_quiet(&self) -> Result<()> {
+        let s = self.stream.clone();
+        self.quiet_on_stream(&s)?;
+        self.finish("quiet")
+    }
+
+    /// The barrier kernel on the internal stream, waited for.
+    pub fn host_barrier_all(&self) -> Result<()> {
+        let s = self.stream.clone();
+        self.barrier_all_on_stream(&s)?;
+        self.finish("barrier_all")
+    }
+
+    /// quiet or barrier_all on an application stream.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of this PE's context.
+    pub unsafe fn on_raw_stream(&self, barrier: bool, stream: RawStream) -> Result<()> {
+        let op = if barrier {
+            "barrier_all_on_stream"
+        } else {
+            "quiet_on_stream"
+        };
+        let _live = self.live(op)?;
+        let f = if barrier {
+            &self.k_barrier
+        } else {
+            &self.k_quiet
+        };
+        // SAFETY: a kernel without parameters, on the caller's live stream.
+        unsafe { self.launch_one_raw(op, f, stream) }
+    }
+
+    /// # Safety
+    /// `f` takes no parameters.
+    unsafe fn launch_one_raw(
+        &self,
+        op: &'static str,
+        f: &CudaFunction,
+        stream: RawStream,
+    ) -> Result<()> {
+        // SAFETY: a one-thread launch of a parameterless kernel, context bound by the caller.
+        let rc = unsafe {
+            sys::cuLaunchKernel(
+                f.cu_function(),
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                0,
+                stream,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        check(rc, "cuLaunchKernel").map_err(cu(self.me, op))
+    }
+}
