@@ -71,5 +71,23 @@ if [ "$NGPU" -ge 1 ]; then
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" put_bw -b 8 -e 16777216 -f 4 -n 3 --window 8 --json "$OUT/perf-staged-bw.json"
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" p_latency atomic_latency barrier_latency -n 5 --window 32 --json "$OUT/perf-staged-lat.json"
 fi
+# The NVSHMEM-compatible programs (examples/nvshmem/), built here as their users build them
+# (nvcc against the NVSHMEM-style tree of scripts/nvshmem-home.sh; on a machine without Rust, a
+# prebuilt tree in NVSHMEM_TREE or next to BIN_DIR), run on 2 and 4 PEs and through the proxy.
+TREE="${NVSHMEM_TREE:-}"
+if [ "$BIN" = target/release ]; then
+  TREE="$(bash scripts/nvshmem-home.sh)"
+elif [ -z "$TREE" ] && [ -d "$BIN/../nvshmem-home" ]; then
+  TREE="$(cd "$BIN/../nvshmem-home" && pwd)"
+fi
+NVCC_BIN="$(command -v nvcc || ls /usr/local/cuda/bin/nvcc .tools/cuda/nvidia/cu13/bin/nvcc 2>/dev/null | head -1)"
+if [ "$NGPU" -ge 1 ] && [ -n "$TREE" ] && [ -n "$NVCC_BIN" ]; then
+  EXB="$(mktemp -d)"
+  run bash examples/nvshmem/build.sh "$TREE" "$EXB" "$NVCC_BIN"
+  run bash examples/nvshmem/run.sh "$EXB" "$TREE" "$BIN/pshmrun" "$OUT/nvshmem-examples.log"
+  rm -rf "$EXB"
+else
+  echo "SKIP nvshmem examples: need a GPU ($NGPU), the NVSHMEM-style tree ('${TREE}') and nvcc ('${NVCC_BIN}')" | tee -a "$LOG"
+fi
 echo "gpu-test: $([ $fail = 0 ] && echo passed || echo FAILED) (log: $LOG)" | tee -a "$LOG"
 exit $fail

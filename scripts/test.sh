@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Runs the whole test suite (installing what it needs first): every crate's unit and
-# multi-process tests, a short run of random faults on running jobs (scripts/chaos.sh), then the
+# multi-process tests, the NVSHMEM compatibility builds, a short run of random faults on running jobs (scripts/chaos.sh), then the
 # loom model checks of the command ring (a separate build with --cfg loom, in its own target
 # folder so the main build stays cached).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo test --workspace --release --quiet
+# The NVSHMEM compatibility layer as its users build against it: the install tree, every
+# example of examples/nvshmem/ built by the pinned nvcc against the compat headers and library
+# names only (with and without -rdc; run on GPU machines by scripts/gpu-test.sh), and host
+# programs built through the tree's pkg-config file and CMake package, run as 1-PE jobs.
+tree="$(bash scripts/nvshmem-home.sh)"
+bash examples/nvshmem/build.sh "$tree" target/nvshmem-examples "$(bash scripts/setup-cuda.sh)"
+bash examples/nvshmem/packaging/check.sh "$tree" .tools/cuda/nvidia/cu13/include target/nvshmem-packaging
 bash scripts/chaos.sh 24
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test --release --quiet -p pshmem-ring --test loom

@@ -152,9 +152,11 @@ pub(crate) fn status(op: &str, f: impl FnOnce() -> R<()>) -> c_int {
     guard(op, |c| c, || f().map(|()| code::SUCCESS))
 }
 
-/// The initialized PE, or `NOT_INITIALIZED`.
+/// The initialized PE, or `NOT_INITIALIZED`. Device states registered since the last call (a
+/// library loaded after init) are filled first, so the library's kernels can run after any
+/// call of ours.
 pub(crate) fn global() -> R<Arc<Global>> {
-    STATE
+    let g = STATE
         .read()
         .unwrap_or_else(|p| p.into_inner())
         .clone()
@@ -163,5 +165,9 @@ pub(crate) fn global() -> R<Arc<Global>> {
                 code::NOT_INITIALIZED,
                 "the runtime is not initialized (call pshmem_init first)",
             )
-        })
+        })?;
+    if registry::pending() {
+        registry::fill_pending(&g)?;
+    }
+    Ok(g)
 }

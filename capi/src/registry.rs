@@ -2,7 +2,7 @@
 //! device API registers, from a static initializer, a function that returns the device address
 //! of its own `pshmem_dstate` (kernels/include/pshmem/state.cuh). The runtime fills each once
 //! its GPU part is up, and fills later registrations (a library loaded after init) at the next
-//! call that may precede a kernel launch (init, allocation, barrier, collective launch).
+//! call of the C API from any translation unit (a counter comparison when there are none).
 //!
 //! Registrations may arrive before anything of this library has run (static initializers of
 //! the application run before `main`, in any order): the table is made of constant-initialized
@@ -20,6 +20,13 @@ static SIZE: [AtomicU32; MAX] = [const { AtomicU32::new(0) }; MAX];
 static VERSION: [AtomicU32; MAX] = [const { AtomicU32::new(0) }; MAX];
 static FILLED: [AtomicBool; MAX] = [const { AtomicBool::new(false) }; MAX];
 static COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Registrations below this index are filled (or unregistered).
+static FILLED_UPTO: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether a registration waits to be filled: the check every call makes.
+pub(crate) fn pending() -> bool {
+    COUNT.load(Ordering::Acquire).min(MAX) > FILLED_UPTO.load(Ordering::Acquire)
+}
 
 /// `addr() -> device address of the registrant's state` (the application's CUDA runtime).
 type AddrFn = unsafe extern "C" fn() -> *mut std::ffi::c_void;
@@ -77,5 +84,7 @@ pub(crate) fn fill_pending(g: &Global) -> R<()> {
         )?;
         FILLED[i].store(true, Ordering::Release);
     }
+    // Release: a caller that sees the new bound sees the states' fills before it.
+    FILLED_UPTO.fetch_max(n, Ordering::AcqRel);
     Ok(())
 }

@@ -11,20 +11,40 @@ use std::{
 
 use pshmem_tests::{JobSpec, assert_all_ok};
 
-/// The folder holding `libpshmem.so` (this test's `target/<profile>`).
+/// The folder holding `libpshmem.so` (this test's `target/<profile>`). Integration tests of a
+/// cdylib-only crate do not make cargo build the library, so it is built here (a no-op when
+/// up to date; cargo does not hold its build lock while tests run).
 fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf();
-    assert!(
-        dir.join("libpshmem.so").exists(),
-        "{} has no libpshmem.so",
-        dir.display()
-    );
-    dir
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("test executable");
+            let dir = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("target/<profile>/deps/<test>")
+                .to_path_buf();
+            let mut cargo = Command::new(env!("CARGO"));
+            cargo
+                .args(["build", "--quiet", "-p", "pshmem-capi"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"));
+            if dir.file_name().is_some_and(|p| p == "release") {
+                cargo.arg("--release");
+            }
+            let o = cargo.output().expect("run cargo build -p pshmem-capi");
+            assert!(
+                o.status.success(),
+                "cargo build -p pshmem-capi failed:\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert!(
+                dir.join("libpshmem.so").exists(),
+                "{} has no libpshmem.so after building it",
+                dir.display()
+            );
+            dir
+        })
+        .clone()
 }
 
 fn includes() -> [PathBuf; 2] {

@@ -10,29 +10,13 @@ extern "C" __global__ void pshmem_k_amo(unsigned long long addr, unsigned int su
                                         unsigned long long operand, unsigned long long compare,
                                         unsigned long long *result) {
     unsigned int op = sub & 0xfu;
-    bool wide = (sub & PSHMEM_AMO_WIDE) != 0;
-    unsigned long long old = 0;
-    if (wide) {
-        unsigned long long *p = (unsigned long long *)addr;
-        switch (op) {
-        case PSHMEM_AMO_FETCH_ADD:
-        case PSHMEM_AMO_ADD: old = atomicAdd_system(p, operand); break;
-        case PSHMEM_AMO_SWAP:
-        case PSHMEM_AMO_SET: old = atomicExch_system(p, operand); break;
-        case PSHMEM_AMO_COMPARE_SWAP: old = atomicCAS_system(p, compare, operand); break;
-        default: old = atomicAdd_system(p, 0ull); break;
-        }
+    unsigned long long old;
+    if (sub & PSHMEM_AMO_WIDE) {
+        old = pshmem_i_amo_here<unsigned long long>((unsigned long long *)addr, op, operand,
+                                                    compare);
     } else {
-        unsigned int *p = (unsigned int *)addr;
-        unsigned int v = (unsigned int)operand, c = (unsigned int)compare;
-        switch (op) {
-        case PSHMEM_AMO_FETCH_ADD:
-        case PSHMEM_AMO_ADD: old = atomicAdd_system(p, v); break;
-        case PSHMEM_AMO_SWAP:
-        case PSHMEM_AMO_SET: old = atomicExch_system(p, v); break;
-        case PSHMEM_AMO_COMPARE_SWAP: old = atomicCAS_system(p, c, v); break;
-        default: old = atomicAdd_system(p, 0u); break;
-        }
+        old = pshmem_i_amo_here<unsigned int>((unsigned int *)addr, op, (unsigned int)operand,
+                                              (unsigned int)compare);
     }
     /* The proxy synchronizes the stream before reading, which orders this store. */
     *(volatile unsigned long long *)result = old;

@@ -13,6 +13,11 @@
  * - Allocation, free, barriers, syncs, team splits and finalize are collective.
  * - Kernels use the device API (pshmem/device.cuh) on GPU symmetric addresses.
  *
+ * - In CUDA translation units (nvcc), the names this API shares with the device API
+ *   (pshmem/device.cuh: pshmem_my_pe, pshmem_putmem, pshmem_quiet, ...) are the device
+ *   functions; their host forms are spelled pshmem_host_<name> there (PSHMEM_HOST(name) spells
+ *   whichever applies), bound to the same library symbols.
+ *
  * Compiles as C99 and C++ with -Wall -Werror; needs no CUDA header. */
 #ifndef PSHMEM_PSHMEM_H
 #define PSHMEM_PSHMEM_H
@@ -24,6 +29,16 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* A host function whose name the device API also has: under nvcc declared as
+ * pshmem_host_<name>, bound by an asm label to the library's pshmem_<name>. */
+#if defined(__CUDACC__)
+#define PSHMEM_HOST(name) pshmem_host_##name
+#define PSHMEMI_SHARED(ret, name, args) ret pshmem_host_##name args __asm__("pshmem_" #name)
+#else
+#define PSHMEM_HOST(name) pshmem_##name
+#define PSHMEMI_SHARED(ret, name, args) ret pshmem_##name args
 #endif
 
 /* ---- errors ---------------------------------------------------------------------------------- */
@@ -84,17 +99,17 @@ typedef int32_t pshmem_team_t;
 #define PSHMEMX_TEAM_NODE 2          /* PEs of this host */
 #define PSHMEMX_TEAM_SAME_MYPE_NODE 3 /* PEs with this PE's local rank, one per host */
 
-int pshmem_my_pe(void);
-int pshmem_n_pes(void);
-int pshmem_team_my_pe(pshmem_team_t team);
-int pshmem_team_n_pes(pshmem_team_t team);
-int pshmem_team_translate_pe(pshmem_team_t src, int pe, pshmem_team_t dest);
+PSHMEMI_SHARED(int, my_pe, (void));
+PSHMEMI_SHARED(int, n_pes, (void));
+PSHMEMI_SHARED(int, team_my_pe, (pshmem_team_t team));
+PSHMEMI_SHARED(int, team_n_pes, (pshmem_team_t team));
+PSHMEMI_SHARED(int, team_translate_pe, (pshmem_team_t src, int pe, pshmem_team_t dest));
 /* Collective over the parent; PEs may pass different triples (disjoint sub-teams). A PE
  * outside its triple gets PSHMEM_TEAM_INVALID. */
 int pshmem_team_split_strided(pshmem_team_t parent, int start, int stride, int size,
                               pshmem_team_t *new_team);
 int pshmem_team_destroy(pshmem_team_t team);
-int pshmem_team_sync(pshmem_team_t team);    /* every member arrives */
+PSHMEMI_SHARED(int, team_sync, (pshmem_team_t team)); /* every member arrives */
 int pshmem_team_barrier(pshmem_team_t team); /* quiet, then team_sync */
 
 /* ---- memory ---------------------------------------------------------------------------------- */
@@ -105,7 +120,7 @@ void *pshmem_align(size_t alignment, size_t size);
 /* Either heap; NULL is a no-op. */
 int pshmem_free(void *ptr);
 /* `dest` itself for this PE; the address of `pe`'s copy where this PE maps it; else NULL. */
-void *pshmem_ptr(const void *dest, int pe);
+PSHMEMI_SHARED(void *, ptr, (const void *dest, int pe));
 
 /* GPU symmetric heap: device -1 takes the device current on this thread (else
  * PSHMEM_CUDA_DEVICE, else the local rank modulo the devices). */
@@ -118,21 +133,21 @@ int pshmemx_gpu_free(void *ptr);
 /* ---- RMA, signals, atomics (host-initiated) -------------------------------------------------- */
 /* Blocking calls return when the local buffer may be reused (put) or holds the data (get);
  * _nbi calls complete at pshmem_quiet. */
-int pshmem_putmem(void *dest, const void *src, size_t nbytes, int pe);
-int pshmem_getmem(void *dest, const void *src, size_t nbytes, int pe);
-int pshmem_putmem_nbi(void *dest, const void *src, size_t nbytes, int pe);
-int pshmem_getmem_nbi(void *dest, const void *src, size_t nbytes, int pe);
+PSHMEMI_SHARED(int, putmem, (void *dest, const void *src, size_t nbytes, int pe));
+PSHMEMI_SHARED(int, getmem, (void *dest, const void *src, size_t nbytes, int pe));
+PSHMEMI_SHARED(int, putmem_nbi, (void *dest, const void *src, size_t nbytes, int pe));
+PSHMEMI_SHARED(int, getmem_nbi, (void *dest, const void *src, size_t nbytes, int pe));
 /* The signal (PSHMEM_SIGNAL_SET or _ADD) is never visible before the data. */
-int pshmem_putmem_signal(void *dest, const void *src, size_t nbytes, uint64_t *sig,
-                         uint64_t value, int sig_op, int pe);
-int pshmem_putmem_signal_nbi(void *dest, const void *src, size_t nbytes, uint64_t *sig,
-                             uint64_t value, int sig_op, int pe);
+PSHMEMI_SHARED(int, putmem_signal, (void *dest, const void *src, size_t nbytes, uint64_t *sig,
+                                     uint64_t value, int sig_op, int pe));
+PSHMEMI_SHARED(int, putmem_signal_nbi, (void *dest, const void *src, size_t nbytes,
+                                         uint64_t *sig, uint64_t value, int sig_op, int pe));
 int pshmem_signal_op(uint64_t *sig, uint64_t value, int sig_op, int pe);
-int pshmem_signal_fetch(const uint64_t *sig, uint64_t *value);
+PSHMEMI_SHARED(int, signal_fetch, (const uint64_t *sig, uint64_t *value));
 /* Waits on a local word until `*word cmp value` (PSHMEM_CMP_*); `seen` gets its value. */
-int pshmem_signal_wait_until(uint64_t *sig, int cmp, uint64_t value, uint64_t *seen);
-int pshmem_uint64_wait_until(uint64_t *ivar, int cmp, uint64_t value, uint64_t *seen);
-int pshmem_uint32_wait_until(uint32_t *ivar, int cmp, uint32_t value, uint32_t *seen);
+PSHMEMI_SHARED(int, signal_wait_until, (uint64_t *sig, int cmp, uint64_t value, uint64_t *seen));
+PSHMEMI_SHARED(int, uint64_wait_until, (uint64_t *ivar, int cmp, uint64_t value, uint64_t *seen));
+PSHMEMI_SHARED(int, uint32_wait_until, (uint32_t *ivar, int cmp, uint32_t value, uint32_t *seen));
 /* `op` is a PSHMEM_AMO_* code; `old` (may be NULL) gets the old value of fetching ones. */
 int pshmem_atomic64(int op, uint64_t *dest, uint64_t operand, uint64_t compare, int pe,
                     uint64_t *old);
@@ -140,10 +155,10 @@ int pshmem_atomic32(int op, uint32_t *dest, uint32_t operand, uint32_t compare, 
                     uint32_t *old);
 
 /* ---- ordering, barriers, collectives --------------------------------------------------------- */
-int pshmem_quiet(void);       /* this PE's host-initiated operations are complete */
-int pshmem_fence(void);       /* ordered per target PE */
-int pshmem_barrier_all(void); /* quiet, then every PE arrives */
-int pshmem_sync_all(void);    /* every PE arrives */
+PSHMEMI_SHARED(int, quiet, (void)); /* this PE's host-initiated operations are complete */
+PSHMEMI_SHARED(int, fence, (void)); /* ordered per target PE */
+PSHMEMI_SHARED(int, barrier_all, (void)); /* quiet, then every PE arrives */
+PSHMEMI_SHARED(int, sync_all, (void)); /* every PE arrives */
 /* Block j of `src` (nbytes) goes to member j's `dest` at this member's index; ends with a team
  * barrier. */
 int pshmem_alltoallmem(pshmem_team_t team, void *dest, const void *src, size_t nbytes);

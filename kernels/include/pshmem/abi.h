@@ -52,7 +52,7 @@ enum pshmem_cmp {
 #define PSHMEM_ERROR_PEER_DEAD 1u    /* a peer died (PE named) */
 #define PSHMEM_ERROR_OP_FAILED 2u    /* an operation to the PE failed at the transport */
 #define PSHMEM_ERROR_PROXY 3u        /* the proxy failed or shut down */
-#define PSHMEM_ERROR_BAD_ADDRESS 16u /* a device call used an address outside the heap */
+#define PSHMEM_ERROR_BAD_ADDRESS 16u /* address outside the heap; shared memory to the proxy */
 #define PSHMEM_ERROR_NO_CELLS 17u    /* no free result cell for a ring fetch */
 #define PSHMEM_ERROR_TIMEOUT 18u     /* a wait outlasted PSHMEM_OP_TIMEOUT */
 #define PSHMEM_ERROR_NO_PE 0xffffffffu

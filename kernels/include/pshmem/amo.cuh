@@ -39,6 +39,28 @@ __device__ __forceinline__ bool pshmem_i_amo_fetches(uint32_t op) {
            op != PSHMEM_AMO_OR && op != PSHMEM_AMO_XOR;
 }
 
+/* One AMO (PSHMEM_AMO_*) on a word this GPU addresses (its heap or a mapped peer's), with
+ * system-scope atomics so that it is atomic with respect to every other path's: the direct
+ * path here and the target-side kernel a proxy launches (runtime.cu) share it. Returns the
+ * old value. */
+template <typename U>
+__device__ __forceinline__ U pshmem_i_amo_here(U *r, uint32_t op, U x, U c) {
+    switch (op) {
+    case PSHMEM_AMO_FETCH_ADD:
+    case PSHMEM_AMO_ADD: return atomicAdd_system(r, x);
+    case PSHMEM_AMO_SWAP:
+    case PSHMEM_AMO_SET: return atomicExch_system(r, x);
+    case PSHMEM_AMO_COMPARE_SWAP: return atomicCAS_system(r, c, x);
+    case PSHMEM_AMO_FETCH_AND:
+    case PSHMEM_AMO_AND: return atomicAnd_system(r, x);
+    case PSHMEM_AMO_FETCH_OR:
+    case PSHMEM_AMO_OR: return atomicOr_system(r, x);
+    case PSHMEM_AMO_FETCH_XOR:
+    case PSHMEM_AMO_XOR: return atomicXor_system(r, x);
+    default: return atomicAdd_system(r, (U)0); /* FETCH */
+    }
+}
+
 /* Any AMO (PSHMEM_AMO_*) on a 4- or 8-byte word of any type: system-scope atomics on a mapped
  * heap, a ring descriptor otherwise. Returns the old value (fetching operations; 0 for the
  * others, which complete at quiet). Bitwise operations are for integer types. */
@@ -51,20 +73,7 @@ __device__ __forceinline__ T pshmem_i_atomic(T *dest, uint32_t op, T operand, T 
     memcpy(&c, &compare, sizeof(T));
     U *r = (U *)pshmem_ptr(dest, pe);
     if (r) {
-        switch (op) {
-        case PSHMEM_AMO_FETCH_ADD:
-        case PSHMEM_AMO_ADD: old = atomicAdd_system(r, x); break;
-        case PSHMEM_AMO_SWAP:
-        case PSHMEM_AMO_SET: old = atomicExch_system(r, x); break;
-        case PSHMEM_AMO_COMPARE_SWAP: old = atomicCAS_system(r, c, x); break;
-        case PSHMEM_AMO_FETCH_AND:
-        case PSHMEM_AMO_AND: old = atomicAnd_system(r, x); break;
-        case PSHMEM_AMO_FETCH_OR:
-        case PSHMEM_AMO_OR: old = atomicOr_system(r, x); break;
-        case PSHMEM_AMO_FETCH_XOR:
-        case PSHMEM_AMO_XOR: old = atomicXor_system(r, x); break;
-        default: old = atomicAdd_system(r, (U)0); break; /* FETCH */
-        }
+        old = pshmem_i_amo_here<U>(r, op, x, c);
     } else {
         old = (U)pshmem_i_amo_ring(dest, op, sizeof(T) == 8, (uint64_t)x, (uint64_t)c,
                                    pshmem_i_amo_fetches(op), pe);

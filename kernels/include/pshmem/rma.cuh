@@ -51,8 +51,14 @@ __device__ __forceinline__ uint64_t pshmem_i_putget(bool put, void *dest, const 
     uint64_t off = pshmem_i_offset(sym, n, pe);
     if (off == ~0ull) return 0;
     /* The local side goes as a device address (any device or mapped memory): the proxy copies
-     * it through its staging buffers. */
-    uint64_t local = (uint64_t)(uintptr_t)(put ? src : dest);
+     * it through its staging buffers. A thread's shared or local memory has no such address
+     * (the proxy would read whatever host memory shares its number): refused and recorded. */
+    const void *mine = put ? src : dest;
+    if (__isShared(mine) || __isLocal(mine)) {
+        pshmem_i_record(PSHMEM_ERROR_WORD(PSHMEM_ERROR_BAD_ADDRESS, (uint32_t)pe));
+        return 0;
+    }
+    uint64_t local = (uint64_t)(uintptr_t)mine;
     pshmem_slot_t s = pshmem_i_slot(put ? PSHMEM_OP_PUT : PSHMEM_OP_GET, PSHMEM_FLAG_RAW_LOCAL, 0,
                                      1, (uint32_t)pe, off, local, n);
     return pshmem_i_push(&s, 1);

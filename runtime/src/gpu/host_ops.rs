@@ -17,7 +17,7 @@ use std::{
 
 use cudarc::driver::{CudaFunction, CudaModule, sys};
 
-use super::{Gpu, cu, mem::DevAlloc};
+use super::{Gpu, Resources, cu, mem::DevAlloc};
 use crate::{
     cuda::{CudaError, check, driver},
     error::{Error, Result},
@@ -137,6 +137,7 @@ impl Gpu {
         op: &'static str,
         f: &CudaFunction,
         grid: u32,
+        threads: u32,
         stream: RawStream,
         args: &mut [*mut c_void],
     ) -> Result<()> {
@@ -147,7 +148,7 @@ impl Gpu {
                 grid,
                 1,
                 1,
-                THREADS,
+                threads,
                 1,
                 1,
                 0,
@@ -170,9 +171,16 @@ impl Gpu {
         Ok(g.as_ref().expect("allocated").ptr)
     }
 
-    /// Waits for the internal stream, then reports any error a device call recorded.
-    fn finish(&self, op: &'static str) -> Result<()> {
+    /// Waits for the internal stream, then reports any error a device call recorded. The
+    /// caller's hold on the resources (if any) is released first: `check` takes it again, and
+    /// the mutex is not reentrant.
+    fn finish(
+        &self,
+        op: &'static str,
+        live: Option<MutexGuard<'_, Option<Resources>>>,
+    ) -> Result<()> {
         self.sync_stream(op)?;
+        drop(live);
         self.check(op)
     }
 
@@ -200,7 +208,7 @@ impl Gpu {
         ];
         // SAFETY: the arguments of pshmem_k_rma(int, void*, const void*, u64, int, int); the
         // callers keep both ranges valid until the kernel ran (blocking calls synchronize).
-        unsafe { self.launch(op, &self.host.rma, 1, stream, &mut args) }
+        unsafe { self.launch(op, &self.host.rma, 1, THREADS, stream, &mut args) }
     }
 
     /// Copies `len` bytes at `src` (any memory of this process) to the GPU heap address `dest`
@@ -225,12 +233,16 @@ impl Gpu {
         if len == 0 {
             return Ok(());
         }
-        let _live = self.live(op)?;
+        let live = self.live(op)?;
         let mut g = self.host_lock();
         let st = self.stream.cu_stream();
         if device_addressable(src) {
             self.rma_kernel(op, true, dest, src as u64, len, pe, nbi, st)?;
-            return if nbi { Ok(()) } else { self.finish(op) };
+            return if nbi {
+                Ok(())
+            } else {
+                self.finish(op, Some(live))
+            };
         }
         let buf = self.scratch(op, &mut g)?;
         for at in (0..len).step_by(STAGE) {
@@ -241,7 +253,7 @@ impl Gpu {
             check(rc, "cuMemcpyHtoDAsync").map_err(cu(self.me, op))?;
             self.rma_kernel(op, true, dest + at as u64, buf, k, pe, false, st)?;
         }
-        self.finish(op)
+        self.finish(op, Some(live))
     }
 
     /// Copies `len` bytes of the GPU heap address `src` on `pe` into `dest` (any memory of this
@@ -264,12 +276,16 @@ impl Gpu {
         if len == 0 {
             return Ok(());
         }
-        let _live = self.live(op)?;
+        let live = self.live(op)?;
         let mut g = self.host_lock();
         let st = self.stream.cu_stream();
         if device_addressable(dest) {
             self.rma_kernel(op, false, dest as u64, src, len, pe, nbi, st)?;
-            return if nbi { Ok(()) } else { self.finish(op) };
+            return if nbi {
+                Ok(())
+            } else {
+                self.finish(op, Some(live))
+            };
         }
         let buf = self.scratch(op, &mut g)?;
         for at in (0..len).step_by(STAGE) {
@@ -282,7 +298,7 @@ impl Gpu {
             // Pageable destinations: the copy is complete once the stream is.
             self.sync_stream(op)?;
         }
-        self.finish(op)
+        self.finish(op, Some(live))
     }
 
     /// put or get on `stream` (device-addressable `local` only; graph-capturable).
@@ -362,7 +378,7 @@ impl Gpu {
                 ),
             ));
         }
-        let _live = self.live(op)?;
+        let live = self.live(op)?;
         let _g = self.host_lock();
         let st = stream.unwrap_or_else(|| self.stream.cu_stream());
         let (mut d, mut s, mut n, mut sg, mut v) = (dest, src as u64, len as u64, sig, value);
@@ -379,11 +395,11 @@ impl Gpu {
         ];
         // SAFETY: the arguments of pshmem_k_put_signal; the source stays valid (blocking calls
         // synchronize; on-stream and nbi callers own that).
-        unsafe { self.launch(op, &self.host.put_signal, 1, st, &mut args)? };
+        unsafe { self.launch(op, &self.host.put_signal, 1, THREADS, st, &mut args)? };
         if stream.is_some() || nbi {
             Ok(())
         } else {
-            self.finish(op)
+            self.finish(op, Some(live))
         }
     }
 
@@ -413,7 +429,7 @@ impl Gpu {
             (&mut p as *mut i32).cast(),
         ];
         // SAFETY: the arguments of pshmem_k_signal_op(uint64_t*, u64, int, int).
-        unsafe { self.launch(op, &self.host.signal_op, 1, st, &mut args) }
+        unsafe { self.launch(op, &self.host.signal_op, 1, 1, st, &mut args) }
     }
 
     /// An AMO from the host on a 4- or 8-byte (`wide`) word: `sub` a PSHMEM_AMO_* code.
@@ -439,7 +455,7 @@ impl Gpu {
                 align: w as u64,
             });
         }
-        let _live = self.live(op)?;
+        let live = self.live(op)?;
         let _g = self.host_lock();
         let cell = self.host.cell.device_ptr().map_err(|e| self.cuda(op, e))?;
         let mut d = dest;
@@ -460,8 +476,8 @@ impl Gpu {
         ];
         // SAFETY: the arguments of pshmem_k_host_amo; the result cell is pinned memory of this
         // Gpu, read after the stream is synchronized.
-        unsafe { self.launch(op, &self.host.amo, 1, self.stream.cu_stream(), &mut args)? };
-        self.finish(op)?;
+        unsafe { self.launch(op, &self.host.amo, 1, 1, self.stream.cu_stream(), &mut args)? };
+        self.finish(op, Some(live))?;
         // SAFETY: 8 bytes of pinned host memory the finished kernel wrote.
         Ok(unsafe { std::ptr::read_volatile(self.host.cell.ptr.cast::<u64>()) })
     }
@@ -477,17 +493,17 @@ impl Gpu {
         stream: Option<RawStream>,
     ) -> Result<()> {
         let op = if barrier { "barrier" } else { "team_sync" };
-        let _live = self.live(op)?;
+        let live = self.live(op)?;
         let _g = self.host_lock();
         let st = stream.unwrap_or_else(|| self.stream.cu_stream());
         let (mut t, mut b) = (team, i32::from(barrier));
         let mut args: [*mut c_void; 2] = [(&mut t as *mut i32).cast(), (&mut b as *mut i32).cast()];
         // SAFETY: the arguments of pshmem_k_team_sync(int, int).
-        unsafe { self.launch(op, &self.host.team_sync, 1, st, &mut args)? };
+        unsafe { self.launch(op, &self.host.team_sync, 1, 1, st, &mut args)? };
         if stream.is_some() {
             Ok(())
         } else {
-            self.finish(op)
+            self.finish(op, Some(live))
         }
     }
 
@@ -514,7 +530,7 @@ impl Gpu {
         })?;
         self.sym(op, dest, total)?;
         self.sym(op, src, total)?;
-        let _live = self.live(op)?;
+        let live = self.live(op)?;
         let _g = self.host_lock();
         let st = stream.unwrap_or_else(|| self.stream.cu_stream());
         let (mut t, mut d, mut s, mut n) = (team, dest, src, nbytes as u64);
@@ -527,15 +543,15 @@ impl Gpu {
         let grid = (members as u32).clamp(1, ALLTOALL_BLOCKS);
         // SAFETY: the arguments of pshmem_k_alltoallmem(int, char*, const char*, u64); both
         // ranges are in the symmetric heap (checked).
-        unsafe { self.launch(op, &self.host.alltoall, grid, st, &mut args)? };
+        unsafe { self.launch(op, &self.host.alltoall, grid, THREADS, st, &mut args)? };
         let (mut t, mut b) = (team, 1i32);
         let mut args: [*mut c_void; 2] = [(&mut t as *mut i32).cast(), (&mut b as *mut i32).cast()];
         // SAFETY: the arguments of pshmem_k_team_sync(int, int).
-        unsafe { self.launch(op, &self.host.team_sync, 1, st, &mut args)? };
+        unsafe { self.launch(op, &self.host.team_sync, 1, 1, st, &mut args)? };
         if stream.is_some() {
             Ok(())
         } else {
-            self.finish(op)
+            self.finish(op, Some(live))
         }
     }
 
@@ -543,14 +559,14 @@ impl Gpu {
     pub fn host_quiet(&self) -> Result<()> {
         let s = self.stream.clone();
         self.quiet_on_stream(&s)?;
-        self.finish("quiet")
+        self.finish("quiet", None)
     }
 
     /// The barrier kernel on the internal stream, waited for.
     pub fn host_barrier_all(&self) -> Result<()> {
         let s = self.stream.clone();
         self.barrier_all_on_stream(&s)?;
-        self.finish("barrier_all")
+        self.finish("barrier_all", None)
     }
 
     /// quiet or barrier_all on an application stream.

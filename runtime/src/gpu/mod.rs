@@ -771,7 +771,8 @@ impl Gpu {
         };
         Err(match c {
             code::BAD_ADDRESS => device(
-                "a device call used an address outside the GPU symmetric heap or a PE outside the job",
+                "a device call used an address outside the GPU symmetric heap, a PE outside the job, \
+                 or a shared- or local-memory buffer for a PE reached through the proxy",
             ),
             code::NO_CELLS => device("no free result cell for a ring get or fetching AMO"),
             code::TIMEOUT => Error::Timeout {
