@@ -10,6 +10,7 @@
 //! - [`SignalOp`]: what a signal does to its word, numbered as NVSHMEM 3.x numbers
 //!   `NVSHMEM_SIGNAL_SET` (9) and `NVSHMEM_SIGNAL_ADD` (10);
 //! - [`Cmp`]: the comparisons of waits, numbered as `NVSHMEM_CMP_*`;
+//! - [`RedOp`], [`DType`]: the reduction operators and element types of the collectives;
 //! - [`error`]: the codes of the error words that rings and device calls raise.
 #![deny(unsafe_code)]
 
@@ -174,6 +175,127 @@ impl Cmp {
     }
 }
 
+/// A reduction operator of the collectives (`PSHMEM_RED_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum RedOp {
+    /// Sum.
+    Sum = 0,
+    /// Product.
+    Prod = 1,
+    /// Minimum.
+    Min = 2,
+    /// Maximum.
+    Max = 3,
+    /// Bitwise and (integer types).
+    And = 4,
+    /// Bitwise or (integer types).
+    Or = 5,
+    /// Bitwise exclusive or (integer types).
+    Xor = 6,
+}
+
+impl RedOp {
+    /// Every operator.
+    pub const ALL: [RedOp; 7] = [
+        RedOp::Sum,
+        RedOp::Prod,
+        RedOp::Min,
+        RedOp::Max,
+        RedOp::And,
+        RedOp::Or,
+        RedOp::Xor,
+    ];
+
+    /// Its code.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The operator of a code.
+    pub fn from_code(code: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.code() == code)
+    }
+
+    /// Whether it is bitwise (defined for the integer types only).
+    pub const fn bitwise(self) -> bool {
+        matches!(self, RedOp::And | RedOp::Or | RedOp::Xor)
+    }
+
+    /// Its name as NVSHMEM spells it in `nvshmem_TYPE_OP_reduce`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RedOp::Sum => "sum",
+            RedOp::Prod => "prod",
+            RedOp::Min => "min",
+            RedOp::Max => "max",
+            RedOp::And => "and",
+            RedOp::Or => "or",
+            RedOp::Xor => "xor",
+        }
+    }
+}
+
+/// An element type of the reductions (`PSHMEM_DT_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum DType {
+    /// `int32_t`.
+    I32 = 0,
+    /// `int64_t`.
+    I64 = 1,
+    /// `uint64_t`.
+    U64 = 2,
+    /// `float`.
+    F32 = 3,
+    /// `double`.
+    F64 = 4,
+    /// IEEE half (`__half`).
+    F16 = 5,
+    /// bfloat16 (`__nv_bfloat16`).
+    BF16 = 6,
+    /// `uint32_t`.
+    U32 = 7,
+}
+
+impl DType {
+    /// Every type.
+    pub const ALL: [DType; 8] = [
+        DType::I32,
+        DType::I64,
+        DType::U64,
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::U32,
+    ];
+
+    /// Its code.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The type of a code.
+    pub fn from_code(code: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.code() == code)
+    }
+
+    /// Bytes of one element.
+    pub const fn size(self) -> usize {
+        match self {
+            DType::I32 | DType::F32 | DType::U32 => 4,
+            DType::I64 | DType::U64 | DType::F64 => 8,
+            DType::F16 | DType::BF16 => 2,
+        }
+    }
+
+    /// Whether it is an integer type (the bitwise operators apply).
+    pub const fn integer(self) -> bool {
+        matches!(self, DType::I32 | DType::I64 | DType::U64 | DType::U32)
+    }
+}
+
 /// "PE 3", or "no particular PE": how messages name an optional PE (never `Some(3)`).
 pub fn describe_pe<T: std::fmt::Display>(pe: Option<T>) -> String {
     match pe {
@@ -301,6 +423,26 @@ mod tests {
         ];
         for (name, c) in cmp {
             assert_eq!(probe::value(name), u64::from(c.code()), "{name}");
+        }
+        for o in RedOp::ALL {
+            let name = format!("PSHMEM_RED_{}", o.name().to_uppercase());
+            assert_eq!(probe::value(&name), u64::from(o.code()), "{name}");
+            assert_eq!(RedOp::from_code(o.code()), Some(o));
+        }
+        let dtypes = [
+            ("PSHMEM_DT_INT32", DType::I32),
+            ("PSHMEM_DT_INT64", DType::I64),
+            ("PSHMEM_DT_UINT64", DType::U64),
+            ("PSHMEM_DT_FLOAT", DType::F32),
+            ("PSHMEM_DT_DOUBLE", DType::F64),
+            ("PSHMEM_DT_HALF", DType::F16),
+            ("PSHMEM_DT_BFLOAT16", DType::BF16),
+            ("PSHMEM_DT_UINT32", DType::U32),
+        ];
+        assert_eq!(dtypes.len(), DType::ALL.len());
+        for (name, d) in dtypes {
+            assert_eq!(probe::value(name), u64::from(d.code()), "{name}");
+            assert_eq!(DType::from_code(d.code()), Some(d));
         }
         let errors = [
             ("PSHMEM_ERROR_PEER_DEAD", error::PEER_DEAD),

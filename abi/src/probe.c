@@ -24,6 +24,10 @@ static const struct pshmem_probe_entry probe[] = {
     VAL(PSHMEM_SIGNAL_SET), VAL(PSHMEM_SIGNAL_ADD),
     VAL(PSHMEM_CMP_EQ), VAL(PSHMEM_CMP_NE), VAL(PSHMEM_CMP_GT), VAL(PSHMEM_CMP_LE),
     VAL(PSHMEM_CMP_LT), VAL(PSHMEM_CMP_GE),
+    VAL(PSHMEM_RED_SUM), VAL(PSHMEM_RED_PROD), VAL(PSHMEM_RED_MIN), VAL(PSHMEM_RED_MAX),
+    VAL(PSHMEM_RED_AND), VAL(PSHMEM_RED_OR), VAL(PSHMEM_RED_XOR),
+    VAL(PSHMEM_DT_INT32), VAL(PSHMEM_DT_INT64), VAL(PSHMEM_DT_UINT64), VAL(PSHMEM_DT_FLOAT),
+    VAL(PSHMEM_DT_DOUBLE), VAL(PSHMEM_DT_HALF), VAL(PSHMEM_DT_BFLOAT16), VAL(PSHMEM_DT_UINT32),
     VAL(PSHMEM_ERROR_PEER_DEAD), VAL(PSHMEM_ERROR_OP_FAILED), VAL(PSHMEM_ERROR_PROXY),
     VAL(PSHMEM_ERROR_BAD_ADDRESS), VAL(PSHMEM_ERROR_NO_CELLS), VAL(PSHMEM_ERROR_TIMEOUT),
     VAL(PSHMEM_ERROR_NO_PE), VAL(PSHMEM_ERROR_WORD(PSHMEM_ERROR_OP_FAILED, 7)),
@@ -54,6 +58,7 @@ static const struct pshmem_probe_entry probe[] = {
     VAL(PSHMEM_STATE_VERSION), SIZE(pshmem_team_device_t), OFF(pshmem_team_device_t, size),
     OFF(pshmem_team_device_t, my_index), OFF(pshmem_team_device_t, members),
     OFF(pshmem_team_device_t, sync_off), OFF(pshmem_team_device_t, epoch),
+    OFF(pshmem_team_device_t, scratch), OFF(pshmem_team_device_t, scratch_bytes),
 };
 
 const struct pshmem_probe_entry *pshmem_abi_probe(size_t *n) {

@@ -97,3 +97,34 @@ extern "C" __global__ void pshmem_k_alltoallmem(int team, char *dest, const char
                                  src + (unsigned long long)j * nbytes, nbytes, t->members[j]);
     }
 }
+
+/* A collective of the host or on a stream, in one block (the block forms of coll.cuh): kind 0
+ * broadcast (n bytes, arg the root), 1 fcollect, 2 alltoall (n bytes), 3 reduce and
+ * 4 reducescatter (n elements of `dtype`, arg the operator). */
+template <typename T>
+__device__ void pshmem_i_k_reduce(int kind, int team, void *dest, const void *src,
+                                  unsigned long long n, int op) {
+    pshmem_i_reduce<2, T>(team, op, (T *)dest, (const T *)src, n, kind == 4);
+}
+extern "C" __global__ void pshmem_k_coll(int kind, int team, void *dest, const void *src,
+                                         unsigned long long n, int arg, int dtype) {
+    switch (kind) {
+    case 0: pshmem_i_broadcast<2>(team, dest, src, n, arg); return;
+    case 1: pshmem_i_fcollect<2>(team, dest, src, n); return;
+    case 2: pshmem_i_alltoall<2>(team, dest, src, n); return;
+    default: break;
+    }
+    switch (dtype) {
+    case PSHMEM_DT_INT32: pshmem_i_k_reduce<int32_t>(kind, team, dest, src, n, arg); break;
+    case PSHMEM_DT_INT64: pshmem_i_k_reduce<int64_t>(kind, team, dest, src, n, arg); break;
+    case PSHMEM_DT_UINT64: pshmem_i_k_reduce<uint64_t>(kind, team, dest, src, n, arg); break;
+    case PSHMEM_DT_UINT32: pshmem_i_k_reduce<uint32_t>(kind, team, dest, src, n, arg); break;
+    case PSHMEM_DT_FLOAT: pshmem_i_k_reduce<float>(kind, team, dest, src, n, arg); break;
+    case PSHMEM_DT_DOUBLE: pshmem_i_k_reduce<double>(kind, team, dest, src, n, arg); break;
+    case PSHMEM_DT_HALF: pshmem_i_k_reduce<__half>(kind, team, dest, src, n, arg); break;
+    case PSHMEM_DT_BFLOAT16: pshmem_i_k_reduce<__nv_bfloat16>(kind, team, dest, src, n, arg); break;
+    default:
+        if (PSHMEM_I_TID == 0)
+            pshmem_i_record(PSHMEM_ERROR_WORD(PSHMEM_ERROR_BAD_ADDRESS, PSHMEM_ERROR_NO_PE));
+    }
+}

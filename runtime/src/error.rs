@@ -215,6 +215,17 @@ pub enum Error {
         /// How long.
         waited: Duration,
     },
+    /// An argument that the operation cannot take (a bitwise reduction of a floating type, a
+    /// root outside the team, …).
+    #[error("PE {me}: {op}: {detail}")]
+    InvalidArgument {
+        /// This PE.
+        me: usize,
+        /// The operation.
+        op: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
     /// A team handle that names no team this PE knows (or one that cannot be used so).
     #[error("PE {me}: {op}: team {team} does not exist here (or cannot be used for this)")]
     InvalidTeam {

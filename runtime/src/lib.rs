@@ -40,6 +40,7 @@
 
 pub mod alloc;
 mod barrier;
+pub mod coll;
 pub mod config;
 pub mod cuda;
 mod elem;
@@ -60,6 +61,7 @@ use std::{
 };
 
 use pshmem_abi::error as code;
+pub use pshmem_abi::{DType, RedOp};
 use pshmem_bootstrap::Bootstrap;
 use pshmem_proxy::{Health, HeapMem, MemError, Proxy, ProxySetup};
 pub use pshmem_ring::{AmoOp, SignalOp};

@@ -9,11 +9,14 @@
 //!
 //! The exchanges of team operations (split, sync) run among the members only, on the host
 //! symmetric heap: a region allocated at init holds, per team slot, an arrival counter and two
-//! record buffers. A member puts its record into every member's buffer with a put-with-signal
-//! that adds 1 to the member's counter (the signal lands after the record), then waits for its
-//! own counter to reach (generation + 1) × size. Two buffers, alternating by generation, keep a
-//! fast member's next exchange from overwriting records a slow member has not read: it cannot
-//! start the one after next before the slow member has contributed to the next. A member zeroes
+//! record buffers, each with its arrival counter. A member puts its record into every member's
+//! buffer of this generation's parity with a put-with-signal that adds 1 to that buffer's
+//! counter (the signal lands after the record), then waits for the counter to reach
+//! (generation / 2 + 1) × size. Two buffers, alternating by generation, keep a fast member's
+//! next exchange from overwriting records a slow member has not read, and from being counted
+//! as this one's: it cannot start the one after next before the slow member has contributed
+//! to the next. (One counter for both let a fast member's next arrival stand in for a slow
+//! member's missing one: the slow member's record was read before it landed.) A member zeroes
 //! its own counter when the team is destroyed (every member has received every contribution of
 //! every exchange it took part in by then), so a reused slot starts from zero.
 
@@ -36,7 +39,7 @@ pub const PREDEFINED: usize = 4;
 
 /// Bytes of one exchanged record: (start, stride, size, free slots bitmap).
 const REC: u64 = 32;
-/// Bytes before a slot's record buffers (its counter, on a cache line of its own).
+/// Bytes before a slot's record buffers (their two counters, on a cache line of their own).
 const HEAD: u64 = 64;
 
 /// One team as this PE knows it.
@@ -114,7 +117,7 @@ impl Teams {
 }
 
 impl Pshmem {
-    fn team_slot(&self, op: &'static str, team: Team) -> Result<Slot> {
+    pub(crate) fn team_slot(&self, op: &'static str, team: Team) -> Result<Slot> {
         let t = lock(&self.teams);
         usize::try_from(team)
             .ok()
@@ -182,7 +185,7 @@ impl Pshmem {
                 s.members.clone(),
                 s.my_index,
                 s.round,
-                t.counter(slot),
+                t.counter(slot) + (buf * 8) as usize,
                 (0..s.members.len())
                     .map(|i| t.record(slot, buf, i))
                     .collect::<Vec<_>>(),
@@ -192,7 +195,10 @@ impl Pshmem {
         for &pe in &members {
             self.put_signal(mine[my_index], &bytes, counter, 1, SignalOp::Add, pe)?;
         }
-        let want = (round + 1) * members.len() as u64;
+        // One arrival counter per buffer: a member that finished this exchange may already add
+        // its next one (other buffer), but not the one after (it needs this PE's next first),
+        // so each counter counts exactly the exchanges of its buffer.
+        let want = (round / 2 + 1) * members.len() as u64;
         self.wait_until::<u64>(counter, Cmp::Ge, want)?;
         let mut out = Vec::with_capacity(members.len());
         for at in &mine {
@@ -355,9 +361,11 @@ impl Pshmem {
             t.slots[team as usize] = None;
             t.counter(team as usize)
         };
-        self.mem
-            .store(counter.offset(), 0, 8)
-            .map_err(|e| self.mem_err(op, self.me, e))?;
+        for c in [counter, counter + 8] {
+            self.mem
+                .store(c.offset(), 0, 8)
+                .map_err(|e| self.mem_err(op, self.me, e))?;
+        }
         if let Some(g) = self.gpu.get() {
             g.clear_team(team)?;
         }

@@ -46,6 +46,30 @@ enum pshmem_cmp {
     PSHMEM_CMP_GE = 5
 };
 
+/* Reduction operators of the collectives (reduce, reducescatter). The bitwise ones are for the
+ * integer types. */
+enum pshmem_red_op {
+    PSHMEM_RED_SUM = 0,
+    PSHMEM_RED_PROD = 1,
+    PSHMEM_RED_MIN = 2,
+    PSHMEM_RED_MAX = 3,
+    PSHMEM_RED_AND = 4,
+    PSHMEM_RED_OR = 5,
+    PSHMEM_RED_XOR = 6
+};
+
+/* Element types of the reductions (the host and on-stream calls pass them to one kernel). */
+enum pshmem_dtype {
+    PSHMEM_DT_INT32 = 0,
+    PSHMEM_DT_INT64 = 1,
+    PSHMEM_DT_UINT64 = 2,
+    PSHMEM_DT_FLOAT = 3,
+    PSHMEM_DT_DOUBLE = 4,
+    PSHMEM_DT_HALF = 5,
+    PSHMEM_DT_BFLOAT16 = 6,
+    PSHMEM_DT_UINT32 = 7
+};
+
 /* Error words: 0 while healthy, else (code << 32) | PE, PE = PSHMEM_ERROR_NO_PE when none is
  * concerned. The ring's error word (raised by the proxy) uses codes 1..15; device calls record
  * theirs (16 and up) in the device state's error word beside the ring's. */

@@ -33,5 +33,6 @@
 #include "pshmem/signal.cuh"
 #include "pshmem/amo.cuh"
 #include "pshmem/sync.cuh"
+#include "pshmem/coll.cuh"
 
 #endif /* PSHMEM_DEVICE_CUH */

@@ -16,9 +16,11 @@ typedef struct pshmem_team_device {
     const int32_t *members;            /* [size]: world PE of each member */
     uint64_t sync_off;                 /* heap offset of the team's sync words, one per member */
     unsigned long long *epoch;         /* device memory: team syncs done by this PE */
+    void *scratch;                     /* device memory of this PE: the team's collectives' */
+    uint64_t scratch_bytes;            /* (pulled chunks of proxied members, in-place results) */
 } pshmem_team_device_t;
 
-PSHMEM_STATIC_ASSERT(sizeof(pshmem_team_device_t) == 32, "team entry is 32 bytes");
+PSHMEM_STATIC_ASSERT(sizeof(pshmem_team_device_t) == 48, "team entry is 48 bytes");
 
 typedef struct pshmem_device_state {
     int32_t my_pe;

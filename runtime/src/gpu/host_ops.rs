@@ -16,6 +16,7 @@ use std::{
 };
 
 use cudarc::driver::{CudaFunction, CudaModule, sys};
+use pshmem_abi::{DType, RedOp};
 
 use super::{Gpu, Resources, cu, mem::DevAlloc};
 use crate::{
@@ -40,6 +41,7 @@ pub(super) struct HostKernels {
     amo: CudaFunction,
     team_sync: CudaFunction,
     alltoall: CudaFunction,
+    coll: CudaFunction,
     /// The staging buffer (allocated at first use) and the pinned result cell of AMOs; the lock
     /// also serializes the host operations of this PE on the internal stream.
     scratch: Mutex<Option<DevAlloc>>,
@@ -58,9 +60,66 @@ impl HostKernels {
             signal_op: f("pshmem_k_signal_op")?,
             amo: f("pshmem_k_host_amo")?,
             team_sync: f("pshmem_k_team_sync")?,
+            coll: f("pshmem_k_coll")?,
             alltoall: f("pshmem_k_alltoallmem")?,
             scratch: Mutex::new(None),
             cell,
+        })
+    }
+}
+
+/// A collective on the GPU heap, run by the block forms of the device API
+/// (`kernels/include/pshmem/coll.cuh`) in one block of the runtime's `pshmem_k_coll`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coll {
+    /// The root member's `n` bytes into every member's destination.
+    Broadcast {
+        /// The root's number in the team.
+        root: usize,
+    },
+    /// Every member's `n` bytes into every member's destination at its index.
+    Fcollect,
+    /// Block j (`n` bytes) of every member's source to member j, at the sender's index.
+    Alltoall,
+    /// Element-wise reduction of `n` elements into every member (an allreduce).
+    Reduce(DType, RedOp),
+    /// Member i gets the reduction of block i (`n` elements) of every member's source.
+    ReduceScatter(DType, RedOp),
+}
+
+impl Coll {
+    fn name(self) -> &'static str {
+        match self {
+            Coll::Broadcast { .. } => "broadcast",
+            Coll::Fcollect => "fcollect",
+            Coll::Alltoall => "alltoall",
+            Coll::Reduce(..) => "reduce",
+            Coll::ReduceScatter(..) => "reducescatter",
+        }
+    }
+
+    /// (kind, arg, dtype) of `pshmem_k_coll`, and the bytes of dest and source for `n` and
+    /// `members`.
+    fn encode(self, n: usize, members: usize) -> Option<(i32, i32, i32, usize, usize)> {
+        let m = |a: usize, b: usize| a.checked_mul(b);
+        Some(match self {
+            Coll::Broadcast { root } => (0, i32::try_from(root).ok()?, 0, n, n),
+            Coll::Fcollect => (1, 0, 0, m(n, members)?, n),
+            Coll::Alltoall => (2, 0, 0, m(n, members)?, m(n, members)?),
+            Coll::Reduce(dt, op) => {
+                let b = m(n, dt.size())?;
+                (3, i32::from(op.code()), i32::from(dt.code()), b, b)
+            }
+            Coll::ReduceScatter(dt, op) => {
+                let b = m(n, dt.size())?;
+                (
+                    4,
+                    i32::from(op.code()),
+                    i32::from(dt.code()),
+                    b,
+                    m(b, members)?,
+                )
+            }
         })
     }
 }
@@ -548,6 +607,111 @@ impl Gpu {
         let mut args: [*mut c_void; 2] = [(&mut t as *mut i32).cast(), (&mut b as *mut i32).cast()];
         // SAFETY: the arguments of pshmem_k_team_sync(int, int).
         unsafe { self.launch(op, &self.host.team_sync, 1, 1, st, &mut args)? };
+        if stream.is_some() {
+            Ok(())
+        } else {
+            self.finish(op, Some(live))
+        }
+    }
+
+    /// Runs `coll` over `team` (of `members` PEs) on the GPU heap addresses `dest` and `src`
+    /// (`n` bytes, or elements for the reductions), waited for. Collective over the team.
+    pub fn collective(
+        &self,
+        coll: Coll,
+        team: Team,
+        members: usize,
+        dest: u64,
+        src: u64,
+        n: usize,
+    ) -> Result<()> {
+        // SAFETY: no application stream (the internal one, waited for).
+        unsafe { self.collective_impl(coll, team, members, dest, src, n, None) }
+    }
+
+    /// [`Gpu::collective`] launched on the application's `stream` (only a kernel launch:
+    /// graph-capturable); complete when the stream has run it.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of this PE's context.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn collective_on_stream(
+        &self,
+        coll: Coll,
+        team: Team,
+        members: usize,
+        dest: u64,
+        src: u64,
+        n: usize,
+        stream: RawStream,
+    ) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe { self.collective_impl(coll, team, members, dest, src, n, Some(stream)) }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn collective_impl(
+        &self,
+        coll: Coll,
+        team: Team,
+        members: usize,
+        dest: u64,
+        src: u64,
+        n: usize,
+        stream: Option<RawStream>,
+    ) -> Result<()> {
+        let op = coll.name();
+        let bad = |detail: String| Error::InvalidArgument {
+            me: self.me,
+            op,
+            detail,
+        };
+        let (kind, arg, dtype, dest_len, src_len) =
+            coll.encode(n, members).ok_or(Error::SizeOverflow {
+                me: self.me,
+                op,
+                count: n,
+                size: members,
+            })?;
+        match coll {
+            Coll::Broadcast { root } if root >= members => {
+                return Err(bad(format!(
+                    "root {root} is outside the team's {members} PEs"
+                )));
+            }
+            Coll::Reduce(dt, red) | Coll::ReduceScatter(dt, red)
+                if red.bitwise() && !dt.integer() =>
+            {
+                return Err(bad(format!(
+                    "{} is not defined for {dt:?} (integer types only)",
+                    red.name()
+                )));
+            }
+            _ => {}
+        }
+        if dest_len > 0 {
+            self.sym(op, dest, dest_len)?;
+        }
+        if src_len > 0 {
+            self.sym(op, src, src_len)?;
+        }
+        let live = self.live(op)?;
+        let _g = self.host_lock();
+        let st = stream.unwrap_or_else(|| self.stream.cu_stream());
+        let (mut k, mut t, mut d, mut s, mut nn, mut a, mut dt) =
+            (kind, team, dest, src, n as u64, arg, dtype);
+        let mut args: [*mut c_void; 7] = [
+            (&mut k as *mut i32).cast(),
+            (&mut t as *mut i32).cast(),
+            (&mut d as *mut u64).cast(),
+            (&mut s as *mut u64).cast(),
+            (&mut nn as *mut u64).cast(),
+            (&mut a as *mut i32).cast(),
+            (&mut dt as *mut i32).cast(),
+        ];
+        // SAFETY: the arguments of pshmem_k_coll(int, int, void*, const void*, u64, int, int);
+        // both ranges are in the symmetric heap (checked).
+        unsafe { self.launch(op, &self.host.coll, 1, THREADS, st, &mut args)? };
         if stream.is_some() {
             Ok(())
         } else {

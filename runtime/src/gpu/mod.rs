@@ -861,6 +861,8 @@ mod tests {
             ("members", offset_of!(TeamEntry, members)),
             ("sync_off", offset_of!(TeamEntry, sync_off)),
             ("epoch", offset_of!(TeamEntry, epoch)),
+            ("scratch", offset_of!(TeamEntry, scratch)),
+            ("scratch_bytes", offset_of!(TeamEntry, scratch_bytes)),
         ];
         matches_c("pshmem_team_device_t", &fields, size_of::<TeamEntry>());
     }

@@ -29,9 +29,15 @@ pub(super) struct TeamEntry {
     pub members: u64,
     pub sync_off: u64,
     pub epoch: u64,
+    pub scratch: u64,
+    pub scratch_bytes: u64,
 }
 
-const _: () = assert!(std::mem::size_of::<TeamEntry>() == 32);
+const _: () = assert!(std::mem::size_of::<TeamEntry>() == 48);
+
+/// Bytes of device memory per team for its collectives: chunks pulled from members reached
+/// through the proxy, and in-place results (kernels/include/pshmem/coll.cuh).
+pub(crate) const SCRATCH: usize = 1 << 20;
 
 /// The table and what its entries point to.
 pub(super) struct TeamTable {
@@ -50,7 +56,7 @@ impl TeamTable {
         n: usize,
         sync_base: u64,
     ) -> Result<Self, CudaError> {
-        let bytes = max * (size_of::<TeamEntry>() + n * 4 + 8);
+        let bytes = Self::scratch_base(max, n) + max * SCRATCH;
         Ok(Self {
             mem: DevAlloc::new(ctx, bytes)?,
             max,
@@ -85,6 +91,16 @@ impl TeamTable {
         self.mem.ptr + (self.max * (size_of::<TeamEntry>() + self.n * 4) + t * 8) as u64
     }
 
+    /// Where the scratch buffers start in the table's allocation (256-byte aligned, for the
+    /// vector loads of the collectives).
+    fn scratch_base(max: usize, n: usize) -> usize {
+        (max * (size_of::<TeamEntry>() + n * 4 + 8)).next_multiple_of(256)
+    }
+
+    fn scratch_addr(&self, t: usize) -> u64 {
+        self.mem.ptr + (Self::scratch_base(self.max, self.n) + t * SCRATCH) as u64
+    }
+
     fn sync_off(&self, t: usize) -> u64 {
         self.sync_base + (t * self.n * 8) as u64
     }
@@ -114,6 +130,8 @@ impl Gpu {
             members: self.teams.members_addr(t),
             sync_off: self.teams.sync_off(t),
             epoch: self.teams.epoch_addr(t),
+            scratch: self.teams.scratch_addr(t),
+            scratch_bytes: SCRATCH as u64,
         };
         // Both inside the table (members ≤ n); the sources are live until the copies finished.
         self.sync_copy(

@@ -9,6 +9,7 @@ use std::{
 
 use clap::{Parser, Subcommand};
 
+mod coll;
 mod runtime;
 mod snoop;
 mod transport;
@@ -125,6 +126,12 @@ enum Cmd {
     },
     /// Runtime: typed errors for bad arguments and use after finalize.
     RtErrors,
+    /// Runtime: every collective on every team shape, checked against references.
+    RtColl {
+        /// Also the sizes over 1 MiB.
+        #[arg(long)]
+        big: bool,
+    },
     /// Runtime: a collective allocation that differs across PEs (`size` or `order`).
     RtMismatch {
         #[arg(long, default_value = "size")]
@@ -278,6 +285,7 @@ fn run_runtime(cmd: &Cmd, bs: Bootstrap) -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Cmd::RtUnordered { rounds, size } => verify(runtime::unordered(&s, *rounds, *size)),
+        Cmd::RtColl { big } => verify(coll::run(&s, *big)),
         Cmd::RtMismatch { how } => runtime::mismatch(&s, how)
             .err()
             .map(|e| runtime::report(&e)),
@@ -327,6 +335,7 @@ fn main() -> ExitCode {
         cli.cmd,
         Cmd::RtOps { .. }
             | Cmd::RtErrors
+            | Cmd::RtColl { .. }
             | Cmd::RtMismatch { .. }
             | Cmd::RtKill { .. }
             | Cmd::RtLate { .. }
@@ -423,6 +432,7 @@ fn main() -> ExitCode {
         | Cmd::TpReorder { .. } => {}
         Cmd::RtOps { .. }
         | Cmd::RtErrors
+        | Cmd::RtColl { .. }
         | Cmd::RtMismatch { .. }
         | Cmd::RtKill { .. }
         | Cmd::RtLate { .. }

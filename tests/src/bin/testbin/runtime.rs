@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use pshmem::{Cmp, Config, Error, Pshmem, SignalOp, SymPtr};
+use pshmem::{Cmp, Config, DType, Error, Pshmem, RedOp, SignalOp, SymPtr, team::TEAM_WORLD};
 use pshmem_bootstrap::Bootstrap;
 use pshmem_tests::{epoch_ms, pattern};
 
@@ -662,6 +662,12 @@ pub fn kill(s: &Pshmem, victim: usize, phase: &str) -> Result<(), Error> {
     }
     match phase {
         "barrier" => s.barrier_all(),
+        "reduce" => loop {
+            s.reduce(TEAM_WORLD, DType::F32, RedOp::Sum, buf, buf + 4096, 1024)?;
+        },
+        "fcollect" => loop {
+            s.fcollect(TEAM_WORLD, buf, buf + 65536, 1024)?;
+        },
         "quiet" => {
             let data = vec![7u8; 1 << 20];
             loop {

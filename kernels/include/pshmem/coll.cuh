@@ -1,0 +1,339 @@
+/* proxyshmem device API: collectives per team — broadcast, fcollect, alltoall, reduce (every
+ * member gets the result) and reducescatter — for one thread, a warp (every lane calls) or a
+ * block (every thread calls), NVSHMEM's semantics; sync and barrier are in sync.cuh.
+ *
+ * Each collective starts with a team sync (no member writes a destination another member still
+ * reads from an earlier call) and ends with one, a barrier (quiet + sync) where it wrote into
+ * peers: on return the results are complete everywhere and the source may be reused. Data
+ * moves through the ordinary put and get paths, so members that this GPU maps are reached by
+ * loads and stores and the others through the ring and the proxy, in any mix:
+ *
+ *   broadcast  the root puts into every member's destination (one-shot push);
+ *   fcollect   every member puts its block into every member's destination (push);
+ *   alltoall   block j goes to member j, at the sender's index (push);
+ *   reduce     pull: every member reads the members' sources (mapped ones in place, the others
+ *              fetched chunk by chunk into the team's scratch) and folds them in member order,
+ *              so every member computes bit-identical results; 16-bit floating types fold in
+ *              float and round once. An in-place reduce writes each chunk after a team sync;
+ *   reducescatter  the same on the member's own block of every source.
+ *
+ * The host and on-stream forms run the block forms in one block (kernels/cuda/runtime.cu). */
+#ifndef PSHMEM_COLL_CUH
+#define PSHMEM_COLL_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "pshmem/rma.cuh"
+#include "pshmem/sync.cuh"
+
+/* The cooperating group of a call: 0 one thread, 1 a warp, 2 a block. */
+template <int G> struct pshmem_i_grp;
+template <> struct pshmem_i_grp<0> {
+    static __device__ __forceinline__ uint32_t t() { return 0; }
+    static __device__ __forceinline__ uint32_t nt() { return 1; }
+    static __device__ __forceinline__ void sync() {}
+};
+template <> struct pshmem_i_grp<1> {
+    static __device__ __forceinline__ uint32_t t() { return pshmem_laneid(); }
+    static __device__ __forceinline__ uint32_t nt() { return 32; }
+    static __device__ __forceinline__ void sync() { __syncwarp(); }
+};
+template <> struct pshmem_i_grp<2> {
+    static __device__ __forceinline__ uint32_t t() { return PSHMEM_I_TID; }
+    static __device__ __forceinline__ uint32_t nt() { return PSHMEM_I_NT; }
+    static __device__ __forceinline__ void sync() { __syncthreads(); }
+};
+
+/* The team's entry for a collective, or NULL (recorded) when this PE is not a member. */
+__device__ __forceinline__ const pshmem_team_device_t *pshmem_i_coll_team(int team) {
+    const pshmem_team_device_t *t = pshmem_i_team(team);
+    if (!t || t->my_index < 0) {
+        pshmem_i_record(PSHMEM_ERROR_WORD(PSHMEM_ERROR_BAD_ADDRESS, PSHMEM_ERROR_NO_PE));
+        return 0;
+    }
+    return t;
+}
+
+/* Team sync of the group (barrier: quiet first). Every thread's stores are fenced at system
+ * scope before the leader's signals, which release them to the members. */
+template <int G> __device__ __forceinline__ void pshmem_i_coll_sync(int team, bool barrier) {
+    typedef pshmem_i_grp<G> g;
+    __threadfence_system();
+    g::sync();
+    if (g::t() == 0) {
+        if (barrier) pshmem_quiet();
+        pshmem_team_sync(team);
+    }
+    g::sync();
+}
+
+template <int G>
+__device__ inline int pshmem_i_broadcast(int team, void *dest, const void *src, size_t nbytes,
+                                         int root) {
+    typedef pshmem_i_grp<G> g;
+    const pshmem_team_device_t *t = pshmem_i_coll_team(team);
+    if (!t) return -1;
+    if (root < 0 || root >= t->size) {
+        if (g::t() == 0)
+            pshmem_i_record(PSHMEM_ERROR_WORD(PSHMEM_ERROR_BAD_ADDRESS, PSHMEM_ERROR_NO_PE));
+        return -1;
+    }
+    pshmem_i_coll_sync<G>(team, false);
+    if (t->my_index == root && nbytes)
+        for (int k = 1; k <= t->size; ++k)
+            pshmem_i_putget(true, dest, src, nbytes, t->members[(root + k) % t->size], g::t(),
+                            g::nt());
+    pshmem_i_coll_sync<G>(team, true);
+    return 0;
+}
+
+template <int G>
+__device__ inline int pshmem_i_fcollect(int team, void *dest, const void *src, size_t nbytes) {
+    typedef pshmem_i_grp<G> g;
+    const pshmem_team_device_t *t = pshmem_i_coll_team(team);
+    if (!t) return -1;
+    pshmem_i_coll_sync<G>(team, false);
+    char *at = (char *)dest + (size_t)t->my_index * nbytes;
+    if (nbytes)
+        for (int k = 1; k <= t->size; ++k)
+            pshmem_i_putget(true, at, src, nbytes, t->members[(t->my_index + k) % t->size],
+                            g::t(), g::nt());
+    pshmem_i_coll_sync<G>(team, true);
+    return 0;
+}
+
+template <int G>
+__device__ inline int pshmem_i_alltoall(int team, void *dest, const void *src, size_t nbytes) {
+    typedef pshmem_i_grp<G> g;
+    const pshmem_team_device_t *t = pshmem_i_coll_team(team);
+    if (!t) return -1;
+    pshmem_i_coll_sync<G>(team, false);
+    char *at = (char *)dest + (size_t)t->my_index * nbytes;
+    if (nbytes)
+        for (int k = 1; k <= t->size; ++k) {
+            int j = (t->my_index + k) % t->size;
+            pshmem_i_putget(true, at, (const char *)src + (size_t)j * nbytes, nbytes,
+                            t->members[j], g::t(), g::nt());
+        }
+    pshmem_i_coll_sync<G>(team, true);
+    return 0;
+}
+
+/* ---- reductions ----------------------------------------------------------------------------- */
+
+/* The type a reduction folds in: 16-bit floating types in float. */
+template <typename T> struct pshmem_i_acc {
+    typedef T type;
+    static __device__ __forceinline__ T in(T x) { return x; }
+    static __device__ __forceinline__ T out(T a) { return a; }
+};
+template <> struct pshmem_i_acc<__half> {
+    typedef float type;
+    static __device__ __forceinline__ float in(__half x) { return __half2float(x); }
+    static __device__ __forceinline__ __half out(float a) { return __float2half_rn(a); }
+};
+template <> struct pshmem_i_acc<__nv_bfloat16> {
+    typedef float type;
+    static __device__ __forceinline__ float in(__nv_bfloat16 x) { return __bfloat162float(x); }
+    static __device__ __forceinline__ __nv_bfloat16 out(float a) { return __float2bfloat16_rn(a); }
+};
+
+/* A load that bypasses the L1 (peers' memory and the scratch are written by others). */
+template <typename T> __device__ __forceinline__ T pshmem_i_ldcv(const T *p) {
+    T r;
+    if (sizeof(T) == 1) {
+        unsigned char v = __ldcv((const unsigned char *)p);
+        memcpy(&r, &v, 1);
+    } else if (sizeof(T) == 2) {
+        unsigned short v = __ldcv((const unsigned short *)p);
+        memcpy(&r, &v, 2);
+    } else if (sizeof(T) == 4) {
+        unsigned int v = __ldcv((const unsigned int *)p);
+        memcpy(&r, &v, 4);
+    } else {
+        unsigned long long v = __ldcv((const unsigned long long *)p);
+        memcpy(&r, &v, 8);
+    }
+    return r;
+}
+
+template <typename A>
+__device__ __forceinline__ A pshmem_i_bitop(int op, A a, A b, std::true_type) {
+    return op == PSHMEM_RED_AND ? (A)(a & b) : op == PSHMEM_RED_OR ? (A)(a | b) : (A)(a ^ b);
+}
+template <typename A>
+__device__ __forceinline__ A pshmem_i_bitop(int, A a, A, std::false_type) {
+    return a; /* bitwise operators are refused for floating types before any data moves */
+}
+
+template <typename A> __device__ __forceinline__ A pshmem_i_fold(int op, A a, A b) {
+    switch (op) {
+    case PSHMEM_RED_SUM: return a + b;
+    case PSHMEM_RED_PROD: return a * b;
+    case PSHMEM_RED_MIN: return b < a ? b : a;
+    case PSHMEM_RED_MAX: return a < b ? b : a;
+    default: return pshmem_i_bitop(op, a, b, std::is_integral<A>());
+    }
+}
+
+/* reduce (scatter = false) or reducescatter (scatter = true) of `nelems` elements by `op`. */
+template <int G, typename T>
+__device__ inline int pshmem_i_reduce(int team, int op, T *dest, const T *src, size_t nelems,
+                                      bool scatter) {
+    typedef pshmem_i_grp<G> g;
+    typedef pshmem_i_acc<T> acc;
+    const pshmem_team_device_t *t = pshmem_i_coll_team(team);
+    if (!t) return -1;
+    if (op >= PSHMEM_RED_AND && !std::is_integral<T>::value) {
+        if (g::t() == 0)
+            pshmem_i_record(PSHMEM_ERROR_WORD(PSHMEM_ERROR_BAD_ADDRESS, PSHMEM_ERROR_NO_PE));
+        return -1;
+    }
+    const int n = t->size;
+    const T *block = scatter ? src + (size_t)t->my_index * nelems : src;
+    const size_t src_elems = scatter ? (size_t)n * nelems : nelems;
+    const bool in_place = nelems && (uintptr_t)dest < (uintptr_t)(src + src_elems) &&
+                          (uintptr_t)src < (uintptr_t)(dest + nelems);
+    /* The scratch holds one chunk per member and, in place, the chunk's results: chunks are
+     * 16-byte multiples so that every member's slice stays aligned. */
+    size_t per = t->scratch_bytes / (size_t)(n + 1) / 16 * 16 / sizeof(T);
+    if (per == 0) per = 1;
+    T *scratch = (T *)t->scratch;
+    pshmem_i_coll_sync<G>(team, false);
+    for (size_t at = 0; at < nelems; at += per) {
+        size_t len = nelems - at < per ? nelems - at : per;
+        /* Members reached through the proxy: their chunks into the scratch, by the leader. */
+        if (g::t() == 0) {
+            uint64_t last = 0;
+            for (int j = 0; j < n; ++j)
+                if (!pshmem_ptr(block + at, t->members[j])) {
+                    uint64_t e = pshmem_i_putget(false, scratch + (size_t)j * per, block + at,
+                                                 len * sizeof(T), t->members[j], 0, 1);
+                    if (e > last) last = e;
+                }
+            pshmem_i_wait_done(last);
+        }
+        g::sync();
+        T *out = in_place ? scratch + (size_t)n * per : dest + at;
+        for (size_t i = g::t(); i < len; i += g::nt()) {
+            typename acc::type a = 0;
+            for (int j = 0; j < n; ++j) {
+                const T *p = (const T *)pshmem_ptr(block + at + i, t->members[j]);
+                T x = pshmem_i_ldcv(p ? p : scratch + (size_t)j * per + i);
+                a = j == 0 ? acc::in(x) : pshmem_i_fold(op, a, acc::in(x));
+            }
+            out[i] = acc::out(a);
+        }
+        if (in_place) {
+            /* Every member has read this chunk of every source: now it may be overwritten. */
+            pshmem_i_coll_sync<G>(team, false);
+            for (size_t i = g::t(); i < len; i += g::nt()) dest[at + i] = out[i];
+        }
+        g::sync();
+    }
+    /* No member returns (and reuses its source) before every member has read it. */
+    pshmem_i_coll_sync<G>(team, false);
+    return 0;
+}
+
+/* ---- the typed names (NVSHMEM's with pshmem_) ------------------------------------------------ */
+
+#define PSHMEM_I_BYTES_COLL(PFX, SUF, G)                                                        \
+    __device__ inline int pshmem##PFX##_broadcastmem##SUF(int team, void *dest, const void *src, \
+                                                         size_t nbytes, int root) {             \
+        return pshmem_i_broadcast<G>(team, dest, src, nbytes, root);                            \
+    }                                                                                           \
+    __device__ inline int pshmem##PFX##_fcollectmem##SUF(int team, void *dest, const void *src, \
+                                                        size_t nbytes) {                        \
+        return pshmem_i_fcollect<G>(team, dest, src, nbytes);                                   \
+    }                                                                                           \
+    __device__ inline int pshmem##PFX##_alltoallmem##SUF(int team, void *dest, const void *src, \
+                                                        size_t nbytes) {                        \
+        return pshmem_i_alltoall<G>(team, dest, src, nbytes);                                   \
+    }
+PSHMEM_I_BYTES_COLL(, , 0)
+PSHMEM_I_BYTES_COLL(x, _warp, 1)
+PSHMEM_I_BYTES_COLL(x, _block, 2)
+
+/* Typed broadcast, fcollect, alltoall (counts in elements). */
+#define PSHMEM_I_TYPED_COLL_G(NAME, T, PFX, SUF, G)                                             \
+    __device__ inline int pshmem##PFX##_##NAME##_broadcast##SUF(int team, T *dest, const T *src, \
+                                                               size_t nelems, int root) {       \
+        return pshmem_i_broadcast<G>(team, dest, src, nelems * sizeof(T), root);                \
+    }                                                                                           \
+    __device__ inline int pshmem##PFX##_##NAME##_fcollect##SUF(int team, T *dest, const T *src, \
+                                                              size_t nelems) {                  \
+        return pshmem_i_fcollect<G>(team, dest, src, nelems * sizeof(T));                       \
+    }                                                                                           \
+    __device__ inline int pshmem##PFX##_##NAME##_alltoall##SUF(int team, T *dest, const T *src, \
+                                                              size_t nelems) {                  \
+        return pshmem_i_alltoall<G>(team, dest, src, nelems * sizeof(T));                       \
+    }
+#define PSHMEM_I_TYPED_COLL(NAME, T)                                                            \
+    PSHMEM_I_TYPED_COLL_G(NAME, T, , , 0)                                                       \
+    PSHMEM_I_TYPED_COLL_G(NAME, T, x, _warp, 1)                                                 \
+    PSHMEM_I_TYPED_COLL_G(NAME, T, x, _block, 2)
+PSHMEM_I_RMA_TYPES(PSHMEM_I_TYPED_COLL)
+PSHMEM_I_TYPED_COLL(half, __half)
+PSHMEM_I_TYPED_COLL(bfloat16, __nv_bfloat16)
+
+/* Reductions: NAME_OP_reduce and NAME_OP_reducescatter. */
+#define PSHMEM_I_RED_G(NAME, T, OPN, OP, PFX, SUF, G)                                           \
+    __device__ inline int pshmem##PFX##_##NAME##_##OPN##_reduce##SUF(int team, T *dest,         \
+                                                                    const T *src, size_t n) {   \
+        return pshmem_i_reduce<G, T>(team, OP, dest, src, n, false);                            \
+    }                                                                                           \
+    __device__ inline int pshmem##PFX##_##NAME##_##OPN##_reducescatter##SUF(                    \
+        int team, T *dest, const T *src, size_t n) {                                            \
+        return pshmem_i_reduce<G, T>(team, OP, dest, src, n, true);                             \
+    }
+#define PSHMEM_I_RED_OP(NAME, T, OPN, OP)                                                       \
+    PSHMEM_I_RED_G(NAME, T, OPN, OP, , , 0)                                                     \
+    PSHMEM_I_RED_G(NAME, T, OPN, OP, x, _warp, 1)                                               \
+    PSHMEM_I_RED_G(NAME, T, OPN, OP, x, _block, 2)
+#define PSHMEM_I_RED_ARITH(NAME, T)                                                             \
+    PSHMEM_I_RED_OP(NAME, T, sum, PSHMEM_RED_SUM)                                               \
+    PSHMEM_I_RED_OP(NAME, T, prod, PSHMEM_RED_PROD)                                             \
+    PSHMEM_I_RED_OP(NAME, T, min, PSHMEM_RED_MIN)                                               \
+    PSHMEM_I_RED_OP(NAME, T, max, PSHMEM_RED_MAX)
+#define PSHMEM_I_RED_INT(NAME, T)                                                               \
+    PSHMEM_I_RED_ARITH(NAME, T)                                                                 \
+    PSHMEM_I_RED_OP(NAME, T, and, PSHMEM_RED_AND)                                               \
+    PSHMEM_I_RED_OP(NAME, T, or, PSHMEM_RED_OR)                                                 \
+    PSHMEM_I_RED_OP(NAME, T, xor, PSHMEM_RED_XOR)
+
+/* NVSHMEM's reduction types: every integer type gets the bitwise operators too. */
+#define PSHMEM_I_RED_INT_TYPES(X)                                                               \
+    X(char, char)                                                                               \
+    X(schar, signed char)                                                                       \
+    X(short, short)                                                                             \
+    X(int, int)                                                                                 \
+    X(long, long)                                                                               \
+    X(longlong, long long)                                                                      \
+    X(ptrdiff, ptrdiff_t)                                                                       \
+    X(uchar, unsigned char)                                                                     \
+    X(ushort, unsigned short)                                                                   \
+    X(uint, unsigned int)                                                                       \
+    X(ulong, unsigned long)                                                                     \
+    X(ulonglong, unsigned long long)                                                            \
+    X(int8, int8_t)                                                                             \
+    X(int16, int16_t)                                                                           \
+    X(int32, int32_t)                                                                           \
+    X(int64, int64_t)                                                                           \
+    X(uint8, uint8_t)                                                                           \
+    X(uint16, uint16_t)                                                                         \
+    X(uint32, uint32_t)                                                                         \
+    X(uint64, uint64_t)                                                                         \
+    X(size, size_t)
+#define PSHMEM_I_RED_FLOAT_TYPES(X)                                                             \
+    X(float, float)                                                                             \
+    X(double, double)                                                                           \
+    X(half, __half)                                                                             \
+    X(bfloat16, __nv_bfloat16)
+PSHMEM_I_RED_INT_TYPES(PSHMEM_I_RED_INT)
+PSHMEM_I_RED_FLOAT_TYPES(PSHMEM_I_RED_ARITH)
+
+#endif /* PSHMEM_COLL_CUH */
