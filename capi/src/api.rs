@@ -10,7 +10,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use pshmem::{AmoOp, Cmp, Config, Pshmem, SignalOp, SymPtr, team::Team};
+use pshmem::{
+    AmoOp, Cmp, Config, DType, Pshmem, RedOp, SignalOp, SymPtr, gpu::host_ops::Coll, team::Team,
+};
 use pshmem_bootstrap::{Bootstrap, UniqueId};
 
 use crate::{Fail, Global, R, STATE, code, global, guard, registry, set_last_error, status};
@@ -331,6 +333,29 @@ pub extern "C" fn pshmem_team_split_strided(
         }
         let t = g.s.team_split_strided(parent, start, stride, size)?;
         out(new_team, t);
+        Ok(())
+    })
+}
+
+/// `int pshmem_team_split_2d(pshmem_team_t parent, int xrange, pshmem_team_t *xaxis,
+/// pshmem_team_t *yaxis)`
+#[unsafe(no_mangle)]
+pub extern "C" fn pshmem_team_split_2d(
+    parent: Team,
+    xrange: c_int,
+    xaxis: *mut Team,
+    yaxis: *mut Team,
+) -> c_int {
+    out(xaxis, pshmem::team::TEAM_INVALID);
+    out(yaxis, pshmem::team::TEAM_INVALID);
+    status("pshmem_team_split_2d", || {
+        let g = global()?;
+        if g.on_demand() {
+            ensure_gpu(&g)?;
+        }
+        let (x, y) = g.s.team_split_2d(parent, xrange)?;
+        out(xaxis, x);
+        out(yaxis, y);
         Ok(())
     })
 }
@@ -1167,53 +1192,227 @@ pub extern "C" fn pshmemx_signal_op_on_stream(
     })
 }
 
-fn alltoall(
+/// A collective of the C API: `Coll` on the GPU heap, the host algorithms on the host heap.
+/// `n` counts bytes, or elements for the reductions.
+fn collective(
+    coll: Coll,
     team: Team,
     dest: *mut c_void,
     src: *const c_void,
-    nbytes: usize,
+    n: usize,
     stream: Option<Stream>,
 ) -> R<()> {
     let g = global()?;
     if g.on_demand() || stream.is_some() {
         ensure_gpu(&g)?;
     }
-    let members = g.s.team_members(team)?;
-    let me = usize::try_from(g.s.team_my_pe(team))
-        .map_err(|_| Fail::new(code::INVALID_ARG, format!("this PE is not in team {team}")))?;
-    match classify(&g, dest, nbytes * members.len(), "dest")? {
-        Heap::Gpu(d) => {
+    let members = g.s.team_members(team)?.len();
+    let too_big = || Fail::new(code::INVALID_ARG, format!("{n} elements overflow the heap"));
+    let (dest_len, src_len) = match coll {
+        Coll::Broadcast { .. } => (n, n),
+        Coll::Fcollect => (n.checked_mul(members).ok_or_else(too_big)?, n),
+        Coll::Alltoall => {
+            let b = n.checked_mul(members).ok_or_else(too_big)?;
+            (b, b)
+        }
+        Coll::Reduce(dt, _) => {
+            let b = n.checked_mul(dt.size()).ok_or_else(too_big)?;
+            (b, b)
+        }
+        Coll::ReduceScatter(dt, _) => {
+            let b = n.checked_mul(dt.size()).ok_or_else(too_big)?;
+            (b, b.checked_mul(members).ok_or_else(too_big)?)
+        }
+    };
+    match (
+        classify(&g, dest, dest_len, "dest")?,
+        classify(&g, src, src_len, "src")?,
+    ) {
+        (Heap::Gpu(d), Heap::Gpu(s)) => {
             let gpu = g.s.gpu()?;
-            // SAFETY: pshmem.h: a live stream of the PE's device, or none.
-            Ok(unsafe {
-                gpu.alltoallmem_on(
-                    team,
-                    d,
-                    src as u64,
-                    nbytes,
-                    members.len(),
-                    stream.map(|s| s.cast()),
-                )
-            }?)
+            Ok(match stream {
+                // SAFETY: pshmem.h: a live stream of the PE's device.
+                Some(st) => {
+                    unsafe { gpu.collective_on_stream(coll, team, members, d, s, n, st.cast()) }?
+                }
+                None => gpu.collective(coll, team, members, d, s, n)?,
+            })
         }
-        Heap::Host(d) if stream.is_none() => {
-            let Heap::Host(s) = classify(&g, src, nbytes * members.len(), "src")? else {
-                return Err(Fail::new(
-                    code::INVALID_ARG,
-                    "dest and src are in different heaps",
-                ));
-            };
-            for (j, &pe) in members.iter().enumerate() {
-                // Block j of our source goes to member j, at our index.
-                g.s.put_nbi_sym(d + me * nbytes, s + j * nbytes, nbytes, pe)?;
-            }
-            Ok(g.s.team_barrier(team)?)
-        }
-        Heap::Host(_) => Err(Fail::new(
+        (Heap::Host(d), Heap::Host(s)) if stream.is_none() => Ok(match coll {
+            Coll::Broadcast { root } => g.s.broadcast(team, d, s, n, root)?,
+            Coll::Fcollect => g.s.fcollect(team, d, s, n)?,
+            Coll::Alltoall => g.s.alltoall(team, d, s, n)?,
+            Coll::Reduce(dt, op) => g.s.reduce(team, dt, op, d, s, n)?,
+            Coll::ReduceScatter(dt, op) => g.s.reducescatter(team, dt, op, d, s, n)?,
+        }),
+        (Heap::Host(_), Heap::Host(_)) => Err(Fail::new(
             code::INVALID_ARG,
-            "an on-stream alltoall takes GPU symmetric memory",
+            "an on-stream collective takes GPU symmetric memory",
+        )),
+        _ => Err(Fail::new(
+            code::INVALID_ARG,
+            "dest and src are in different symmetric heaps",
         )),
     }
+}
+
+fn red_args(dtype: c_int, op: c_int) -> R<(DType, RedOp)> {
+    let dt = u8::try_from(dtype).ok().and_then(DType::from_code);
+    let red = u8::try_from(op).ok().and_then(RedOp::from_code);
+    match (dt, red) {
+        (Some(d), Some(o)) => Ok((d, o)),
+        _ => Err(Fail::new(
+            code::INVALID_ARG,
+            format!("no reduction type {dtype} or operator {op} (PSHMEM_DT_*, PSHMEM_RED_*)"),
+        )),
+    }
+}
+
+fn root_arg(root: c_int) -> R<usize> {
+    usize::try_from(root).map_err(|_| Fail::new(code::INVALID_ARG, format!("root {root}")))
+}
+
+/// `int pshmem_broadcastmem(pshmem_team_t, void *dest, const void *src, size_t, int root)`
+#[unsafe(no_mangle)]
+pub extern "C" fn pshmem_broadcastmem(
+    team: Team,
+    dest: *mut c_void,
+    src: *const c_void,
+    nbytes: usize,
+    root: c_int,
+) -> c_int {
+    status("pshmem_broadcastmem", || {
+        let root = root_arg(root)?;
+        collective(Coll::Broadcast { root }, team, dest, src, nbytes, None)
+    })
+}
+
+/// `int pshmem_fcollectmem(pshmem_team_t, void *dest, const void *src, size_t nbytes)`
+#[unsafe(no_mangle)]
+pub extern "C" fn pshmem_fcollectmem(
+    team: Team,
+    dest: *mut c_void,
+    src: *const c_void,
+    nbytes: usize,
+) -> c_int {
+    status("pshmem_fcollectmem", || {
+        collective(Coll::Fcollect, team, dest, src, nbytes, None)
+    })
+}
+
+/// `int pshmem_reduce(pshmem_team_t, int dtype, int op, void *dest, const void *src, size_t)`
+#[unsafe(no_mangle)]
+pub extern "C" fn pshmem_reduce(
+    team: Team,
+    dtype: c_int,
+    op: c_int,
+    dest: *mut c_void,
+    src: *const c_void,
+    nelems: usize,
+) -> c_int {
+    status("pshmem_reduce", || {
+        let (dt, red) = red_args(dtype, op)?;
+        collective(Coll::Reduce(dt, red), team, dest, src, nelems, None)
+    })
+}
+
+/// `int pshmem_reducescatter(pshmem_team_t, int dtype, int op, void *dest, const void *src,
+/// size_t nelems)`
+#[unsafe(no_mangle)]
+pub extern "C" fn pshmem_reducescatter(
+    team: Team,
+    dtype: c_int,
+    op: c_int,
+    dest: *mut c_void,
+    src: *const c_void,
+    nelems: usize,
+) -> c_int {
+    status("pshmem_reducescatter", || {
+        let (dt, red) = red_args(dtype, op)?;
+        collective(Coll::ReduceScatter(dt, red), team, dest, src, nelems, None)
+    })
+}
+
+/// `int pshmemx_broadcastmem_on_stream(pshmem_team_t, void *, const void *, size_t, int root,
+/// cudaStream_t)`
+#[unsafe(no_mangle)]
+pub extern "C" fn pshmemx_broadcastmem_on_stream(
+    team: Team,
+    dest: *mut c_void,
+    src: *const c_void,
+    nbytes: usize,
+    root: c_int,
+    stream: Stream,
+) -> c_int {
+    status("pshmemx_broadcastmem_on_stream", || {
+        let root = root_arg(root)?;
+        collective(
+            Coll::Broadcast { root },
+            team,
+            dest,
+            src,
+            nbytes,
+            Some(stream),
+        )
+    })
+}
+
+/// `int pshmemx_fcollectmem_on_stream(pshmem_team_t, void *, const void *, size_t,
+/// cudaStream_t)`
+#[unsafe(no_mangle)]
+pub extern "C" fn pshmemx_fcollectmem_on_stream(
+    team: Team,
+    dest: *mut c_void,
+    src: *const c_void,
+    nbytes: usize,
+    stream: Stream,
+) -> c_int {
+    status("pshmemx_fcollectmem_on_stream", || {
+        collective(Coll::Fcollect, team, dest, src, nbytes, Some(stream))
+    })
+}
+
+/// `int pshmemx_reduce_on_stream(pshmem_team_t, int dtype, int op, void *, const void *,
+/// size_t, cudaStream_t)`
+#[unsafe(no_mangle)]
+pub extern "C" fn pshmemx_reduce_on_stream(
+    team: Team,
+    dtype: c_int,
+    op: c_int,
+    dest: *mut c_void,
+    src: *const c_void,
+    nelems: usize,
+    stream: Stream,
+) -> c_int {
+    status("pshmemx_reduce_on_stream", || {
+        let (dt, red) = red_args(dtype, op)?;
+        collective(Coll::Reduce(dt, red), team, dest, src, nelems, Some(stream))
+    })
+}
+
+/// `int pshmemx_reducescatter_on_stream(pshmem_team_t, int dtype, int op, void *, const void
+/// *, size_t, cudaStream_t)`
+#[unsafe(no_mangle)]
+pub extern "C" fn pshmemx_reducescatter_on_stream(
+    team: Team,
+    dtype: c_int,
+    op: c_int,
+    dest: *mut c_void,
+    src: *const c_void,
+    nelems: usize,
+    stream: Stream,
+) -> c_int {
+    status("pshmemx_reducescatter_on_stream", || {
+        let (dt, red) = red_args(dtype, op)?;
+        collective(
+            Coll::ReduceScatter(dt, red),
+            team,
+            dest,
+            src,
+            nelems,
+            Some(stream),
+        )
+    })
 }
 
 /// `int pshmem_alltoallmem(pshmem_team_t, void *dest, const void *src, size_t nbytes)`
@@ -1225,7 +1424,7 @@ pub extern "C" fn pshmem_alltoallmem(
     nbytes: usize,
 ) -> c_int {
     status("pshmem_alltoallmem", || {
-        alltoall(team, dest, src, nbytes, None)
+        collective(Coll::Alltoall, team, dest, src, nbytes, None)
     })
 }
 
@@ -1240,7 +1439,7 @@ pub extern "C" fn pshmemx_alltoallmem_on_stream(
     stream: Stream,
 ) -> c_int {
     status("pshmemx_alltoallmem_on_stream", || {
-        alltoall(team, dest, src, nbytes, Some(stream))
+        collective(Coll::Alltoall, team, dest, src, nbytes, Some(stream))
     })
 }
 

@@ -86,7 +86,8 @@ pub(crate) fn code_of(e: &Error) -> i32 {
         | Error::BadAlignment { .. }
         | Error::SizeOverflow { .. }
         | Error::BadFree { .. }
-        | Error::InvalidTeam { .. } => code::INVALID_ARG,
+        | Error::InvalidTeam { .. }
+        | Error::InvalidArgument { .. } => code::INVALID_ARG,
         Error::HeapExhausted { .. } | Error::TeamsExhausted { .. } => code::OUT_OF_MEMORY,
         Error::PeerDied { .. } | Error::OpFailed { .. } | Error::Proxy(_) => code::PEER_FAILED,
         Error::Timeout { .. } | Error::NotArrived { .. } => code::TIMEOUT,

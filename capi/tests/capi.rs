@@ -135,7 +135,14 @@ fn a_c_program_runs_every_call_family_on_every_path() {
             let res = spec.launch().wait();
             assert_all_ok(&res);
             for r in &res {
-                for part in ["OK rma", "OK atomics", "OK teams", "OK errors", "OK done"] {
+                for part in [
+                    "OK rma",
+                    "OK atomics",
+                    "OK teams",
+                    "OK collectives",
+                    "OK errors",
+                    "OK done",
+                ] {
                     assert_eq!(r.fields(part).len(), 1, "{n} PEs {env:?}: {part}\n{r}");
                 }
             }

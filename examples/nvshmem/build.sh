@@ -26,7 +26,7 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\b' && [ ! -e /usr/lib/x86_64
 fi
 INC=(-I"$HOME_TREE/include")
 built=0
-for src in ring put_block ping_pong atomics team_split collective_launch on_stream; do
+for src in ring put_block ping_pong atomics team_split collective_launch on_stream collectives; do
   # shellcheck disable=SC2086
   "$NVCC" $ARCH -O2 -o "$OUT/$src" "$HERE/$src.cu" "${INC[@]}" "${LINK[@]}"
   # shellcheck disable=SC2086

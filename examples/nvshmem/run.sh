@@ -38,13 +38,17 @@ one() { # name pes env... -- prog args...
     grep "] OK " <<<"$out" | head -2 >>"$LOG"
   fi
 }
-for prog in ring put_block ping_pong atomics team_split collective_launch on_stream two_file; do
+for prog in ring put_block ping_pong atomics team_split collective_launch on_stream collectives two_file; do
   for v in "" .rdc; do
     one "$prog$v" 2 NVSHMEM_DISABLE_P2P=0 -- "$EX/$prog$v"
     one "$prog$v" 4 NVSHMEM_DISABLE_P2P=0 -- "$EX/$prog$v"
     one "$prog$v" 2 NVSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp -- "$EX/$prog$v"
   done
 done
+# 8 PEs on the collectives (sharing the GPU under MPS on a one-GPU machine), and 4 through the
+# proxy.
+one collectives 8 NVSHMEM_DISABLE_P2P=0 -- "$EX/collectives"
+one collectives 4 NVSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp -- "$EX/collectives"
 for v in "" .rdc; do
   one "plugin$v" 2 NVSHMEM_DISABLE_P2P=0 -- "$EX/plugin_main" "$EX/libplugin$v.so"
   one "plugin$v" 4 NVSHMEM_DISABLE_P2P=0 -- "$EX/plugin_main" "$EX/libplugin$v.so"

@@ -81,23 +81,6 @@ extern "C" __global__ void pshmem_k_team_sync(int team, int barrier) {
     else pshmem_team_sync(team);
 }
 
-/* The data of an alltoall over `team`: block j of `src` (nbytes) to member j's `dest` at this
- * member's index; blocks of the grid take members in turn. The caller completes it with a
- * team barrier launched after it on the same stream. */
-extern "C" __global__ void pshmem_k_alltoallmem(int team, char *dest, const char *src,
-                                                unsigned long long nbytes) {
-    const pshmem_team_device_t *t = pshmem_i_team(team);
-    if (!t || t->my_index < 0) {
-        if (PSHMEM_I_TID == 0 && blockIdx.x == 0)
-            pshmem_i_record(PSHMEM_ERROR_WORD(PSHMEM_ERROR_BAD_ADDRESS, PSHMEM_ERROR_NO_PE));
-        return;
-    }
-    for (int j = blockIdx.x; j < t->size; j += gridDim.x) {
-        pshmemx_putmem_nbi_block(dest + (unsigned long long)t->my_index * nbytes,
-                                 src + (unsigned long long)j * nbytes, nbytes, t->members[j]);
-    }
-}
-
 /* A collective of the host or on a stream, in one block (the block forms of coll.cuh): kind 0
  * broadcast (n bytes, arg the root), 1 fcollect, 2 alltoall (n bytes), 3 reduce and
  * 4 reducescatter (n elements of `dtype`, arg the operator). */

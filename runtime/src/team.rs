@@ -227,6 +227,30 @@ impl Pshmem {
         self.team_exchange("team_barrier", team, [0; 4]).map(|_| ())
     }
 
+    /// Splits the parent's members into a 2-D grid numbered row by row, `xrange` per row (all
+    /// of them when `xrange` exceeds the team): returns this PE's row team (x axis) and column
+    /// team (y axis), as NVSHMEM's `team_split_2d`. Collective over the parent's members.
+    pub fn team_split_2d(&self, parent: Team, xrange: i32) -> Result<(Team, Team)> {
+        let op = "team_split_2d";
+        self.live(op)?;
+        let p = self.team_slot(op, parent)?;
+        let n = p.members.len() as i32;
+        if xrange < 1 {
+            return Err(Error::InvalidArgument {
+                me: self.me,
+                op,
+                detail: format!("xrange {xrange} must be at least 1"),
+            });
+        }
+        let x = xrange.min(n);
+        let me = p.my_index as i32;
+        let row = me / x * x;
+        let xaxis = self.team_split_strided(parent, row, 1, x.min(n - row))?;
+        let col = me % x;
+        let yaxis = self.team_split_strided(parent, col, x, (n - col + x - 1) / x)?;
+        Ok((xaxis, yaxis))
+    }
+
     /// Makes a team of the parent's PEs `start`, `start + stride`, … (`size` of them, in the
     /// parent's numbering). Collective over the parent's members, each of which may pass a
     /// different triple (its own sub-team's): every PE named by a triple must pass that same

@@ -106,6 +106,10 @@ PSHMEMI_SHARED(int, team_n_pes, (pshmem_team_t team));
 PSHMEMI_SHARED(int, team_translate_pe, (pshmem_team_t src, int pe, pshmem_team_t dest));
 /* Collective over the parent; PEs may pass different triples (disjoint sub-teams). A PE
  * outside its triple gets PSHMEM_TEAM_INVALID. */
+/* A 2-D split of the parent's members, numbered row by row with `xrange` per row: *xaxis gets
+ * this PE's row, *yaxis its column (collective over the parent; config as NVSHMEM's, unused). */
+int pshmem_team_split_2d(pshmem_team_t parent, int xrange, pshmem_team_t *xaxis,
+                         pshmem_team_t *yaxis);
 int pshmem_team_split_strided(pshmem_team_t parent, int start, int stride, int size,
                               pshmem_team_t *new_team);
 int pshmem_team_destroy(pshmem_team_t team);
@@ -159,9 +163,22 @@ PSHMEMI_SHARED(int, quiet, (void)); /* this PE's host-initiated operations are c
 PSHMEMI_SHARED(int, fence, (void)); /* ordered per target PE */
 PSHMEMI_SHARED(int, barrier_all, (void)); /* quiet, then every PE arrives */
 PSHMEMI_SHARED(int, sync_all, (void)); /* every PE arrives */
-/* Block j of `src` (nbytes) goes to member j's `dest` at this member's index; ends with a team
- * barrier. */
-int pshmem_alltoallmem(pshmem_team_t team, void *dest, const void *src, size_t nbytes);
+/* Collectives over a team, on either heap (dest and src in the same one), between team syncs:
+ * on return the results are complete on every member and src may be reused.
+ * broadcastmem: the member `root`'s nbytes into every member's dest (the root's too);
+ * fcollectmem: every member's nbytes into every dest at offset index × nbytes;
+ * alltoallmem: block j of src (nbytes) to member j's dest at offset index × nbytes;
+ * reduce: the element-wise reduction (PSHMEM_RED_*) of every member's nelems elements of
+ *   PSHMEM_DT_* type into every member's dest (dest may be src);
+ * reducescatter: member i gets in dest the reduction of block i (nelems) of every src. */
+PSHMEMI_SHARED(int, broadcastmem,
+               (pshmem_team_t team, void *dest, const void *src, size_t nbytes, int root));
+PSHMEMI_SHARED(int, fcollectmem, (pshmem_team_t team, void *dest, const void *src, size_t nbytes));
+PSHMEMI_SHARED(int, alltoallmem, (pshmem_team_t team, void *dest, const void *src, size_t nbytes));
+int pshmem_reduce(pshmem_team_t team, int dtype, int op, void *dest, const void *src,
+                  size_t nelems);
+int pshmem_reducescatter(pshmem_team_t team, int dtype, int op, void *dest, const void *src,
+                         size_t nelems);
 
 /* ---- on a CUDA stream (GPU symmetric memory; graph-capturable) ------------------------------- */
 typedef void *pshmem_stream_t; /* a cudaStream_t / CUstream */
@@ -184,6 +201,14 @@ int pshmemx_signal_op_on_stream(uint64_t *sig, uint64_t value, int sig_op, int p
                                 pshmem_stream_t stream);
 int pshmemx_alltoallmem_on_stream(pshmem_team_t team, void *dest, const void *src,
                                   size_t nbytes, pshmem_stream_t stream);
+int pshmemx_broadcastmem_on_stream(pshmem_team_t team, void *dest, const void *src,
+                                   size_t nbytes, int root, pshmem_stream_t stream);
+int pshmemx_fcollectmem_on_stream(pshmem_team_t team, void *dest, const void *src,
+                                  size_t nbytes, pshmem_stream_t stream);
+int pshmemx_reduce_on_stream(pshmem_team_t team, int dtype, int op, void *dest, const void *src,
+                             size_t nelems, pshmem_stream_t stream);
+int pshmemx_reducescatter_on_stream(pshmem_team_t team, int dtype, int op, void *dest,
+                                    const void *src, size_t nelems, pshmem_stream_t stream);
 
 /* ---- device state ---------------------------------------------------------------------------- */
 /* Fills the pshmem_dstate of a module (CUmodule) or library (CUlibrary) the application loaded

@@ -100,7 +100,42 @@ int main(int argc, char **argv) {
     EXPECT(pshmem_team_my_pe(all) == me, "second split");
     CHECK(pshmem_team_barrier(all));
     CHECK(pshmem_team_destroy(all));
+    /* a 2-D split: rows of 2 */
+    pshmem_team_t row = PSHMEM_TEAM_INVALID, col = PSHMEM_TEAM_INVALID;
+    CHECK(pshmem_team_split_2d(PSHMEM_TEAM_WORLD, 2, &row, &col));
+    EXPECT(pshmem_team_my_pe(row) == me % 2 && pshmem_team_my_pe(col) == me / 2, "2-D split");
+    EXPECT(pshmem_team_n_pes(col) == (n - me % 2 + 1) / 2, "2-D column size");
+    CHECK(pshmem_team_destroy(row));
+    CHECK(pshmem_team_destroy(col));
     printf("OK teams pe=%d team=%d\n", me, (int)t);
+
+    /* collectives on the host heap */
+    int32_t *c_src = (int32_t *)pshmem_malloc(4 * (size_t)n * 8);
+    int32_t *c_dst = (int32_t *)pshmem_calloc(4 * (size_t)n, 8);
+    EXPECT(c_src && c_dst, "collective buffers");
+    for (int k = 0; k < 4; ++k) c_src[k] = me * 10 + k;
+    CHECK(pshmem_broadcastmem(PSHMEM_TEAM_WORLD, c_dst, c_src, 16, n - 1));
+    for (int k = 0; k < 4; ++k) EXPECT(c_dst[k] == (n - 1) * 10 + k, "broadcast");
+    CHECK(pshmem_fcollectmem(PSHMEM_TEAM_WORLD, c_dst, c_src, 16));
+    for (int j = 0; j < n; ++j)
+        for (int k = 0; k < 4; ++k) EXPECT(c_dst[j * 4 + k] == j * 10 + k, "fcollect");
+    CHECK(pshmem_reduce(PSHMEM_TEAM_WORLD, PSHMEM_DT_INT32, PSHMEM_RED_SUM, c_dst, c_src, 4));
+    for (int k = 0; k < 4; ++k) EXPECT(c_dst[k] == 10 * n * (n - 1) / 2 + n * k, "reduce");
+    CHECK(pshmem_reduce(PSHMEM_TEAM_WORLD, PSHMEM_DT_INT32, PSHMEM_RED_MAX, c_src, c_src, 4));
+    for (int k = 0; k < 4; ++k) EXPECT(c_src[k] == (n - 1) * 10 + k, "in-place max");
+    for (int j = 0; j < n; ++j) c_src[j] = me + j; /* block j (1 element) for member j */
+    CHECK(pshmem_reducescatter(PSHMEM_TEAM_WORLD, PSHMEM_DT_INT32, PSHMEM_RED_SUM, c_dst, c_src,
+                               1));
+    EXPECT(c_dst[0] == n * (n - 1) / 2 + n * me, "reducescatter");
+    EXPECT(pshmem_reduce(PSHMEM_TEAM_WORLD, PSHMEM_DT_FLOAT, PSHMEM_RED_XOR, c_dst, c_src, 1) ==
+               PSHMEM_ERR_INVALID_ARG,
+           "xor of floats refused");
+    EXPECT(pshmem_reduce(PSHMEM_TEAM_WORLD, 99, PSHMEM_RED_SUM, c_dst, c_src, 1) ==
+               PSHMEM_ERR_INVALID_ARG,
+           "unknown type refused");
+    CHECK(pshmem_free(c_dst));
+    CHECK(pshmem_free(c_src));
+    printf("OK collectives pe=%d\n", me);
 
     /* pointers and errors */
     EXPECT(pshmem_ptr(buf, me) == buf, "ptr to itself");

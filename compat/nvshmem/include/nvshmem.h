@@ -727,16 +727,221 @@ NVSHMEMI_AMO_STD(float, float)
 NVSHMEMI_AMO_STD(double, double)
 
 /* ---- collectives ------------------------------------------------------------------------------- */
-/* Block j of `source` (nelems bytes) goes to member j's `dest` at this member's index. */
-static inline int nvshmem_alltoallmem(nvshmem_team_t team, void *dest, const void *source,
-                                      size_t nelems) {
-    return nvshmemi_status(pshmem_alltoallmem(team, dest, source, nelems));
+/* Over a team, between team syncs (on return results are complete on every member and the source
+ * may be reused). Bytes for the *mem forms, elements for the typed ones. Host forms take either
+ * symmetric heap; on-stream forms the GPU heap. */
+NVSHMEMI_HD static inline int nvshmem_broadcastmem(nvshmem_team_t team, void *dest,
+                                                   const void *source, size_t nelems,
+                                                   int PE_root) {
+    return NVSHMEMI_PICK(
+        pshmem_broadcastmem(team, dest, source, nelems, PE_root),
+        nvshmemi_status(PSHMEM_HOST(broadcastmem)(team, dest, source, nelems, PE_root)));
+}
+NVSHMEMI_HD static inline int nvshmem_fcollectmem(nvshmem_team_t team, void *dest,
+                                                  const void *source, size_t nelems) {
+    return NVSHMEMI_PICK(pshmem_fcollectmem(team, dest, source, nelems),
+                         nvshmemi_status(PSHMEM_HOST(fcollectmem)(team, dest, source, nelems)));
+}
+NVSHMEMI_HD static inline int nvshmem_alltoallmem(nvshmem_team_t team, void *dest,
+                                                  const void *source, size_t nelems) {
+    return NVSHMEMI_PICK(pshmem_alltoallmem(team, dest, source, nelems),
+                         nvshmemi_status(PSHMEM_HOST(alltoallmem)(team, dest, source, nelems)));
+}
+static inline int nvshmemx_broadcastmem_on_stream(nvshmem_team_t team, void *dest,
+                                                  const void *source, size_t nelems, int PE_root,
+                                                  cudaStream_t stream) {
+    return nvshmemi_status(
+        pshmemx_broadcastmem_on_stream(team, dest, source, nelems, PE_root, (void *)stream));
+}
+static inline int nvshmemx_fcollectmem_on_stream(nvshmem_team_t team, void *dest,
+                                                 const void *source, size_t nelems,
+                                                 cudaStream_t stream) {
+    return nvshmemi_status(
+        pshmemx_fcollectmem_on_stream(team, dest, source, nelems, (void *)stream));
 }
 static inline int nvshmemx_alltoallmem_on_stream(nvshmem_team_t team, void *dest,
                                                  const void *source, size_t nelems,
                                                  cudaStream_t stream) {
-    return nvshmemi_status(pshmemx_alltoallmem_on_stream(team, dest, source, nelems, (void *)stream));
+    return nvshmemi_status(
+        pshmemx_alltoallmem_on_stream(team, dest, source, nelems, (void *)stream));
 }
+#if defined(__CUDACC__)
+#define NVSHMEMI_GROUP_COLLMEM(SUF)                                                              \
+    NVSHMEMI_DEV static inline int nvshmemx_broadcastmem_##SUF(                                 \
+        nvshmem_team_t team, void *dest, const void *source, size_t nelems, int PE_root) {       \
+        return pshmemx_broadcastmem_##SUF(team, dest, source, nelems, PE_root);                  \
+    }                                                                                            \
+    NVSHMEMI_DEV static inline int nvshmemx_fcollectmem_##SUF(nvshmem_team_t team, void *dest,   \
+                                                              const void *source,                \
+                                                              size_t nelems) {                   \
+        return pshmemx_fcollectmem_##SUF(team, dest, source, nelems);                            \
+    }                                                                                            \
+    NVSHMEMI_DEV static inline int nvshmemx_alltoallmem_##SUF(nvshmem_team_t team, void *dest,   \
+                                                              const void *source,                \
+                                                              size_t nelems) {                   \
+        return pshmemx_alltoallmem_##SUF(team, dest, source, nelems);                            \
+    }
+NVSHMEMI_GROUP_COLLMEM(warp)
+NVSHMEMI_GROUP_COLLMEM(block)
+#endif
+
+/* Typed broadcast, fcollect, alltoall: host and device, on-stream, and the warp/block forms. */
+#define NVSHMEMI_TYPED_COLL_HOST(NAME, T)                                                        \
+    NVSHMEMI_HD static inline int nvshmem_##NAME##_broadcast(nvshmem_team_t team, T *dest,       \
+                                                             const T *source, size_t nelems,     \
+                                                             int PE_root) {                      \
+        return NVSHMEMI_PICK(pshmem_##NAME##_broadcast(team, dest, source, nelems, PE_root),     \
+                             nvshmem_broadcastmem(team, dest, source, nelems * sizeof(T),        \
+                                                  PE_root));                                     \
+    }                                                                                            \
+    NVSHMEMI_HD static inline int nvshmem_##NAME##_fcollect(nvshmem_team_t team, T *dest,        \
+                                                            const T *source, size_t nelems) {    \
+        return NVSHMEMI_PICK(pshmem_##NAME##_fcollect(team, dest, source, nelems),               \
+                             nvshmem_fcollectmem(team, dest, source, nelems * sizeof(T)));       \
+    }                                                                                            \
+    NVSHMEMI_HD static inline int nvshmem_##NAME##_alltoall(nvshmem_team_t team, T *dest,        \
+                                                            const T *source, size_t nelems) {    \
+        return NVSHMEMI_PICK(pshmem_##NAME##_alltoall(team, dest, source, nelems),               \
+                             nvshmem_alltoallmem(team, dest, source, nelems * sizeof(T)));       \
+    }                                                                                            \
+    static inline int nvshmemx_##NAME##_broadcast_on_stream(nvshmem_team_t team, T *dest,        \
+                                                            const T *source, size_t nelems,      \
+                                                            int PE_root, cudaStream_t stream) {  \
+        return nvshmemx_broadcastmem_on_stream(team, dest, source, nelems * sizeof(T), PE_root,   \
+                                               stream);                                          \
+    }                                                                                            \
+    static inline int nvshmemx_##NAME##_fcollect_on_stream(nvshmem_team_t team, T *dest,         \
+                                                           const T *source, size_t nelems,       \
+                                                           cudaStream_t stream) {                \
+        return nvshmemx_fcollectmem_on_stream(team, dest, source, nelems * sizeof(T), stream);   \
+    }                                                                                            \
+    static inline int nvshmemx_##NAME##_alltoall_on_stream(nvshmem_team_t team, T *dest,         \
+                                                           const T *source, size_t nelems,       \
+                                                           cudaStream_t stream) {                \
+        return nvshmemx_alltoallmem_on_stream(team, dest, source, nelems * sizeof(T), stream);   \
+    }
+#if defined(__CUDACC__)
+#define NVSHMEMI_TYPED_COLL_GROUP(NAME, T, SUF)                                                  \
+    NVSHMEMI_DEV static inline int nvshmemx_##NAME##_broadcast_##SUF(                           \
+        nvshmem_team_t team, T *dest, const T *source, size_t nelems, int PE_root) {             \
+        return pshmemx_##NAME##_broadcast_##SUF(team, dest, source, nelems, PE_root);            \
+    }                                                                                            \
+    NVSHMEMI_DEV static inline int nvshmemx_##NAME##_fcollect_##SUF(                            \
+        nvshmem_team_t team, T *dest, const T *source, size_t nelems) {                          \
+        return pshmemx_##NAME##_fcollect_##SUF(team, dest, source, nelems);                      \
+    }                                                                                            \
+    NVSHMEMI_DEV static inline int nvshmemx_##NAME##_alltoall_##SUF(                            \
+        nvshmem_team_t team, T *dest, const T *source, size_t nelems) {                          \
+        return pshmemx_##NAME##_alltoall_##SUF(team, dest, source, nelems);                      \
+    }
+#define NVSHMEMI_TYPED_COLL(NAME, T)                                                             \
+    NVSHMEMI_TYPED_COLL_HOST(NAME, T)                                                            \
+    NVSHMEMI_TYPED_COLL_GROUP(NAME, T, warp)                                                     \
+    NVSHMEMI_TYPED_COLL_GROUP(NAME, T, block)
+NVSHMEMI_RMA_TYPES(NVSHMEMI_TYPED_COLL)
+NVSHMEMI_TYPED_COLL(half, __half)
+NVSHMEMI_TYPED_COLL(bfloat16, __nv_bfloat16)
+#else
+NVSHMEMI_RMA_TYPES(NVSHMEMI_TYPED_COLL_HOST)
+#endif
+
+/* Reductions: nvshmem_NAME_OP_reduce / _reducescatter (host and device), their on-stream forms
+ * (types the host calls carry: PSHMEM_DT_*), and the warp/block forms (every type). */
+#define NVSHMEMI_RED_HOST(NAME, T, DT, OPN, OP)                                                  \
+    NVSHMEMI_HD static inline int nvshmem_##NAME##_##OPN##_reduce(nvshmem_team_t team, T *dest,  \
+                                                                  const T *source,               \
+                                                                  size_t nreduce) {              \
+        return NVSHMEMI_PICK(pshmem_##NAME##_##OPN##_reduce(team, dest, source, nreduce),        \
+                             nvshmemi_status(pshmem_reduce(team, DT, OP, dest, source,           \
+                                                           nreduce)));                           \
+    }                                                                                            \
+    NVSHMEMI_HD static inline int nvshmem_##NAME##_##OPN##_reducescatter(                       \
+        nvshmem_team_t team, T *dest, const T *source, size_t nreduce) {                         \
+        return NVSHMEMI_PICK(pshmem_##NAME##_##OPN##_reducescatter(team, dest, source, nreduce), \
+                             nvshmemi_status(pshmem_reducescatter(team, DT, OP, dest, source,    \
+                                                                  nreduce)));                    \
+    }                                                                                            \
+    static inline int nvshmemx_##NAME##_##OPN##_reduce_on_stream(                                \
+        nvshmem_team_t team, T *dest, const T *source, size_t nreduce, cudaStream_t stream) {    \
+        return nvshmemi_status(                                                                  \
+            pshmemx_reduce_on_stream(team, DT, OP, dest, source, nreduce, (void *)stream));      \
+    }                                                                                            \
+    static inline int nvshmemx_##NAME##_##OPN##_reducescatter_on_stream(                         \
+        nvshmem_team_t team, T *dest, const T *source, size_t nreduce, cudaStream_t stream) {    \
+        return nvshmemi_status(pshmemx_reducescatter_on_stream(team, DT, OP, dest, source,       \
+                                                               nreduce, (void *)stream));        \
+    }
+#define NVSHMEMI_RED_GROUP(NAME, T, OPN, SUF)                                                    \
+    NVSHMEMI_DEV static inline int nvshmemx_##NAME##_##OPN##_reduce_##SUF(                      \
+        nvshmem_team_t team, T *dest, const T *source, size_t nreduce) {                         \
+        return pshmemx_##NAME##_##OPN##_reduce_##SUF(team, dest, source, nreduce);               \
+    }                                                                                            \
+    NVSHMEMI_DEV static inline int nvshmemx_##NAME##_##OPN##_reducescatter_##SUF(               \
+        nvshmem_team_t team, T *dest, const T *source, size_t nreduce) {                         \
+        return pshmemx_##NAME##_##OPN##_reducescatter_##SUF(team, dest, source, nreduce);        \
+    }
+#if defined(__CUDACC__)
+#define NVSHMEMI_RED_GROUPS(NAME, T, OPN)                                                        \
+    NVSHMEMI_RED_GROUP(NAME, T, OPN, warp) NVSHMEMI_RED_GROUP(NAME, T, OPN, block)
+/* Device-only reductions (types the host calls do not carry). */
+#define NVSHMEMI_RED_DEV(NAME, T, OPN)                                                           \
+    NVSHMEMI_DEV static inline int nvshmem_##NAME##_##OPN##_reduce(nvshmem_team_t team, T *dest, \
+                                                                   const T *source,              \
+                                                                   size_t nreduce) {             \
+        return pshmem_##NAME##_##OPN##_reduce(team, dest, source, nreduce);                      \
+    }                                                                                            \
+    NVSHMEMI_DEV static inline int nvshmem_##NAME##_##OPN##_reducescatter(                      \
+        nvshmem_team_t team, T *dest, const T *source, size_t nreduce) {                         \
+        return pshmem_##NAME##_##OPN##_reducescatter(team, dest, source, nreduce);               \
+    }                                                                                            \
+    NVSHMEMI_RED_GROUPS(NAME, T, OPN)
+#else
+#define NVSHMEMI_RED_GROUPS(NAME, T, OPN)
+#endif
+#define NVSHMEMI_RED_OP(NAME, T, DT, OPN, OP)                                                    \
+    NVSHMEMI_RED_HOST(NAME, T, DT, OPN, OP) NVSHMEMI_RED_GROUPS(NAME, T, OPN)
+#define NVSHMEMI_RED_ARITH(NAME, T, DT)                                                          \
+    NVSHMEMI_RED_OP(NAME, T, DT, sum, PSHMEM_RED_SUM)                                            \
+    NVSHMEMI_RED_OP(NAME, T, DT, prod, PSHMEM_RED_PROD)                                          \
+    NVSHMEMI_RED_OP(NAME, T, DT, min, PSHMEM_RED_MIN)                                            \
+    NVSHMEMI_RED_OP(NAME, T, DT, max, PSHMEM_RED_MAX)
+#define NVSHMEMI_RED_INT(NAME, T, DT)                                                            \
+    NVSHMEMI_RED_ARITH(NAME, T, DT)                                                              \
+    NVSHMEMI_RED_OP(NAME, T, DT, and, PSHMEM_RED_AND)                                            \
+    NVSHMEMI_RED_OP(NAME, T, DT, or, PSHMEM_RED_OR)                                              \
+    NVSHMEMI_RED_OP(NAME, T, DT, xor, PSHMEM_RED_XOR)
+/* 32- and 64-bit integers, as the C types are sized on LP64 Linux. */
+NVSHMEMI_RED_INT(int, int, PSHMEM_DT_INT32)
+NVSHMEMI_RED_INT(long, long, PSHMEM_DT_INT64)
+NVSHMEMI_RED_INT(longlong, long long, PSHMEM_DT_INT64)
+NVSHMEMI_RED_INT(ptrdiff, ptrdiff_t, PSHMEM_DT_INT64)
+NVSHMEMI_RED_INT(uint, unsigned int, PSHMEM_DT_UINT32)
+NVSHMEMI_RED_INT(ulong, unsigned long, PSHMEM_DT_UINT64)
+NVSHMEMI_RED_INT(ulonglong, unsigned long long, PSHMEM_DT_UINT64)
+NVSHMEMI_RED_INT(int32, int32_t, PSHMEM_DT_INT32)
+NVSHMEMI_RED_INT(int64, int64_t, PSHMEM_DT_INT64)
+NVSHMEMI_RED_INT(uint32, uint32_t, PSHMEM_DT_UINT32)
+NVSHMEMI_RED_INT(uint64, uint64_t, PSHMEM_DT_UINT64)
+NVSHMEMI_RED_INT(size, size_t, PSHMEM_DT_UINT64)
+NVSHMEMI_RED_ARITH(float, float, PSHMEM_DT_FLOAT)
+NVSHMEMI_RED_ARITH(double, double, PSHMEM_DT_DOUBLE)
+#if defined(__CUDACC__)
+NVSHMEMI_RED_ARITH(half, __half, PSHMEM_DT_HALF)
+NVSHMEMI_RED_ARITH(bfloat16, __nv_bfloat16, PSHMEM_DT_BFLOAT16)
+#define NVSHMEMI_RED_DEV_INT(NAME, T)                                                            \
+    NVSHMEMI_RED_DEV(NAME, T, sum) NVSHMEMI_RED_DEV(NAME, T, prod)                               \
+    NVSHMEMI_RED_DEV(NAME, T, min) NVSHMEMI_RED_DEV(NAME, T, max)                                \
+    NVSHMEMI_RED_DEV(NAME, T, and) NVSHMEMI_RED_DEV(NAME, T, or) NVSHMEMI_RED_DEV(NAME, T, xor)
+NVSHMEMI_RED_DEV_INT(char, char)
+NVSHMEMI_RED_DEV_INT(schar, signed char)
+NVSHMEMI_RED_DEV_INT(short, short)
+NVSHMEMI_RED_DEV_INT(uchar, unsigned char)
+NVSHMEMI_RED_DEV_INT(ushort, unsigned short)
+NVSHMEMI_RED_DEV_INT(int8, int8_t)
+NVSHMEMI_RED_DEV_INT(int16, int16_t)
+NVSHMEMI_RED_DEV_INT(uint8, uint8_t)
+NVSHMEMI_RED_DEV_INT(uint16, uint16_t)
+#endif
 
 /* ---- modules and launches ---------------------------------------------------------------------- */
 /* Fills the device state of a module (or library) the program loaded itself; an error (not an

@@ -29,8 +29,6 @@ use crate::{
 const STAGE: usize = 4 << 20;
 /// Threads of the one block a host operation runs in.
 const THREADS: u32 = 256;
-/// Most blocks an alltoall uses (one per member in turn).
-const ALLTOALL_BLOCKS: u32 = 32;
 
 /// The runtime's kernels for host operations, fetched once at init (with CUDA's lazy loading,
 /// fetching one while a kernel waits on a peer can stall the context).
@@ -40,7 +38,6 @@ pub(super) struct HostKernels {
     signal_op: CudaFunction,
     amo: CudaFunction,
     team_sync: CudaFunction,
-    alltoall: CudaFunction,
     coll: CudaFunction,
     /// The staging buffer (allocated at first use) and the pinned result cell of AMOs; the lock
     /// also serializes the host operations of this PE on the internal stream.
@@ -61,7 +58,6 @@ impl HostKernels {
             amo: f("pshmem_k_host_amo")?,
             team_sync: f("pshmem_k_team_sync")?,
             coll: f("pshmem_k_coll")?,
-            alltoall: f("pshmem_k_alltoallmem")?,
             scratch: Mutex::new(None),
             cell,
         })
@@ -556,54 +552,6 @@ impl Gpu {
         let _g = self.host_lock();
         let st = stream.unwrap_or_else(|| self.stream.cu_stream());
         let (mut t, mut b) = (team, i32::from(barrier));
-        let mut args: [*mut c_void; 2] = [(&mut t as *mut i32).cast(), (&mut b as *mut i32).cast()];
-        // SAFETY: the arguments of pshmem_k_team_sync(int, int).
-        unsafe { self.launch(op, &self.host.team_sync, 1, 1, st, &mut args)? };
-        if stream.is_some() {
-            Ok(())
-        } else {
-            self.finish(op, Some(live))
-        }
-    }
-
-    /// alltoall of `nbytes` per member over `team` (symmetric `dest` and `src`), completed by a
-    /// team barrier; on `stream`, or blocking on the internal stream.
-    ///
-    /// # Safety
-    /// `stream`, when given, is a live stream of this PE's context.
-    pub unsafe fn alltoallmem_on(
-        &self,
-        team: Team,
-        dest: u64,
-        src: u64,
-        nbytes: usize,
-        members: usize,
-        stream: Option<RawStream>,
-    ) -> Result<()> {
-        let op = "alltoallmem";
-        let total = nbytes.checked_mul(members).ok_or(Error::SizeOverflow {
-            me: self.me,
-            op,
-            count: members,
-            size: nbytes,
-        })?;
-        self.sym(op, dest, total)?;
-        self.sym(op, src, total)?;
-        let live = self.live(op)?;
-        let _g = self.host_lock();
-        let st = stream.unwrap_or_else(|| self.stream.cu_stream());
-        let (mut t, mut d, mut s, mut n) = (team, dest, src, nbytes as u64);
-        let mut args: [*mut c_void; 4] = [
-            (&mut t as *mut i32).cast(),
-            (&mut d as *mut u64).cast(),
-            (&mut s as *mut u64).cast(),
-            (&mut n as *mut u64).cast(),
-        ];
-        let grid = (members as u32).clamp(1, ALLTOALL_BLOCKS);
-        // SAFETY: the arguments of pshmem_k_alltoallmem(int, char*, const char*, u64); both
-        // ranges are in the symmetric heap (checked).
-        unsafe { self.launch(op, &self.host.alltoall, grid, THREADS, st, &mut args)? };
-        let (mut t, mut b) = (team, 1i32);
         let mut args: [*mut c_void; 2] = [(&mut t as *mut i32).cast(), (&mut b as *mut i32).cast()];
         // SAFETY: the arguments of pshmem_k_team_sync(int, int).
         unsafe { self.launch(op, &self.host.team_sync, 1, 1, st, &mut args)? };

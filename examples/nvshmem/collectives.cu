@@ -1,0 +1,162 @@
+/* Collectives from kernels (one thread, a warp, a block) and from the host (blocking and on a
+ * stream): int sum and max reductions (in place too), a bfloat16 sum, reducescatter,
+ * broadcast, fcollect and alltoall, on the world and on an even/odd split; every result is
+ * checked against its closed form. The arrays are larger than the scratch chunk, so that
+ * members reached through the proxy are pulled in several chunks. */
+#include <cuda_bf16.h>
+#include <nvshmem.h>
+#include <nvshmemx.h>
+
+#include "common.h"
+
+#define N 70000 /* elements per reduction */
+
+/* group: 0 one thread, 1 a warp, 2 a block (the launch has 128 threads) */
+__global__ void reduce_all(int group, nvshmem_team_t team, int *dst, const int *src, int *mx,
+                           __nv_bfloat16 *bdst, const __nv_bfloat16 *bsrc) {
+    if (group == 0) {
+        if (threadIdx.x == 0) {
+            nvshmem_int_sum_reduce(team, dst, src, N);
+            nvshmem_int_max_reduce(team, mx, mx, N); /* in place */
+            nvshmem_bfloat16_sum_reduce(team, bdst, bsrc, 64);
+        }
+    } else if (group == 1) {
+        if (threadIdx.x < 32) {
+            nvshmemx_int_sum_reduce_warp(team, dst, src, N);
+            nvshmemx_int_max_reduce_warp(team, mx, mx, N);
+            nvshmemx_bfloat16_sum_reduce_warp(team, bdst, bsrc, 64);
+        }
+    } else {
+        nvshmemx_int_sum_reduce_block(team, dst, src, N);
+        nvshmemx_int_max_reduce_block(team, mx, mx, N);
+        nvshmemx_bfloat16_sum_reduce_block(team, bdst, bsrc, 64);
+    }
+}
+
+__global__ void move_all(nvshmem_team_t team, int root, long *bc, const long *bsrc, long *fc,
+                         long *a2a_dst, const long *a2a_src, int *rs_dst, const int *rs_src) {
+    nvshmemx_long_broadcast_block(team, bc, bsrc, 1000, root);
+    nvshmemx_long_fcollect_block(team, fc, bsrc, 1000);
+    nvshmemx_long_alltoall_block(team, a2a_dst, a2a_src, 100);
+    nvshmemx_int_sum_reducescatter_block(team, rs_dst, rs_src, 300);
+}
+
+static int check_team(nvshmem_team_t team, const char *label, cudaStream_t s) {
+    int me = nvshmem_team_my_pe(team), n = nvshmem_team_n_pes(team);
+    int wme = nvshmem_my_pe();
+    int *src = (int *)nvshmem_malloc(N * sizeof(int)), *dst = (int *)nvshmem_malloc(N * sizeof(int));
+    int *mx = (int *)nvshmem_malloc(N * sizeof(int));
+    __nv_bfloat16 *bsrc = (__nv_bfloat16 *)nvshmem_malloc(64 * sizeof(__nv_bfloat16));
+    __nv_bfloat16 *bdst = (__nv_bfloat16 *)nvshmem_malloc(64 * sizeof(__nv_bfloat16));
+    int *h = (int *)malloc(N * sizeof(int));
+    __nv_bfloat16 hb[64];
+    for (int group = 0; group < 3; ++group) {
+        for (int i = 0; i < N; ++i) h[i] = me + i;
+        CUDA_CHECK(cudaMemcpy(src, h, N * sizeof(int), cudaMemcpyHostToDevice));
+        for (int i = 0; i < N; ++i) h[i] = (i % n == me) ? 1000 + i : i;
+        CUDA_CHECK(cudaMemcpy(mx, h, N * sizeof(int), cudaMemcpyHostToDevice));
+        for (int i = 0; i < 64; ++i) hb[i] = __float2bfloat16((float)(me + 1) * 0.5f);
+        CUDA_CHECK(cudaMemcpy(bsrc, hb, sizeof hb, cudaMemcpyHostToDevice));
+        nvshmem_barrier_all();
+        reduce_all<<<1, 128, 0, s>>>(group, team, dst, src, mx, bdst, bsrc);
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        CUDA_CHECK(cudaMemcpy(h, dst, N * sizeof(int), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < N; ++i)
+            FAIL_IF(h[i] != n * (n - 1) / 2 + n * i, "collectives", "%s group %d sum[%d] = %d",
+                    label, group, i, h[i]);
+        CUDA_CHECK(cudaMemcpy(h, mx, N * sizeof(int), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < N; ++i)
+            FAIL_IF(h[i] != 1000 + i, "collectives", "%s group %d max[%d] = %d", label, group, i,
+                    h[i]);
+        CUDA_CHECK(cudaMemcpy(hb, bdst, sizeof hb, cudaMemcpyDeviceToHost));
+        float want = 0.5f * n * (n + 1) / 2;
+        for (int i = 0; i < 64; ++i)
+            FAIL_IF(__bfloat162float(hb[i]) != want, "collectives", "%s group %d bf16 %f", label,
+                    group, __bfloat162float(hb[i]));
+    }
+    /* broadcast, fcollect, alltoall and reducescatter from a block */
+    long *bc = (long *)nvshmem_malloc(1000 * sizeof(long)), *bs = (long *)nvshmem_malloc(1000 * sizeof(long));
+    long *fc = (long *)nvshmem_malloc(1000 * sizeof(long) * n);
+    long *a2s = (long *)nvshmem_malloc(100 * sizeof(long) * n), *a2d = (long *)nvshmem_malloc(100 * sizeof(long) * n);
+    int *rs_src = (int *)nvshmem_malloc(300 * sizeof(int) * n), *rs_dst = (int *)nvshmem_malloc(300 * sizeof(int));
+    long *hl = (long *)malloc(1000 * sizeof(long) * n);
+    for (int i = 0; i < 1000; ++i) hl[i] = (long)me * 100000 + i;
+    CUDA_CHECK(cudaMemcpy(bs, hl, 1000 * sizeof(long), cudaMemcpyHostToDevice));
+    for (int j = 0; j < n; ++j)
+        for (int i = 0; i < 100; ++i) hl[j * 100 + i] = (long)me * 1000000 + j * 1000 + i;
+    CUDA_CHECK(cudaMemcpy(a2s, hl, 100 * sizeof(long) * n, cudaMemcpyHostToDevice));
+    for (int j = 0; j < n; ++j)
+        for (int i = 0; i < 300; ++i) h[j * 300 + i] = me * 7 + j * 300 + i;
+    CUDA_CHECK(cudaMemcpy(rs_src, h, 300 * sizeof(int) * n, cudaMemcpyHostToDevice));
+    nvshmem_barrier_all();
+    int root = n - 1;
+    move_all<<<1, 128, 0, s>>>(team, root, bc, bs, fc, a2d, a2s, rs_dst, rs_src);
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaMemcpy(hl, bc, 1000 * sizeof(long), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 1000; ++i)
+        FAIL_IF(hl[i] != (long)root * 100000 + i, "collectives", "%s broadcast[%d]", label, i);
+    CUDA_CHECK(cudaMemcpy(hl, fc, 1000 * sizeof(long) * n, cudaMemcpyDeviceToHost));
+    for (int j = 0; j < n; ++j)
+        for (int i = 0; i < 1000; ++i)
+            FAIL_IF(hl[j * 1000 + i] != (long)j * 100000 + i, "collectives", "%s fcollect", label);
+    CUDA_CHECK(cudaMemcpy(hl, a2d, 100 * sizeof(long) * n, cudaMemcpyDeviceToHost));
+    for (int j = 0; j < n; ++j)
+        for (int i = 0; i < 100; ++i)
+            FAIL_IF(hl[j * 100 + i] != (long)j * 1000000 + me * 1000 + i, "collectives",
+                    "%s alltoall", label);
+    CUDA_CHECK(cudaMemcpy(h, rs_dst, 300 * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 300; ++i)
+        FAIL_IF(h[i] != 7 * n * (n - 1) / 2 + n * (me * 300 + i), "collectives",
+                "%s reducescatter[%d] = %d", label, i, h[i]);
+    /* host forms: blocking, then on the stream */
+    nvshmem_int_sum_reduce(team, dst, src, N);
+    CUDA_CHECK(cudaMemcpy(h, dst, N * sizeof(int), cudaMemcpyDeviceToHost));
+    FAIL_IF(h[N - 1] != n * (n - 1) / 2 + n * (N - 1), "collectives", "%s host reduce", label);
+    CUDA_CHECK(cudaMemset(dst, 0, N * sizeof(int)));
+    nvshmemx_int_sum_reduce_on_stream(team, dst, src, N, s);
+    nvshmemx_long_fcollect_on_stream(team, fc, bs, 1000, s);
+    CUDA_CHECK(cudaMemcpyAsync(h, dst, N * sizeof(int), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    FAIL_IF(h[7] != n * (n - 1) / 2 + n * 7, "collectives", "%s on-stream reduce", label);
+    nvshmem_long_broadcast(team, bc, bs, 1000, 0);
+    CUDA_CHECK(cudaMemcpy(hl, bc, sizeof(long), cudaMemcpyDeviceToHost));
+    FAIL_IF(hl[0] != 0, "collectives", "%s host broadcast", label);
+    nvshmem_barrier_all();
+    printf("checked collectives pe=%d team=%s member=%d of %d\n", wme, label, me, n);
+    free(hl);
+    free(h);
+    nvshmem_free(rs_dst);
+    nvshmem_free(rs_src);
+    nvshmem_free(a2d);
+    nvshmem_free(a2s);
+    nvshmem_free(fc);
+    nvshmem_free(bs);
+    nvshmem_free(bc);
+    nvshmem_free(bdst);
+    nvshmem_free(bsrc);
+    nvshmem_free(mx);
+    nvshmem_free(dst);
+    nvshmem_free(src);
+    return 0;
+}
+
+int main(void) {
+    nvshmem_init();
+    select_device();
+    int me = nvshmem_my_pe(), n = nvshmem_n_pes();
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    check_team(NVSHMEM_TEAM_WORLD, "world", s);
+    nvshmem_team_t half_team = NVSHMEM_TEAM_INVALID;
+    int parity = me % 2;
+    nvshmem_team_split_strided(NVSHMEM_TEAM_WORLD, parity, 2, (n - parity + 1) / 2, NULL, 0,
+                               &half_team);
+    /* Both halves run their collectives at once; nvshmem_malloc inside is over the world, so
+     * every PE calls check_team exactly once more. */
+    check_team(half_team, parity ? "odds" : "evens", s);
+    nvshmem_team_destroy(half_team);
+    CUDA_CHECK(cudaStreamDestroy(s));
+    printf("OK collectives pe=%d all\n", me);
+    nvshmem_finalize();
+    return 0;
+}
