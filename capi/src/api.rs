@@ -1230,21 +1230,25 @@ fn collective(
     ) {
         (Heap::Gpu(d), Heap::Gpu(s)) => {
             let gpu = g.s.gpu()?;
-            Ok(match stream {
-                // SAFETY: pshmem.h: a live stream of the PE's device.
+            match stream {
                 Some(st) => {
+                    // SAFETY: pshmem.h: a live stream of the PE's device.
                     unsafe { gpu.collective_on_stream(coll, team, members, d, s, n, st.cast()) }?
                 }
                 None => gpu.collective(coll, team, members, d, s, n)?,
-            })
+            }
+            Ok(())
         }
-        (Heap::Host(d), Heap::Host(s)) if stream.is_none() => Ok(match coll {
-            Coll::Broadcast { root } => g.s.broadcast(team, d, s, n, root)?,
-            Coll::Fcollect => g.s.fcollect(team, d, s, n)?,
-            Coll::Alltoall => g.s.alltoall(team, d, s, n)?,
-            Coll::Reduce(dt, op) => g.s.reduce(team, dt, op, d, s, n)?,
-            Coll::ReduceScatter(dt, op) => g.s.reducescatter(team, dt, op, d, s, n)?,
-        }),
+        (Heap::Host(d), Heap::Host(s)) if stream.is_none() => {
+            match coll {
+                Coll::Broadcast { root } => g.s.broadcast(team, d, s, n, root)?,
+                Coll::Fcollect => g.s.fcollect(team, d, s, n)?,
+                Coll::Alltoall => g.s.alltoall(team, d, s, n)?,
+                Coll::Reduce(dt, op) => g.s.reduce(team, dt, op, d, s, n)?,
+                Coll::ReduceScatter(dt, op) => g.s.reducescatter(team, dt, op, d, s, n)?,
+            }
+            Ok(())
+        }
         (Heap::Host(_), Heap::Host(_)) => Err(Fail::new(
             code::INVALID_ARG,
             "an on-stream collective takes GPU symmetric memory",
