@@ -70,6 +70,11 @@ if [ "$NGPU" -ge 1 ]; then
   run "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" p_latency atomic_latency msg_rate barrier_latency -n 10 --window 64 --json "$OUT/perf-$where-lat.json"
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" put_bw -b 8 -e 16777216 -f 4 -n 3 --window 8 --json "$OUT/perf-staged-bw.json"
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" p_latency atomic_latency barrier_latency -n 5 --window 32 --json "$OUT/perf-staged-lat.json"
+  # The collectives (one block, world team): 4 B ... 256 MiB per PE directly, to 1 MiB through
+  # the proxy. Beside NCCL: scripts/bench-coll.sh on a 2-GPU machine.
+  run env PSHMEM_GPU_SYMMETRIC_SIZE=3G "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" sync_latency barrier_latency bcast_latency fcollect_latency alltoall_latency reduce_latency reducescatter_latency -b 4 -e 268435456 -f 4 -n 5 --json "$OUT/perf-$where-coll.json"
+  run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" sync_latency bcast_latency fcollect_latency alltoall_latency reduce_latency reducescatter_latency -b 4 -e 1048576 -f 16 -n 5 --json "$OUT/perf-staged-coll.json"
+  [ "$NGPU" -ge 2 ] && run bash scripts/bench-coll.sh "$BIN" "$OUT/coll-vs-nccl"
 fi
 # The NVSHMEM-compatible programs (examples/nvshmem/), built here as their users build them
 # (nvcc against the NVSHMEM-style tree of scripts/nvshmem-home.sh; on a machine without Rust, a

@@ -67,3 +67,23 @@ extern "C" __global__ void perf_spin(unsigned long long ns) {
     while (pshmem_globaltimer() - t0 < ns) {
     }
 }
+
+/* `iters` collectives over the world team by one block (the NVSHMEM collective perftests' shape):
+ * kind 0 sync, 1 broadcast (root 0), 2 fcollect, 3 alltoall (`n` bytes per member), 4 reduce and
+ * 5 reducescatter (float sums of n / 4 elements per member). PE 0's time in *ns. */
+extern "C" __global__ void perf_coll(int kind, int iters, char *dest, const char *src,
+                                     unsigned long long n, unsigned long long *ns) {
+    uint64_t t0 = pshmem_globaltimer();
+    for (int i = 0; i < iters; ++i) {
+        switch (kind) {
+        case 0: pshmemx_team_sync_block(0); break;
+        case 1: pshmemx_broadcastmem_block(0, dest, src, n, 0); break;
+        case 2: pshmemx_fcollectmem_block(0, dest, src, n); break;
+        case 3: pshmemx_alltoallmem_block(0, dest, src, n); break;
+        case 4: pshmemx_float_sum_reduce_block(0, (float *)dest, (const float *)src, n / 4); break;
+        default:
+            pshmemx_float_sum_reducescatter_block(0, (float *)dest, (const float *)src, n / 4);
+        }
+    }
+    if (PSHMEM_I_TID == 0) *ns = pshmem_globaltimer() - t0;
+}

@@ -117,6 +117,7 @@ pub fn run(s: &Pshmem, plan: &GpuPlan<'_>) -> R<Vec<GpuRow>> {
         f("perf_barrier")?,
         f("perf_spin")?,
     );
+    let k_coll = f("perf_coll")?;
     let max = plan.sizes.iter().copied().max().unwrap_or(8).max(64);
     let src = s.gpu_malloc(max).map_err(err)?;
     let dst = s.gpu_malloc(max).map_err(err)?;
@@ -282,6 +283,54 @@ pub fn run(s: &Pshmem, plan: &GpuPlan<'_>) -> R<Vec<GpuRow>> {
                     samples,
                     blocks: 0,
                 });
+            }
+            name @ ("sync_latency"
+            | "bcast_latency"
+            | "fcollect_latency"
+            | "alltoall_latency"
+            | "reduce_latency"
+            | "reducescatter_latency") => {
+                let kind = crate::COLLECTIVES
+                    .iter()
+                    .position(|&c| c == name)
+                    .expect("a collective");
+                let name: &'static str = crate::COLLECTIVES[kind];
+                let kind = kind as i32;
+                let sizes: &[usize] = if kind == 0 { &[0] } else { plan.sizes };
+                let n = s.n_pes();
+                for &size in sizes {
+                    // Reductions move whole floats; every size is a multiple of 4 from 4 B.
+                    let size = if kind >= 4 { size.max(4) / 4 * 4 } else { size };
+                    let (cs, cd) = (
+                        s.gpu_malloc((size * n).max(64)).map_err(err)?,
+                        s.gpu_malloc((size * n).max(64)).map_err(err)?,
+                    );
+                    let reps = plan.reps.min((256 << 20) / size.max(1)).max(1);
+                    let mut samples = Vec::new();
+                    for i in 0..plan.samples + 1 {
+                        barrier()?;
+                        let (d, sp, sz, r) = (g.ptr(cd), g.ptr(cs), size as u64, reps as i32);
+                        let mut b = st.launch_builder(&k_coll);
+                        b.arg(&kind).arg(&r).arg(&d).arg(&sp).arg(&sz).arg(&ns);
+                        // SAFETY: perf_coll(int, int, char*, const char*, u64, u64*) on
+                        // symmetric buffers of n_pes × size bytes and one result word.
+                        unsafe { b.launch(cfg(1, 512)) }.map_err(err)?;
+                        g.synchronize(&st, name).map_err(err)?;
+                        if i > 0 && me == 0 {
+                            samples.push(read_ns(&st)? / 1e3 / reps as f64);
+                        }
+                    }
+                    barrier()?;
+                    s.gpu_free(cd).map_err(err)?;
+                    s.gpu_free(cs).map_err(err)?;
+                    rows.push(GpuRow {
+                        test: name,
+                        size,
+                        unit: "us",
+                        samples,
+                        blocks: 1,
+                    });
+                }
             }
             other => {
                 if me == 0 {

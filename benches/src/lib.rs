@@ -23,6 +23,17 @@ pub fn paired_ratio(a: &[f64], b: &[f64]) -> f64 {
     median(&r)
 }
 
+/// The collective latency tests of `pshmem-perf`, named after NVSHMEM's collective perftests;
+/// the index is the kind `perf_coll` (benches/cuda/perf.cu) takes.
+pub const COLLECTIVES: [&str; 6] = [
+    "sync_latency",
+    "bcast_latency",
+    "fcollect_latency",
+    "alltoall_latency",
+    "reduce_latency",
+    "reducescatter_latency",
+];
+
 /// Median of a sample (sorted copy).
 pub fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();

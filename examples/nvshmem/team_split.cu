@@ -60,6 +60,15 @@ int main(void) {
         nvshmem_barrier_all();
     }
     nvshmem_team_destroy(t);
+    /* a 2-D split: rows of 2 PEs, and the columns across them */
+    nvshmem_team_t row = NVSHMEM_TEAM_INVALID, col = NVSHMEM_TEAM_INVALID;
+    FAIL_IF(nvshmem_team_split_2d(NVSHMEM_TEAM_WORLD, 2, NULL, 0, &row, NULL, 0, &col) != 0,
+            "team_split", "2-D split");
+    FAIL_IF(nvshmem_team_my_pe(row) != me % 2 || nvshmem_team_my_pe(col) != me / 2 ||
+                nvshmem_team_n_pes(col) != (n - me % 2 + 1) / 2,
+            "team_split", "2-D numbering %d %d", nvshmem_team_my_pe(row), nvshmem_team_my_pe(col));
+    nvshmem_team_destroy(row);
+    nvshmem_team_destroy(col);
     printf("OK team_split pe=%d team=%d member=%d of %d\n", me, (int)t, me / 2, size);
     free(h);
     nvshmem_free(dst);

@@ -1,7 +1,9 @@
 //! `pshmrun -n 2 -- pshmem-perf [TEST...] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]
 //! [--window W] [--json PATH]`: NVSHMEM-perftest-style measurements of the runtime between PE 0
 //! and PE 1 (other PEs only join the barriers). Tests: put_bw, get_bw, put_latency, p_latency,
-//! put_signal_pingpong, atomic_latency, msg_rate, barrier_latency, or `all`.
+//! put_signal_pingpong, atomic_latency, msg_rate, barrier_latency, the collectives
+//! sync_latency, bcast_latency, fcollect_latency, alltoall_latency, reduce_latency (float sum)
+//! and reducescatter_latency over the world team (sizes in bytes per member), or `all`.
 //!
 //! Where every PE has a GPU (or with `--device on`) the tests are device-initiated: kernels
 //! issue them through the device API (see `pshmem_benches::gpu_perf`); `--device off` keeps
@@ -14,7 +16,7 @@
 use std::time::Instant;
 
 use clap::Parser;
-use pshmem::{Cmp, Pshmem, SignalOp, SymPtr};
+use pshmem::{Cmp, DType, Pshmem, RedOp, SignalOp, SymPtr, team::TEAM_WORLD};
 use pshmem_benches::{machine, median, size_label};
 
 const TESTS: &[&str] = &[
@@ -26,6 +28,12 @@ const TESTS: &[&str] = &[
     "atomic_latency",
     "msg_rate",
     "barrier_latency",
+    "sync_latency",
+    "bcast_latency",
+    "fcollect_latency",
+    "alltoall_latency",
+    "reduce_latency",
+    "reducescatter_latency",
 ];
 
 #[derive(Parser)]
@@ -255,6 +263,56 @@ impl Ctx<'_> {
         }
         self.row("barrier_latency", 0, "us", us(&t));
     }
+
+    /// A host collective over the world team on the host heap, per size (bytes per member).
+    fn collective(&mut self, name: &'static str) {
+        let n = self.s.n_pes();
+        let sizes = if name == "sync_latency" {
+            vec![0]
+        } else {
+            sizes(self.a)
+        };
+        for size in sizes {
+            let size = if name.starts_with("reduce") {
+                size.max(4) / 4 * 4
+            } else {
+                size
+            };
+            let src = self
+                .s
+                .malloc((size * n).max(64))
+                .expect("collective source");
+            let dst = self
+                .s
+                .malloc((size * n).max(64))
+                .expect("collective destination");
+            let mut t = Vec::new();
+            for i in 0..self.a.warmup + self.a.iters {
+                let t0 = Instant::now();
+                let r = match name {
+                    "sync_latency" => self.s.team_sync(TEAM_WORLD),
+                    "bcast_latency" => self.s.broadcast(TEAM_WORLD, dst, src, size, 0),
+                    "fcollect_latency" => self.s.fcollect(TEAM_WORLD, dst, src, size),
+                    "alltoall_latency" => self.s.alltoall(TEAM_WORLD, dst, src, size),
+                    "reduce_latency" => {
+                        self.s
+                            .reduce(TEAM_WORLD, DType::F32, RedOp::Sum, dst, src, size / 4)
+                    }
+                    _ => {
+                        self.s
+                            .reducescatter(TEAM_WORLD, DType::F32, RedOp::Sum, dst, src, size / 4)
+                    }
+                };
+                r.expect(name);
+                if i >= self.a.warmup {
+                    t.push(t0.elapsed().as_secs_f64());
+                }
+            }
+            self.row(name, size, "us", us(&t));
+            self.s.free(dst).expect("free");
+            self.s.free(src).expect("free");
+        }
+    }
 }
 
 fn us(t: &[f64]) -> Vec<f64> {
@@ -405,7 +463,10 @@ fn main() {
             "atomic_latency" => c.atomic_latency(),
             "msg_rate" => c.msg_rate(),
             "barrier_latency" => c.barrier_latency(),
-            _ => unreachable!(),
+            name => {
+                let name = TESTS.iter().find(|&&t| t == name).expect("a known test");
+                c.collective(name)
+            }
         }
     }
     if me == 0

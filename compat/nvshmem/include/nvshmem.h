@@ -267,6 +267,18 @@ static inline int nvshmem_team_split_strided(nvshmem_team_t parent, int start, i
     (void)config_mask;
     return nvshmemi_status(pshmem_team_split_strided(parent, start, stride, size, new_team));
 }
+/* Rows of `xrange` members (x axis) and the columns across them (y axis). */
+static inline int nvshmem_team_split_2d(nvshmem_team_t parent, int xrange,
+                                        const nvshmem_team_config_t *xaxis_config,
+                                        long xaxis_mask, nvshmem_team_t *xaxis_team,
+                                        const nvshmem_team_config_t *yaxis_config,
+                                        long yaxis_mask, nvshmem_team_t *yaxis_team) {
+    (void)xaxis_config;
+    (void)xaxis_mask;
+    (void)yaxis_config;
+    (void)yaxis_mask;
+    return nvshmemi_status(pshmem_team_split_2d(parent, xrange, xaxis_team, yaxis_team));
+}
 static inline void nvshmem_team_destroy(nvshmem_team_t team) {
     nvshmemi_check(pshmem_team_destroy(team), "nvshmem_team_destroy");
 }

@@ -218,14 +218,29 @@ __device__ inline int pshmem_i_reduce(int team, int op, T *dest, const T *src, s
         }
         g::sync();
         T *out = in_place ? scratch + (size_t)n * per : dest + at;
-        for (size_t i = g::t(); i < len; i += g::nt()) {
-            typename acc::type a = 0;
+        /* Tiles of E elements per thread: each member's address is looked up once per tile,
+         * and its E loads are in flight together; the fold stays in registers. */
+        const int E = 4;
+        for (size_t base = 0; base < len; base += (size_t)E * g::nt()) {
+            typename acc::type a[E];
+#pragma unroll 1
             for (int j = 0; j < n; ++j) {
-                const T *p = (const T *)pshmem_ptr(block + at + i, t->members[j]);
-                T x = pshmem_i_ldcv(p ? p : scratch + (size_t)j * per + i);
-                a = j == 0 ? acc::in(x) : pshmem_i_fold(op, a, acc::in(x));
+                const T *p = (const T *)pshmem_ptr(block + at, t->members[j]);
+                if (!p) p = scratch + (size_t)j * per;
+#pragma unroll
+                for (int e = 0; e < E; ++e) {
+                    size_t i = base + (size_t)e * g::nt() + g::t();
+                    if (i < len) {
+                        typename acc::type x = acc::in(pshmem_i_ldcv(p + i));
+                        a[e] = j == 0 ? x : pshmem_i_fold(op, a[e], x);
+                    }
+                }
             }
-            out[i] = acc::out(a);
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                size_t i = base + (size_t)e * g::nt() + g::t();
+                if (i < len) out[i] = acc::out(a[e]);
+            }
         }
         if (in_place) {
             /* Every member has read this chunk of every source: now it may be overwritten. */
