@@ -59,6 +59,7 @@ static const struct pshmem_probe_entry probe[] = {
     OFF(pshmem_team_device_t, my_index), OFF(pshmem_team_device_t, members),
     OFF(pshmem_team_device_t, sync_off), OFF(pshmem_team_device_t, epoch),
     OFF(pshmem_team_device_t, scratch), OFF(pshmem_team_device_t, scratch_bytes),
+    OFF(pshmem_team_device_t, ll_off), OFF(pshmem_team_device_t, ll_seq), VAL(PSHMEM_LL_BYTES),
 };
 
 const struct pshmem_probe_entry *pshmem_abi_probe(size_t *n) {

@@ -71,7 +71,7 @@ extern "C" __global__ void perf_spin(unsigned long long ns) {
 /* `iters` collectives over the world team by one block (the NVSHMEM collective perftests' shape):
  * kind 0 sync, 1 broadcast (root 0), 2 fcollect, 3 alltoall (`n` bytes per member), 4 reduce and
  * 5 reducescatter (float sums of n / 4 elements per member). PE 0's time in *ns. */
-extern "C" __global__ void perf_coll(int kind, int iters, char *dest, const char *src,
+extern "C" __global__ void __launch_bounds__(512) perf_coll(int kind, int iters, char *dest, const char *src,
                                      unsigned long long n, unsigned long long *ns) {
     uint64_t t0 = pshmem_globaltimer();
     for (int i = 0; i < iters; ++i) {

@@ -1,5 +1,6 @@
 /* Collectives from kernels (one thread, a warp, a block) and from the host (blocking and on a
- * stream): int sum and max reductions (in place too), a bfloat16 sum, reducescatter,
+ * stream): int sum and max reductions (in place too; large, and small ones that take the
+ * low-latency protocol on mapped members, five in a row), a bfloat16 sum, reducescatter,
  * broadcast, fcollect and alltoall, on the world and on an even/odd split; every result is
  * checked against its closed form. The arrays are larger than the scratch chunk, so that
  * members reached through the proxy are pulled in several chunks. */
@@ -31,6 +32,12 @@ __global__ void reduce_all(int group, nvshmem_team_t team, int *dst, const int *
         nvshmemx_int_max_reduce_block(team, mx, mx, N);
         nvshmemx_bfloat16_sum_reduce_block(team, bdst, bsrc, 64);
     }
+}
+
+/* Small messages: the low-latency path where every member is mapped (33 ints, in place too). */
+__global__ void small_reduce(nvshmem_team_t team, int *dst, int *src) {
+    nvshmemx_int_sum_reduce_block(team, dst, src, 33);
+    nvshmemx_int_max_reduce_block(team, src, src, 33);
 }
 
 __global__ void move_all(nvshmem_team_t team, int root, long *bc, const long *bsrc, long *fc,
@@ -74,6 +81,22 @@ static int check_team(nvshmem_team_t team, const char *label, cudaStream_t s) {
             FAIL_IF(__bfloat162float(hb[i]) != want, "collectives", "%s group %d bf16 %f", label,
                     group, __bfloat162float(hb[i]));
     }
+    for (int round = 0; round < 5; ++round) {
+        for (int i = 0; i < 33; ++i) h[i] = me * 3 + i + round;
+        CUDA_CHECK(cudaMemcpy(src, h, 33 * sizeof(int), cudaMemcpyHostToDevice));
+        small_reduce<<<1, 96, 0, s>>>(team, dst, src);
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        CUDA_CHECK(cudaMemcpy(h, dst, 33 * sizeof(int), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < 33; ++i)
+            FAIL_IF(h[i] != 3 * n * (n - 1) / 2 + n * (i + round), "collectives",
+                    "%s small sum[%d] = %d (round %d)", label, i, h[i], round);
+        CUDA_CHECK(cudaMemcpy(h, src, 33 * sizeof(int), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < 33; ++i)
+            FAIL_IF(h[i] != 3 * (n - 1) + i + round, "collectives", "%s small max[%d] = %d",
+                    label, i, h[i]);
+    }
+    for (int i = 0; i < N; ++i) h[i] = me + i; /* src again, for the host forms below */
+    CUDA_CHECK(cudaMemcpy(src, h, N * sizeof(int), cudaMemcpyHostToDevice));
     /* broadcast, fcollect, alltoall and reducescatter from a block */
     long *bc = (long *)nvshmem_malloc(1000 * sizeof(long)), *bs = (long *)nvshmem_malloc(1000 * sizeof(long));
     long *fc = (long *)nvshmem_malloc(1000 * sizeof(long) * n);

@@ -70,6 +70,121 @@ template <int G> __device__ __forceinline__ void pshmem_i_coll_sync(int team, bo
     g::sync();
 }
 
+/* ---- the low-latency protocol ------------------------------------------------------------------
+ * For messages of at most PSHMEM_LL_BYTES per member when every member is mapped: each 4 bytes
+ * travel in one 8-byte store beside the call's flag, into the receiver's slot for the sender, so
+ * a message costs its stores and nothing else — no signal, no team sync. A receiver waits on
+ * each word's flag. Two sets of slots alternate by call: a member cannot reach the call after
+ * next before every member has sent it the next one, which each does only after finishing this
+ * one, so a slot is never overwritten before it is read. fcollect, alltoall, reduce and
+ * reducescatter use it (every member hears from every member); broadcast does not (the root
+ * hears from no one, and could run ahead). */
+
+/* Whether the protocol serves a call of `nbytes` per member message. The same on every member
+ * (same arguments; mappings are symmetric), so that all take the same path and their sequence
+ * counters stay equal. */
+__device__ __forceinline__ bool pshmem_i_ll_ok(const pshmem_team_device_t *t, size_t nbytes) {
+    if (nbytes == 0 || nbytes > PSHMEM_LL_BYTES) return false;
+    const void *probe = (const void *)(uintptr_t)(pshmem_dstate.heap_base + t->ll_off);
+    for (int j = 0; j < t->size; ++j)
+        if (!pshmem_ptr(probe, t->members[j])) return false;
+    return true;
+}
+
+/* This PE's slot (set `parity`) for messages from member `from`. */
+__device__ __forceinline__ uint64_t *pshmem_i_ll_slot(const pshmem_team_device_t *t, int parity,
+                                                      int from) {
+    return (uint64_t *)(uintptr_t)(pshmem_dstate.heap_base + t->ll_off) +
+           ((size_t)parity * t->size + from) * (PSHMEM_LL_BYTES / 4);
+}
+
+/* The call's sequence number (this PE's count of low-latency calls on the team, the same on
+ * every member), read by every thread of the group before the leader advances it. */
+template <int G> __device__ __forceinline__ uint64_t pshmem_i_ll_begin(const pshmem_team_device_t *t) {
+    typedef pshmem_i_grp<G> g;
+    g::sync();
+    uint64_t seq = *(volatile unsigned long long *)t->ll_seq + 1;
+    g::sync();
+    if (g::t() == 0) *(volatile unsigned long long *)t->ll_seq = seq;
+    return seq;
+}
+
+/* A flag that is never 0 (the slots' initial value) and differs between consecutive calls. */
+__device__ __forceinline__ uint32_t pshmem_i_ll_flag(uint64_t seq) {
+    return (uint32_t)((seq - 1) % 0xffffffffull) + 1;
+}
+
+/* Word `w` of a message (the last one zero-padded). */
+__device__ __forceinline__ uint32_t pshmem_i_ll_word(const char *src, size_t nbytes, size_t w) {
+    size_t at = w * 4;
+    if (((uintptr_t)(src + at) & 3) == 0 && at + 4 <= nbytes) return *(const uint32_t *)(src + at);
+    uint32_t d = 0;
+    for (size_t b = 0; b < 4 && at + b < nbytes; ++b)
+        d |= (uint32_t)(unsigned char)src[at + b] << (8 * b);
+    return d;
+}
+
+/* Sends `nbytes` at `src` to member `m`'s slot for this PE. */
+template <int G>
+__device__ __forceinline__ void pshmem_i_ll_send(const pshmem_team_device_t *t, uint64_t seq,
+                                                 int m, const void *src, size_t nbytes) {
+    typedef pshmem_i_grp<G> g;
+    uint64_t *dst =
+        (uint64_t *)pshmem_ptr(pshmem_i_ll_slot(t, (int)(seq & 1), t->my_index), t->members[m]);
+    uint64_t flag = (uint64_t)pshmem_i_ll_flag(seq) << 32;
+    size_t words = (nbytes + 3) / 4;
+    for (size_t w = g::t(); w < words; w += g::nt())
+        pshmem_st_relaxed_sys_u64(dst + w, flag | pshmem_i_ll_word((const char *)src, nbytes, w));
+}
+
+/* Receives member `from`'s `nbytes` into `out` (local memory); false when a wait failed
+ * (recorded). */
+template <int G>
+__device__ __forceinline__ bool pshmem_i_ll_recv(const pshmem_team_device_t *t, uint64_t seq,
+                                                 int from, void *out, size_t nbytes) {
+    typedef pshmem_i_grp<G> g;
+    const uint64_t *slot = pshmem_i_ll_slot(t, (int)(seq & 1), from);
+    uint32_t flag = pshmem_i_ll_flag(seq);
+    size_t words = (nbytes + 3) / 4;
+    char *o = (char *)out;
+    bool ok = true;
+    for (size_t w = g::t(); w < words && ok; w += g::nt()) {
+        uint64_t v = 0;
+        ok = pshmem_i_wait<4, 64>([&] {
+            v = pshmem_ld_relaxed_sys(slot + w);
+            return (uint32_t)(v >> 32) == flag;
+        });
+        uint32_t d = (uint32_t)v;
+        size_t at = w * 4;
+        if (((uintptr_t)(o + at) & 3) == 0 && at + 4 <= nbytes) {
+            *(uint32_t *)(o + at) = d;
+        } else {
+            for (size_t b = 0; b < 4 && at + b < nbytes; ++b) o[at + b] = (char)(d >> (8 * b));
+        }
+    }
+    return ok;
+}
+
+/* Every member's message to every member: `src_of(m)` is what goes to member m, `out_of(j)`
+ * where member j's lands. */
+template <int G, typename Src, typename Out>
+__device__ __forceinline__ int pshmem_i_ll_exchange(const pshmem_team_device_t *t, size_t nbytes,
+                                                    Src src_of, Out out_of) {
+    typedef pshmem_i_grp<G> g;
+    uint64_t seq = pshmem_i_ll_begin<G>(t);
+    for (int k = 1; k <= t->size; ++k) {
+        int m = (t->my_index + k) % t->size;
+        pshmem_i_ll_send<G>(t, seq, m, src_of(m), nbytes);
+    }
+    bool ok = true;
+    for (int k = 0; k < t->size; ++k) {
+        int j = (t->my_index + t->size - k) % t->size; /* own first, then the others */
+        ok = pshmem_i_ll_recv<G>(t, seq, j, out_of(j), nbytes) && ok;
+    }
+    g::sync();
+    return ok ? 0 : -1;
+}
+
 template <int G>
 __device__ inline int pshmem_i_broadcast(int team, void *dest, const void *src, size_t nbytes,
                                          int root) {
@@ -95,6 +210,10 @@ __device__ inline int pshmem_i_fcollect(int team, void *dest, const void *src, s
     typedef pshmem_i_grp<G> g;
     const pshmem_team_device_t *t = pshmem_i_coll_team(team);
     if (!t) return -1;
+    if (pshmem_i_ll_ok(t, nbytes))
+        return pshmem_i_ll_exchange<G>(
+            t, nbytes, [&](int) { return src; },
+            [&](int j) { return (char *)dest + (size_t)j * nbytes; });
     pshmem_i_coll_sync<G>(team, false);
     char *at = (char *)dest + (size_t)t->my_index * nbytes;
     if (nbytes)
@@ -110,6 +229,10 @@ __device__ inline int pshmem_i_alltoall(int team, void *dest, const void *src, s
     typedef pshmem_i_grp<G> g;
     const pshmem_team_device_t *t = pshmem_i_coll_team(team);
     if (!t) return -1;
+    if (pshmem_i_ll_ok(t, nbytes))
+        return pshmem_i_ll_exchange<G>(
+            t, nbytes, [&](int m) { return (const char *)src + (size_t)m * nbytes; },
+            [&](int j) { return (char *)dest + (size_t)j * nbytes; });
     pshmem_i_coll_sync<G>(team, false);
     char *at = (char *)dest + (size_t)t->my_index * nbytes;
     if (nbytes)
@@ -193,6 +316,22 @@ __device__ inline int pshmem_i_reduce(int team, int op, T *dest, const T *src, s
         return -1;
     }
     const int n = t->size;
+    T *scratch = (T *)t->scratch;
+    if (pshmem_i_ll_ok(t, nelems * sizeof(T)) && (size_t)n * nelems * sizeof(T) <= t->scratch_bytes) {
+        /* Every member's contribution (its block for member m, scattering) into the scratch,
+         * then the fold in member order. */
+        const size_t nb = nelems * sizeof(T);
+        int rc = pshmem_i_ll_exchange<G>(
+            t, nb, [&](int m) { return scatter ? src + (size_t)m * nelems : src; },
+            [&](int j) { return (char *)scratch + (size_t)j * nb; });
+        for (size_t i = g::t(); i < nelems; i += g::nt()) {
+            typename acc::type a = acc::in(scratch[i]);
+            for (int j = 1; j < n; ++j) a = pshmem_i_fold(op, a, acc::in(scratch[(size_t)j * nelems + i]));
+            dest[i] = acc::out(a);
+        }
+        g::sync();
+        return rc;
+    }
     const T *block = scatter ? src + (size_t)t->my_index * nelems : src;
     const size_t src_elems = scatter ? (size_t)n * nelems : nelems;
     const bool in_place = nelems && (uintptr_t)dest < (uintptr_t)(src + src_elems) &&
@@ -201,7 +340,6 @@ __device__ inline int pshmem_i_reduce(int team, int op, T *dest, const T *src, s
      * 16-byte multiples so that every member's slice stays aligned. */
     size_t per = t->scratch_bytes / (size_t)(n + 1) / 16 * 16 / sizeof(T);
     if (per == 0) per = 1;
-    T *scratch = (T *)t->scratch;
     pshmem_i_coll_sync<G>(team, false);
     for (size_t at = 0; at < nelems; at += per) {
         size_t len = nelems - at < per ? nelems - at : per;

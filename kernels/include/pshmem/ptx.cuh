@@ -34,6 +34,12 @@ __device__ __forceinline__ uint64_t pshmem_ld_relaxed_sys(const uint64_t *p) {
     return v;
 }
 
+/* Relaxed but coherent at system scope: one 8-byte store that a peer sees whole or not at all
+ * (the low-latency collectives' data-and-flag word). */
+__device__ __forceinline__ void pshmem_st_relaxed_sys_u64(uint64_t *p, uint64_t v) {
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 /* Release: every earlier store of this thread is visible system-wide before this one. */
 __device__ __forceinline__ void pshmem_st_release_sys_u64(uint64_t *p, uint64_t v) {
     asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");

@@ -18,9 +18,16 @@ typedef struct pshmem_team_device {
     unsigned long long *epoch;         /* device memory: team syncs done by this PE */
     void *scratch;                     /* device memory of this PE: the team's collectives' */
     uint64_t scratch_bytes;            /* (pulled chunks of proxied members, in-place results) */
+    uint64_t ll_off;                   /* heap offset of the team's low-latency buffers */
+    unsigned long long *ll_seq;        /* device memory: low-latency collectives done here */
 } pshmem_team_device_t;
 
-PSHMEM_STATIC_ASSERT(sizeof(pshmem_team_device_t) == 48, "team entry is 48 bytes");
+/* Largest per-member message of the collectives' low-latency protocol (coll.cuh): each 4 bytes
+ * travel in one 8-byte store with the call's sequence number beside them. A team's buffers on
+ * each PE: 2 (alternate calls) x members x PSHMEM_LL_BYTES / 4 words of 8 bytes. */
+#define PSHMEM_LL_BYTES 2048
+
+PSHMEM_STATIC_ASSERT(sizeof(pshmem_team_device_t) == 64, "team entry is 64 bytes");
 
 typedef struct pshmem_device_state {
     int32_t my_pe;

@@ -863,8 +863,14 @@ mod tests {
             ("epoch", offset_of!(TeamEntry, epoch)),
             ("scratch", offset_of!(TeamEntry, scratch)),
             ("scratch_bytes", offset_of!(TeamEntry, scratch_bytes)),
+            ("ll_off", offset_of!(TeamEntry, ll_off)),
+            ("ll_seq", offset_of!(TeamEntry, ll_seq)),
         ];
         matches_c("pshmem_team_device_t", &fields, size_of::<TeamEntry>());
+        assert_eq!(
+            pshmem_abi::probe::value("PSHMEM_LL_BYTES"),
+            super::teams::LL_BYTES as u64
+        );
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! The device side of teams: a table in device memory that kernels index by team handle
 //! (`pshmem_team_device_t`, kernels/include/pshmem/state.h), each entry with the team's members,
 //! this PE's index, a sync counter and the heap offset of the team's sync words (one per member,
-//! in a region of the GPU heap allocated at init, `max_teams × n_pes × 8` bytes).
+//! in a region of the GPU heap allocated at init, `max_teams × n_pes × 8` bytes), the heap
+//! offset of its low-latency collective buffers (after the sync words) and their sequence
+//! counter, and a device scratch buffer for its collectives.
 //!
 //! An entry is written when its team is made (host code, before any kernel can be given the
 //! handle) and cleared when it is destroyed (collective: no member uses it any more). A cleared
-//! entry's sync words and counter are zeroed by their own PE, so that a reused handle starts
+//! entry's sync words, low-latency buffers and counters are zeroed by their own PE, so that a reused handle starts
 //! from zero everywhere: no member writes them before the split that reuses the handle, which
 //! every member of the new team takes part in after its own destroy.
 
@@ -31,9 +33,20 @@ pub(super) struct TeamEntry {
     pub epoch: u64,
     pub scratch: u64,
     pub scratch_bytes: u64,
+    pub ll_off: u64,
+    pub ll_seq: u64,
 }
 
-const _: () = assert!(std::mem::size_of::<TeamEntry>() == 48);
+const _: () = assert!(std::mem::size_of::<TeamEntry>() == 64);
+
+/// `PSHMEM_LL_BYTES`: the largest per-member message of the low-latency collectives.
+pub(crate) const LL_BYTES: usize = 2048;
+
+/// Bytes of one team's low-latency buffers on each PE of an `n`-PE job: two alternating sets
+/// of one 8-byte word (4 data bytes and the call's sequence) per 4 bytes, per member.
+const fn ll_team_bytes(n: usize) -> usize {
+    2 * n * (LL_BYTES / 4) * 8
+}
 
 /// Bytes of device memory per team for its collectives: chunks pulled from members reached
 /// through the proxy, and in-place results (kernels/include/pshmem/coll.cuh).
@@ -65,9 +78,10 @@ impl TeamTable {
         })
     }
 
-    /// Bytes of GPU heap the sync words of `max` teams of `n` PEs take.
+    /// Bytes of GPU heap the sync words and low-latency buffers of `max` teams of `n` PEs
+    /// take.
     pub(super) fn sync_bytes(max: usize, n: usize) -> u64 {
-        (max * n * 8) as u64
+        (max * n * 8 + max * ll_team_bytes(n)) as u64
     }
 
     /// The device address of the table.
@@ -91,10 +105,14 @@ impl TeamTable {
         self.mem.ptr + (self.max * (size_of::<TeamEntry>() + self.n * 4) + t * 8) as u64
     }
 
+    fn ll_seq_addr(&self, t: usize) -> u64 {
+        self.mem.ptr + (self.max * (size_of::<TeamEntry>() + self.n * 4 + 8) + t * 8) as u64
+    }
+
     /// Where the scratch buffers start in the table's allocation (256-byte aligned, for the
     /// vector loads of the collectives).
     fn scratch_base(max: usize, n: usize) -> usize {
-        (max * (size_of::<TeamEntry>() + n * 4 + 8)).next_multiple_of(256)
+        (max * (size_of::<TeamEntry>() + n * 4 + 16)).next_multiple_of(256)
     }
 
     fn scratch_addr(&self, t: usize) -> u64 {
@@ -103,6 +121,10 @@ impl TeamTable {
 
     fn sync_off(&self, t: usize) -> u64 {
         self.sync_base + (t * self.n * 8) as u64
+    }
+
+    fn ll_off(&self, t: usize) -> u64 {
+        self.sync_base + (self.max * self.n * 8 + t * ll_team_bytes(self.n)) as u64
     }
 }
 
@@ -132,6 +154,8 @@ impl Gpu {
             epoch: self.teams.epoch_addr(t),
             scratch: self.teams.scratch_addr(t),
             scratch_bytes: SCRATCH as u64,
+            ll_off: self.teams.ll_off(t),
+            ll_seq: self.teams.ll_seq_addr(t),
         };
         // Both inside the table (members ≤ n); the sources are live until the copies finished.
         self.sync_copy(
@@ -161,6 +185,11 @@ impl Gpu {
         };
         zero(self.teams.entry_addr(t), size_of::<TeamEntry>())?;
         zero(self.teams.epoch_addr(t), 8)?;
+        zero(self.teams.ll_seq_addr(t), 8)?;
+        zero(
+            self.state.heap_base + self.teams.ll_off(t),
+            ll_team_bytes(self.teams.n),
+        )?;
         zero(
             self.state.heap_base + self.teams.sync_off(t),
             self.teams.n * 8,
