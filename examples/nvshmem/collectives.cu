@@ -2,7 +2,8 @@
  * stream): int sum and max reductions (in place too; large, and small ones that take the
  * low-latency protocol on mapped members, five in a row), a bfloat16 sum, reducescatter,
  * broadcast, fcollect and alltoall, on the world and on an even/odd split; every result is
- * checked against its closed form. The arrays are larger than the scratch chunk, so that
+ * checked against its closed form, on the world, an even/odd split, every third PE, one-PE
+ * teams and the rows and columns of a 2-D split. The arrays are larger than the scratch chunk, so that
  * members reached through the proxy are pulled in several chunks. */
 #include <cuda_bf16.h>
 #include <nvshmem.h>
@@ -48,14 +49,43 @@ __global__ void move_all(nvshmem_team_t team, int root, long *bc, const long *bs
     nvshmemx_int_sum_reducescatter_block(team, rs_dst, rs_src, 300);
 }
 
-static int check_team(nvshmem_team_t team, const char *label, cudaStream_t s) {
+/* Symmetric buffers, allocated once over the world (sized for the largest team). */
+struct bufs {
+    int *src, *dst, *mx, *rs_src, *rs_dst;
+    __nv_bfloat16 *bsrc, *bdst;
+    long *bc, *bs, *fc, *a2s, *a2d;
+};
+
+static struct bufs alloc_bufs(int n) {
+    struct bufs b;
+    b.src = (int *)nvshmem_malloc(N * sizeof(int));
+    b.dst = (int *)nvshmem_malloc(N * sizeof(int));
+    b.mx = (int *)nvshmem_malloc(N * sizeof(int));
+    b.bsrc = (__nv_bfloat16 *)nvshmem_malloc(64 * sizeof(__nv_bfloat16));
+    b.bdst = (__nv_bfloat16 *)nvshmem_malloc(64 * sizeof(__nv_bfloat16));
+    b.bc = (long *)nvshmem_malloc(1000 * sizeof(long));
+    b.bs = (long *)nvshmem_malloc(1000 * sizeof(long));
+    b.fc = (long *)nvshmem_malloc(1000 * sizeof(long) * n);
+    b.a2s = (long *)nvshmem_malloc(100 * sizeof(long) * n);
+    b.a2d = (long *)nvshmem_malloc(100 * sizeof(long) * n);
+    b.rs_src = (int *)nvshmem_malloc(300 * sizeof(int) * n);
+    b.rs_dst = (int *)nvshmem_malloc(300 * sizeof(int));
+    return b;
+}
+
+static void free_bufs(struct bufs *b) {
+    void *all[] = {b->rs_dst, b->rs_src, b->a2d, b->a2s, b->fc, b->bs, b->bc,
+                   b->bdst, b->bsrc, b->mx, b->dst, b->src};
+    for (unsigned i = 0; i < sizeof all / sizeof all[0]; ++i) nvshmem_free(all[i]);
+}
+
+/* Every collective on `team`, by its members only (the others do not call it). */
+static int check_team(nvshmem_team_t team, const char *label, cudaStream_t s, struct bufs *b) {
     int me = nvshmem_team_my_pe(team), n = nvshmem_team_n_pes(team);
     int wme = nvshmem_my_pe();
-    int *src = (int *)nvshmem_malloc(N * sizeof(int)), *dst = (int *)nvshmem_malloc(N * sizeof(int));
-    int *mx = (int *)nvshmem_malloc(N * sizeof(int));
-    __nv_bfloat16 *bsrc = (__nv_bfloat16 *)nvshmem_malloc(64 * sizeof(__nv_bfloat16));
-    __nv_bfloat16 *bdst = (__nv_bfloat16 *)nvshmem_malloc(64 * sizeof(__nv_bfloat16));
-    int *h = (int *)malloc(N * sizeof(int));
+    int *src = b->src, *dst = b->dst, *mx = b->mx;
+    __nv_bfloat16 *bsrc = b->bsrc, *bdst = b->bdst;
+    int *h = (int *)malloc(N * sizeof(int) > 300 * sizeof(int) * n ? N * sizeof(int) : 300 * sizeof(int) * n);
     __nv_bfloat16 hb[64];
     for (int group = 0; group < 3; ++group) {
         for (int i = 0; i < N; ++i) h[i] = me + i;
@@ -64,7 +94,7 @@ static int check_team(nvshmem_team_t team, const char *label, cudaStream_t s) {
         CUDA_CHECK(cudaMemcpy(mx, h, N * sizeof(int), cudaMemcpyHostToDevice));
         for (int i = 0; i < 64; ++i) hb[i] = __float2bfloat16((float)(me + 1) * 0.5f);
         CUDA_CHECK(cudaMemcpy(bsrc, hb, sizeof hb, cudaMemcpyHostToDevice));
-        nvshmem_barrier_all();
+        nvshmem_team_sync(team);
         reduce_all<<<1, 128, 0, s>>>(group, team, dst, src, mx, bdst, bsrc);
         CUDA_CHECK(cudaStreamSynchronize(s));
         CUDA_CHECK(cudaMemcpy(h, dst, N * sizeof(int), cudaMemcpyDeviceToHost));
@@ -98,10 +128,8 @@ static int check_team(nvshmem_team_t team, const char *label, cudaStream_t s) {
     for (int i = 0; i < N; ++i) h[i] = me + i; /* src again, for the host forms below */
     CUDA_CHECK(cudaMemcpy(src, h, N * sizeof(int), cudaMemcpyHostToDevice));
     /* broadcast, fcollect, alltoall and reducescatter from a block */
-    long *bc = (long *)nvshmem_malloc(1000 * sizeof(long)), *bs = (long *)nvshmem_malloc(1000 * sizeof(long));
-    long *fc = (long *)nvshmem_malloc(1000 * sizeof(long) * n);
-    long *a2s = (long *)nvshmem_malloc(100 * sizeof(long) * n), *a2d = (long *)nvshmem_malloc(100 * sizeof(long) * n);
-    int *rs_src = (int *)nvshmem_malloc(300 * sizeof(int) * n), *rs_dst = (int *)nvshmem_malloc(300 * sizeof(int));
+    long *bc = b->bc, *bs = b->bs, *fc = b->fc, *a2s = b->a2s, *a2d = b->a2d;
+    int *rs_src = b->rs_src, *rs_dst = b->rs_dst;
     long *hl = (long *)malloc(1000 * sizeof(long) * n);
     for (int i = 0; i < 1000; ++i) hl[i] = (long)me * 100000 + i;
     CUDA_CHECK(cudaMemcpy(bs, hl, 1000 * sizeof(long), cudaMemcpyHostToDevice));
@@ -111,7 +139,7 @@ static int check_team(nvshmem_team_t team, const char *label, cudaStream_t s) {
     for (int j = 0; j < n; ++j)
         for (int i = 0; i < 300; ++i) h[j * 300 + i] = me * 7 + j * 300 + i;
     CUDA_CHECK(cudaMemcpy(rs_src, h, 300 * sizeof(int) * n, cudaMemcpyHostToDevice));
-    nvshmem_barrier_all();
+    nvshmem_team_sync(team);
     int root = n - 1;
     move_all<<<1, 128, 0, s>>>(team, root, bc, bs, fc, a2d, a2s, rs_dst, rs_src);
     CUDA_CHECK(cudaStreamSynchronize(s));
@@ -144,22 +172,10 @@ static int check_team(nvshmem_team_t team, const char *label, cudaStream_t s) {
     nvshmem_long_broadcast(team, bc, bs, 1000, 0);
     CUDA_CHECK(cudaMemcpy(hl, bc, sizeof(long), cudaMemcpyDeviceToHost));
     FAIL_IF(hl[0] != 0, "collectives", "%s host broadcast", label);
-    nvshmem_barrier_all();
+    nvshmem_team_sync(team);
     printf("checked collectives pe=%d team=%s member=%d of %d\n", wme, label, me, n);
     free(hl);
     free(h);
-    nvshmem_free(rs_dst);
-    nvshmem_free(rs_src);
-    nvshmem_free(a2d);
-    nvshmem_free(a2s);
-    nvshmem_free(fc);
-    nvshmem_free(bs);
-    nvshmem_free(bc);
-    nvshmem_free(bdst);
-    nvshmem_free(bsrc);
-    nvshmem_free(mx);
-    nvshmem_free(dst);
-    nvshmem_free(src);
     return 0;
 }
 
@@ -169,15 +185,31 @@ int main(void) {
     int me = nvshmem_my_pe(), n = nvshmem_n_pes();
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    check_team(NVSHMEM_TEAM_WORLD, "world", s);
-    nvshmem_team_t half_team = NVSHMEM_TEAM_INVALID;
+    struct bufs b = alloc_bufs(n);
+    check_team(NVSHMEM_TEAM_WORLD, "world", s, &b);
+    /* Evens and odds in one split (each PE passes its own team's triple); both halves run
+     * their collectives at once. */
+    nvshmem_team_t half_team = NVSHMEM_TEAM_INVALID, third = NVSHMEM_TEAM_INVALID;
+    nvshmem_team_t single = NVSHMEM_TEAM_INVALID, row = NVSHMEM_TEAM_INVALID;
+    nvshmem_team_t col = NVSHMEM_TEAM_INVALID;
     int parity = me % 2;
     nvshmem_team_split_strided(NVSHMEM_TEAM_WORLD, parity, 2, (n - parity + 1) / 2, NULL, 0,
                                &half_team);
-    /* Both halves run their collectives at once; nvshmem_malloc inside is over the world, so
-     * every PE calls check_team exactly once more. */
-    check_team(half_team, parity ? "odds" : "evens", s);
-    nvshmem_team_destroy(half_team);
+    /* Every third PE from 1 (the others are outside it), one-PE teams, and the rows and
+     * columns of a 2-D split with rows of 3. */
+    nvshmem_team_split_strided(NVSHMEM_TEAM_WORLD, 1, 3, (n + 1) / 3, NULL, 0, &third);
+    nvshmem_team_split_strided(NVSHMEM_TEAM_WORLD, me, 1, 1, NULL, 0, &single);
+    nvshmem_team_split_2d(NVSHMEM_TEAM_WORLD, 3, NULL, 0, &row, NULL, 0, &col);
+    check_team(half_team, parity ? "odds" : "evens", s, &b);
+    if (third != NVSHMEM_TEAM_INVALID) check_team(third, "strided", s, &b);
+    check_team(single, "single", s, &b);
+    check_team(row, "row", s, &b);
+    check_team(col, "column", s, &b);
+    nvshmem_barrier_all();
+    nvshmem_team_t teams[] = {half_team, third, single, row, col};
+    for (int i = 0; i < 5; ++i)
+        if (teams[i] != NVSHMEM_TEAM_INVALID) nvshmem_team_destroy(teams[i]);
+    free_bufs(&b);
     CUDA_CHECK(cudaStreamDestroy(s));
     printf("OK collectives pe=%d all\n", me);
     nvshmem_finalize();
