@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
-use pshmem::Pshmem;
+use pshmem::{DType, Pshmem, RedOp, gpu::host_ops::Coll, team::TEAM_WORLD};
 
 /// One measured figure (as the host tests' rows).
 #[derive(Debug)]
@@ -62,6 +62,9 @@ pub struct GpuPlan<'a> {
     pub reps: usize,
     /// Grid shapes of the bandwidth tests.
     pub shape: Shape,
+    /// Collectives through the host's on-stream form (`Gpu::collective_on_stream`) instead of
+    /// a one-block kernel of the device API.
+    pub coll_stream: bool,
 }
 
 type R<T> = Result<T, String>;
@@ -307,6 +310,52 @@ pub fn run(s: &Pshmem, plan: &GpuPlan<'_>) -> R<Vec<GpuRow>> {
                     );
                     let reps = plan.reps.min((256 << 20) / size.max(1)).max(1);
                     let mut samples = Vec::new();
+                    if plan.coll_stream && kind > 0 {
+                        let members: Vec<usize> = (0..n).collect();
+                        let coll = match kind {
+                            1 => Coll::Broadcast { root: 0 },
+                            2 => Coll::Fcollect,
+                            3 => Coll::Alltoall,
+                            4 => Coll::Reduce(DType::F32, RedOp::Sum),
+                            _ => Coll::ReduceScatter(DType::F32, RedOp::Sum),
+                        };
+                        let count = if kind >= 4 { size / 4 } else { size };
+                        for i in 0..plan.samples + 1 {
+                            barrier()?;
+                            let ms = timed(&st, &k_spin, || {
+                                for _ in 0..reps {
+                                    // SAFETY: the runtime's own stream, live while `g` is.
+                                    unsafe {
+                                        g.collective_on_stream(
+                                            coll,
+                                            TEAM_WORLD,
+                                            &members,
+                                            g.ptr(cd),
+                                            g.ptr(cs),
+                                            count,
+                                            st.cu_stream(),
+                                        )
+                                    }
+                                    .map_err(err)?;
+                                }
+                                Ok(())
+                            })?;
+                            if i > 0 && me == 0 {
+                                samples.push(ms * 1e3 / reps as f64);
+                            }
+                        }
+                        barrier()?;
+                        s.gpu_free(cd).map_err(err)?;
+                        s.gpu_free(cs).map_err(err)?;
+                        rows.push(GpuRow {
+                            test: name,
+                            size,
+                            unit: "us",
+                            samples,
+                            blocks: 0,
+                        });
+                        continue;
+                    }
                     for i in 0..plan.samples + 1 {
                         barrier()?;
                         let (d, sp, sz, r) = (g.ptr(cd), g.ptr(cs), size as u64, reps as i32);

@@ -1206,7 +1206,8 @@ fn collective(
     if g.on_demand() || stream.is_some() {
         ensure_gpu(&g)?;
     }
-    let members = g.s.team_members(team)?.len();
+    let team_members = g.s.team_members(team)?;
+    let members = team_members.len();
     let too_big = || Fail::new(code::INVALID_ARG, format!("{n} elements overflow the heap"));
     let (dest_len, src_len) = match coll {
         Coll::Broadcast { .. } => (n, n),
@@ -1233,9 +1234,11 @@ fn collective(
             match stream {
                 Some(st) => {
                     // SAFETY: pshmem.h: a live stream of the PE's device.
-                    unsafe { gpu.collective_on_stream(coll, team, members, d, s, n, st.cast()) }?
+                    unsafe {
+                        gpu.collective_on_stream(coll, team, &team_members, d, s, n, st.cast())
+                    }?
                 }
-                None => gpu.collective(coll, team, members, d, s, n)?,
+                None => gpu.collective(coll, team, &team_members, d, s, n)?,
             }
             Ok(())
         }

@@ -54,6 +54,7 @@ struct bufs {
     int *src, *dst, *mx, *rs_src, *rs_dst;
     __nv_bfloat16 *bsrc, *bdst;
     long *bc, *bs, *fc, *a2s, *a2d;
+    int *big; /* n x N */
 };
 
 static struct bufs alloc_bufs(int n) {
@@ -70,11 +71,12 @@ static struct bufs alloc_bufs(int n) {
     b.a2d = (long *)nvshmem_malloc(100 * sizeof(long) * n);
     b.rs_src = (int *)nvshmem_malloc(300 * sizeof(int) * n);
     b.rs_dst = (int *)nvshmem_malloc(300 * sizeof(int));
+    b.big = (int *)nvshmem_malloc((size_t)N * sizeof(int) * n);
     return b;
 }
 
 static void free_bufs(struct bufs *b) {
-    void *all[] = {b->rs_dst, b->rs_src, b->a2d, b->a2s, b->fc, b->bs, b->bc,
+    void *all[] = {b->big, b->rs_dst, b->rs_src, b->a2d, b->a2s, b->fc, b->bs, b->bc,
                    b->bdst, b->bsrc, b->mx, b->dst, b->src};
     for (unsigned i = 0; i < sizeof all / sizeof all[0]; ++i) nvshmem_free(all[i]);
 }
@@ -160,15 +162,26 @@ static int check_team(nvshmem_team_t team, const char *label, cudaStream_t s, st
         FAIL_IF(h[i] != 7 * n * (n - 1) / 2 + n * (me * 300 + i), "collectives",
                 "%s reducescatter[%d] = %d", label, i, h[i]);
     /* host forms: blocking, then on the stream */
+    /* (large: among mapped members these run on a grid between team syncs) */
     nvshmem_int_sum_reduce(team, dst, src, N);
     CUDA_CHECK(cudaMemcpy(h, dst, N * sizeof(int), cudaMemcpyDeviceToHost));
-    FAIL_IF(h[N - 1] != n * (n - 1) / 2 + n * (N - 1), "collectives", "%s host reduce", label);
+    for (int i = 0; i < N; ++i)
+        FAIL_IF(h[i] != n * (n - 1) / 2 + n * i, "collectives", "%s host reduce[%d] = %d", label,
+                i, h[i]);
+    nvshmem_int_fcollect(team, b->big, src, N);
+    int *hb2 = (int *)malloc((size_t)N * sizeof(int) * n);
+    CUDA_CHECK(cudaMemcpy(hb2, b->big, (size_t)N * sizeof(int) * n, cudaMemcpyDeviceToHost));
+    for (int j = 0; j < n; ++j)
+        for (int i = 0; i < N; ++i)
+            FAIL_IF(hb2[(size_t)j * N + i] != j + i, "collectives", "%s host fcollect", label);
+    free(hb2);
     CUDA_CHECK(cudaMemset(dst, 0, N * sizeof(int)));
     nvshmemx_int_sum_reduce_on_stream(team, dst, src, N, s);
     nvshmemx_long_fcollect_on_stream(team, fc, bs, 1000, s);
     CUDA_CHECK(cudaMemcpyAsync(h, dst, N * sizeof(int), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
-    FAIL_IF(h[7] != n * (n - 1) / 2 + n * 7, "collectives", "%s on-stream reduce", label);
+    for (int i = 0; i < N; ++i)
+        FAIL_IF(h[i] != n * (n - 1) / 2 + n * i, "collectives", "%s on-stream reduce[%d]", label, i);
     nvshmem_long_broadcast(team, bc, bs, 1000, 0);
     CUDA_CHECK(cudaMemcpy(hl, bc, sizeof(long), cudaMemcpyDeviceToHost));
     FAIL_IF(hl[0] != 0, "collectives", "%s host broadcast", label);

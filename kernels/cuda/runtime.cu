@@ -111,3 +111,87 @@ extern "C" __global__ void pshmem_k_coll(int kind, int team, void *dest, const v
             pshmem_i_record(PSHMEM_ERROR_WORD(PSHMEM_ERROR_BAD_ADDRESS, PSHMEM_ERROR_NO_PE));
     }
 }
+
+/* The data part of a large collective of the host or on a stream over a team whose members
+ * this GPU all maps, spread over the grid (the team syncs before and after are separate
+ * launches on the same stream, pshmem_k_team_sync): each block copies, or folds in member
+ * order, its own slice. Kinds as pshmem_k_coll's; reductions are never in place here. */
+template <typename T>
+__device__ void pshmem_i_k_fold_slice(const pshmem_team_device_t *t, int op, T *dest,
+                                      const T *src, unsigned long long n, bool scatter) {
+    typedef pshmem_i_acc<T> acc;
+    const T *block = scatter ? src + (size_t)t->my_index * n : src;
+    size_t per = (n + gridDim.x - 1) / gridDim.x;
+    size_t lo = (size_t)blockIdx.x * per, hi = lo + per < n ? lo + per : n;
+    const int E = 4;
+    for (size_t base = lo + threadIdx.x; base < hi; base += (size_t)E * blockDim.x) {
+        typename acc::type a[E];
+#pragma unroll 1
+        for (int j = 0; j < t->size; ++j) {
+            const T *p = (const T *)pshmem_ptr(block, t->members[j]);
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                size_t i = base + (size_t)e * blockDim.x;
+                if (i < hi) {
+                    typename acc::type x = acc::in(pshmem_i_ldcv(p + i));
+                    a[e] = j == 0 ? x : pshmem_i_fold(op, a[e], x);
+                }
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            size_t i = base + (size_t)e * blockDim.x;
+            if (i < hi) dest[i] = acc::out(a[e]);
+        }
+    }
+}
+
+/* Copies this block's slice of `n` bytes at `src` to `dest` on member m (mapped). */
+__device__ __forceinline__ void pshmem_i_k_copy_slice(const pshmem_team_device_t *t, int m,
+                                                      char *dest, const char *src,
+                                                      unsigned long long n) {
+    size_t per = ((n + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
+    size_t lo = (size_t)blockIdx.x * per;
+    if (lo >= n) return;
+    size_t len = n - lo < per ? n - lo : per;
+    char *r = (char *)pshmem_ptr(dest, t->members[m]);
+    pshmem_i_copy(r + lo, src + lo, len, threadIdx.x, blockDim.x);
+}
+
+extern "C" __global__ void pshmem_k_coll_wide(int kind, int team, void *dest, const void *src,
+                                              unsigned long long n, int arg, int dtype) {
+    const pshmem_team_device_t *t = pshmem_i_team(team);
+    if (!t || t->my_index < 0) return; /* the sync launches record it */
+    const int me = t->my_index, size = t->size;
+    char *d = (char *)dest;
+    const char *s = (const char *)src;
+    switch (kind) {
+    case 0:
+        if (me == arg)
+            for (int k = 1; k <= size; ++k) pshmem_i_k_copy_slice(t, (me + k) % size, d, s, n);
+        return;
+    case 1:
+        for (int k = 1; k <= size; ++k)
+            pshmem_i_k_copy_slice(t, (me + k) % size, d + (size_t)me * n, s, n);
+        return;
+    case 2:
+        for (int k = 1; k <= size; ++k) {
+            int m = (me + k) % size;
+            pshmem_i_k_copy_slice(t, m, d + (size_t)me * n, s + (size_t)m * n, n);
+        }
+        return;
+    default: break;
+    }
+    bool sc = kind == 4;
+    switch (dtype) {
+    case PSHMEM_DT_INT32: pshmem_i_k_fold_slice<int32_t>(t, arg, (int32_t *)dest, (const int32_t *)src, n, sc); break;
+    case PSHMEM_DT_INT64: pshmem_i_k_fold_slice<int64_t>(t, arg, (int64_t *)dest, (const int64_t *)src, n, sc); break;
+    case PSHMEM_DT_UINT64: pshmem_i_k_fold_slice<uint64_t>(t, arg, (uint64_t *)dest, (const uint64_t *)src, n, sc); break;
+    case PSHMEM_DT_UINT32: pshmem_i_k_fold_slice<uint32_t>(t, arg, (uint32_t *)dest, (const uint32_t *)src, n, sc); break;
+    case PSHMEM_DT_FLOAT: pshmem_i_k_fold_slice<float>(t, arg, (float *)dest, (const float *)src, n, sc); break;
+    case PSHMEM_DT_DOUBLE: pshmem_i_k_fold_slice<double>(t, arg, (double *)dest, (const double *)src, n, sc); break;
+    case PSHMEM_DT_HALF: pshmem_i_k_fold_slice<__half>(t, arg, (__half *)dest, (const __half *)src, n, sc); break;
+    case PSHMEM_DT_BFLOAT16: pshmem_i_k_fold_slice<__nv_bfloat16>(t, arg, (__nv_bfloat16 *)dest, (const __nv_bfloat16 *)src, n, sc); break;
+    default: break;
+    }
+}

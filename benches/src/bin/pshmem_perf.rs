@@ -71,6 +71,10 @@ struct Args {
     /// of 1 … 132 blocks).
     #[arg(long, default_value = "auto")]
     shape: String,
+    /// Device collectives: `block` (a kernel of one block calling the device API's block form)
+    /// or `stream` (the host's on-stream form: large messages among mapped PEs on a grid).
+    #[arg(long, default_value = "block")]
+    coll: String,
 }
 
 /// One measured figure.
@@ -364,6 +368,7 @@ fn main() {
                 "best" => pshmem_benches::gpu_perf::Shape::Best,
                 _ => pshmem_benches::gpu_perf::Shape::Auto,
             },
+            coll_stream: a.coll == "stream",
         };
         let rows = match pshmem_benches::gpu_perf::run(&s, &plan) {
             Ok(r) => r,

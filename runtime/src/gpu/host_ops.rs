@@ -29,6 +29,11 @@ use crate::{
 const STAGE: usize = 4 << 20;
 /// Threads of the one block a host operation runs in.
 const THREADS: u32 = 256;
+/// Bytes per member message from which a collective among mapped members runs on a grid.
+const WIDE_BYTES: usize = 256 << 10;
+/// Bytes per block of such a grid, and the most blocks.
+const WIDE_SLICE: usize = 64 << 10;
+const WIDE_BLOCKS: usize = 132;
 
 /// The runtime's kernels for host operations, fetched once at init (with CUDA's lazy loading,
 /// fetching one while a kernel waits on a peer can stall the context).
@@ -39,6 +44,7 @@ pub(super) struct HostKernels {
     amo: CudaFunction,
     team_sync: CudaFunction,
     coll: CudaFunction,
+    coll_wide: CudaFunction,
     /// The staging buffer (allocated at first use) and the pinned result cell of AMOs; the lock
     /// also serializes the host operations of this PE on the internal stream.
     scratch: Mutex<Option<DevAlloc>>,
@@ -58,6 +64,7 @@ impl HostKernels {
             amo: f("pshmem_k_host_amo")?,
             team_sync: f("pshmem_k_team_sync")?,
             coll: f("pshmem_k_coll")?,
+            coll_wide: f("pshmem_k_coll_wide")?,
             scratch: Mutex::new(None),
             cell,
         })
@@ -562,13 +569,14 @@ impl Gpu {
         }
     }
 
-    /// Runs `coll` over `team` (of `members` PEs) on the GPU heap addresses `dest` and `src`
-    /// (`n` bytes, or elements for the reductions), waited for. Collective over the team.
+    /// Runs `coll` over `team` (whose members, world PEs in team order, are `members`) on the
+    /// GPU heap addresses `dest` and `src` (`n` bytes, or elements for the reductions), waited
+    /// for. Collective over the team.
     pub fn collective(
         &self,
         coll: Coll,
         team: Team,
-        members: usize,
+        members: &[usize],
         dest: u64,
         src: u64,
         n: usize,
@@ -587,7 +595,7 @@ impl Gpu {
         &self,
         coll: Coll,
         team: Team,
-        members: usize,
+        members: &[usize],
         dest: u64,
         src: u64,
         n: usize,
@@ -602,13 +610,14 @@ impl Gpu {
         &self,
         coll: Coll,
         team: Team,
-        members: usize,
+        team_members: &[usize],
         dest: u64,
         src: u64,
         n: usize,
         stream: Option<RawStream>,
     ) -> Result<()> {
         let op = coll.name();
+        let members = team_members.len();
         let bad = |detail: String| Error::InvalidArgument {
             me: self.me,
             op,
@@ -657,9 +666,41 @@ impl Gpu {
             (&mut a as *mut i32).cast(),
             (&mut dt as *mut i32).cast(),
         ];
-        // SAFETY: the arguments of pshmem_k_coll(int, int, void*, const void*, u64, int, int);
-        // both ranges are in the symmetric heap (checked).
-        unsafe { self.launch(op, &self.host.coll, 1, THREADS, st, &mut args)? };
+        // Large messages among members this GPU all maps: the data part spread over a grid,
+        // between team syncs launched on the same stream (the same choice on every member:
+        // the same sizes, and mappings are symmetric). In-place reductions stay in one block
+        // (it writes each chunk after a sync).
+        let per_member = if matches!(
+            coll,
+            Coll::Broadcast { .. } | Coll::Fcollect | Coll::Alltoall
+        ) {
+            n
+        } else {
+            dest_len
+        };
+        let in_place = dest < src + src_len as u64 && src < dest + dest_len as u64;
+        let mapped = team_members
+            .iter()
+            .all(|&pe| self.peer_addr(0, pe).is_some());
+        if mapped && per_member >= WIDE_BYTES && !in_place {
+            let grid = (per_member / WIDE_SLICE).clamp(1, WIDE_BLOCKS) as u32;
+            let sync = |barrier: i32| -> Result<()> {
+                let (mut t, mut b) = (team, barrier);
+                let mut args: [*mut c_void; 2] =
+                    [(&mut t as *mut i32).cast(), (&mut b as *mut i32).cast()];
+                // SAFETY: the arguments of pshmem_k_team_sync(int, int).
+                unsafe { self.launch(op, &self.host.team_sync, 1, 1, st, &mut args) }
+            };
+            sync(0)?;
+            // SAFETY: the arguments of pshmem_k_coll_wide (as pshmem_k_coll's); both ranges
+            // are in the symmetric heap (checked) and every member maps them.
+            unsafe { self.launch(op, &self.host.coll_wide, grid, THREADS, st, &mut args)? };
+            sync(1)?;
+        } else {
+            // SAFETY: the arguments of pshmem_k_coll(int, int, void*, const void*, u64, int,
+            // int); both ranges are in the symmetric heap (checked).
+            unsafe { self.launch(op, &self.host.coll, 1, THREADS, st, &mut args)? };
+        }
         if stream.is_some() {
             Ok(())
         } else {
