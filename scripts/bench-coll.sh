@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The collectives beside NCCL, in one run on a 2-GPU machine: pshmem-perf's device-initiated
-# collective latencies (one block, world team of 2 PEs on GPUs 0 and 1) and NCCL's through
+# The collectives beside NCCL, in one run on a 2-GPU machine: pshmem-perf's collective
+# latencies (world team of 2 PEs on GPUs 0 and 1; the host's on-stream form, large messages on a
+# grid, as NCCL's are; the one-block device form as well) and NCCL's through
 # torch.distributed (benches/gpu/nccl_coll.py), 4 B ... 256 MiB per PE, then a Markdown table of
 # both (benches/gpu/coll_table.py). On fewer GPUs it says so and stops.
 # Usage: scripts/bench-coll.sh [BIN_DIR] [OUT_DIR]   (defaults: target/release, bench-coll-out)
@@ -17,6 +18,9 @@ fi
 MAX="${COLL_MAX:-268435456}"
 PSHMEM_GPU_SYMMETRIC_SIZE=3G "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" sync_latency barrier_latency \
   bcast_latency fcollect_latency alltoall_latency reduce_latency reducescatter_latency \
-  -b 4 -e "$MAX" -f 4 -n 5 --json "$OUT/pshmem-coll.json" | tee "$OUT/pshmem-coll.log"
+  --coll stream -b 4 -e "$MAX" -f 4 -n 5 --json "$OUT/pshmem-coll.json" | tee "$OUT/pshmem-coll.log"
+PSHMEM_GPU_SYMMETRIC_SIZE=3G "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" bcast_latency fcollect_latency \
+  alltoall_latency reduce_latency reducescatter_latency -b 4 -e "$MAX" -f 4 -n 5 \
+  --json "$OUT/pshmem-coll-block.json" | tee "$OUT/pshmem-coll-block.log"
 timeout 1200 python3 benches/gpu/nccl_coll.py "$OUT/nccl-coll.json" "$MAX" | tee "$OUT/nccl-coll.log"
 python3 benches/gpu/coll_table.py "$OUT/pshmem-coll.json" "$OUT/nccl-coll.json" | tee "$OUT/coll.md"

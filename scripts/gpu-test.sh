@@ -73,6 +73,7 @@ if [ "$NGPU" -ge 1 ]; then
   # The collectives (one block, world team): 4 B ... 256 MiB per PE directly, to 1 MiB through
   # the proxy. Beside NCCL: scripts/bench-coll.sh on a 2-GPU machine.
   run env PSHMEM_GPU_SYMMETRIC_SIZE=3G "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" sync_latency barrier_latency bcast_latency fcollect_latency alltoall_latency reduce_latency reducescatter_latency -b 4 -e 268435456 -f 4 -n 5 --json "$OUT/perf-$where-coll.json"
+  run env PSHMEM_GPU_SYMMETRIC_SIZE=3G "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" bcast_latency fcollect_latency alltoall_latency reduce_latency reducescatter_latency --coll stream -b 4 -e 268435456 -f 4 -n 5 --json "$OUT/perf-$where-coll-stream.json"
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" sync_latency bcast_latency fcollect_latency alltoall_latency reduce_latency reducescatter_latency -b 4 -e 1048576 -f 16 -n 5 --json "$OUT/perf-staged-coll.json"
   [ "$NGPU" -ge 2 ] && run bash scripts/bench-coll.sh "$BIN" "$OUT/coll-vs-nccl"
 fi

@@ -2,7 +2,8 @@
 # Runs the built examples on this machine's GPU(s) under pshmrun and checks that every PE of
 # every run printed its OK line: 2 and 4 PEs (on one GPU they share it: start CUDA MPS first),
 # and 2 PEs through the proxy (NVSHMEM_DISABLE_P2P=1); each example with and without -rdc;
-# the unique-id program on 2 and 4 PEs; a ring started torchrun-style (environment only).
+# the unique-id program on 2 and 4 PEs; a ring started torchrun-style (environment only); the
+# collectives on 4 PEs as 2 emulated hosts of 2 (mixed teams: mapped and proxied members).
 # Usage: run.sh EXAMPLES_DIR NVSHMEM_HOME PSHMRUN LOG   (EXAMPLES_TIMEOUT: seconds per run, 120)
 set -uo pipefail
 EX="$1"
@@ -59,27 +60,37 @@ for pes in 2 4; do
   one uniqueid "$pes" NVSHMEM_DISABLE_P2P=0 -- "$EX/uniqueid" "$idf"
   rm -f "$idf" "$idf.tmp"
 done
-# torchrun-style: the launcher's variables set by hand for 2 processes (no pshmrun).
-port=$((20000 + RANDOM % 20000))
-secret="$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
-pids=()
-outs=()
-for r in 0 1; do
-  outs+=("$(mktemp)")
-  env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
-    MASTER_PORT=$port PSHMEM_JOB_SECRET="$secret" timeout "${EXAMPLES_TIMEOUT:-120}" "$EX/ring.rdc" >"${outs[$r]}" 2>&1 &
-  pids+=($!)
-done
-rc=0
-for p in "${pids[@]}"; do wait "$p" || rc=1; done
-runs=$((runs + 1))
-if [ "$rc" -ne 0 ] || [ "$(cat "${outs[@]}" | grep -c '^OK ring')" -ne 2 ]; then
-  fail=$((fail + 1))
-  echo "FAILED ring.rdc pes=2 torchrun-style environment" | tee -a "$LOG"
-  tail -20 "${outs[@]}" | tee -a "$LOG"
-else
-  echo "passed ring.rdc pes=2 torchrun-style environment" | tee -a "$LOG"
-fi
-rm -f "${outs[@]}"
+# torchrun-style: the launcher's variables set by hand (no pshmrun), `per_host` processes per
+# host; with 2 emulated hosts (PSHMEM_HOST_ID), a team spans both: members on the same host are
+# mapped, the others reached through the proxy (tcp).
+envlaunch() { # name nprocs per_host prog
+  local name="$1" np="$2" per="$3" prog="$4"
+  local port=$((20000 + RANDOM % 20000))
+  local secret
+  secret="$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
+  local pids=() outs=() r
+  for ((r = 0; r < np; r++)); do
+    outs+=("$(mktemp)")
+    env RANK=$r WORLD_SIZE="$np" LOCAL_RANK=$((r % per)) LOCAL_WORLD_SIZE="$per" \
+      MASTER_ADDR=127.0.0.1 MASTER_PORT=$port PSHMEM_JOB_SECRET="$secret" \
+      PSHMEM_HOST_ID="host$((r / per))" PSHMEM_PROVIDER=tcp \
+      timeout "${EXAMPLES_TIMEOUT:-120}" "$prog" >"${outs[$r]}" 2>&1 &
+    pids+=($!)
+  done
+  local rc=0 p
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  runs=$((runs + 1))
+  if [ "$rc" -ne 0 ] || [ "$(cat "${outs[@]}" | grep -c '^OK ')" -ne "$np" ]; then
+    fail=$((fail + 1))
+    echo "FAILED $name pes=$np, $per per host (environment launch)" | tee -a "$LOG"
+    tail -20 "${outs[@]}" | tee -a "$LOG"
+    sleep 3
+  else
+    echo "passed $name pes=$np, $per per host (environment launch)" | tee -a "$LOG"
+  fi
+  rm -f "${outs[@]}"
+}
+envlaunch ring.rdc 2 2 "$EX/ring.rdc"
+envlaunch collectives 4 2 "$EX/collectives"
 echo "examples: $((runs - fail)) of $runs runs passed" | tee -a "$LOG"
 [ "$fail" -eq 0 ]
