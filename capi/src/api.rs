@@ -1208,23 +1208,9 @@ fn collective(
     }
     let team_members = g.s.team_members(team)?;
     let members = team_members.len();
-    let too_big = || Fail::new(code::INVALID_ARG, format!("{n} elements overflow the heap"));
-    let (dest_len, src_len) = match coll {
-        Coll::Broadcast { .. } => (n, n),
-        Coll::Fcollect => (n.checked_mul(members).ok_or_else(too_big)?, n),
-        Coll::Alltoall => {
-            let b = n.checked_mul(members).ok_or_else(too_big)?;
-            (b, b)
-        }
-        Coll::Reduce(dt, _) => {
-            let b = n.checked_mul(dt.size()).ok_or_else(too_big)?;
-            (b, b)
-        }
-        Coll::ReduceScatter(dt, _) => {
-            let b = n.checked_mul(dt.size()).ok_or_else(too_big)?;
-            (b, b.checked_mul(members).ok_or_else(too_big)?)
-        }
-    };
+    let (dest_len, src_len) = coll
+        .lens(n, members)
+        .ok_or_else(|| Fail::new(code::INVALID_ARG, format!("{n} elements overflow the heap")))?;
     match (
         classify(&g, dest, dest_len, "dest")?,
         classify(&g, src, src_len, "src")?,

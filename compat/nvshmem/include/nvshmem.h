@@ -45,6 +45,7 @@ typedef struct CUstream_st *cudaStream_t;
 #endif
 
 #include "pshmem/pshmem.h"
+#include "pshmem/types.h"
 #if defined(__CUDACC__)
 #include "pshmem/device.cuh"
 #endif
@@ -437,31 +438,6 @@ NVSHMEMI_GROUP_MEM(nbi_block)
 #endif
 
 /* ---- RMA: typed (elements) --------------------------------------------------------------------- */
-#define NVSHMEMI_RMA_TYPES(X)                                                                    \
-    X(float, float)                                                                              \
-    X(double, double)                                                                            \
-    X(char, char)                                                                                \
-    X(schar, signed char)                                                                        \
-    X(short, short)                                                                              \
-    X(int, int)                                                                                  \
-    X(long, long)                                                                                \
-    X(longlong, long long)                                                                       \
-    X(uchar, unsigned char)                                                                      \
-    X(ushort, unsigned short)                                                                    \
-    X(uint, unsigned int)                                                                        \
-    X(ulong, unsigned long)                                                                      \
-    X(ulonglong, unsigned long long)                                                             \
-    X(int8, int8_t)                                                                              \
-    X(int16, int16_t)                                                                            \
-    X(int32, int32_t)                                                                            \
-    X(int64, int64_t)                                                                            \
-    X(uint8, uint8_t)                                                                            \
-    X(uint16, uint16_t)                                                                          \
-    X(uint32, uint32_t)                                                                          \
-    X(uint64, uint64_t)                                                                          \
-    X(size, size_t)                                                                              \
-    X(ptrdiff, ptrdiff_t)
-
 #define NVSHMEMI_TYPED_HOST(NAME, T)                                                             \
     NVSHMEMI_HD static inline void nvshmem_##NAME##_put(T *d, const T *s, size_t n, int pe) {    \
         nvshmem_putmem(d, s, n * sizeof(T), pe);                                                 \
@@ -499,7 +475,7 @@ NVSHMEMI_GROUP_MEM(nbi_block)
                                                        cudaStream_t st) {                        \
         nvshmemx_getmem_on_stream(d, s, n * sizeof(T), pe, st);                                  \
     }
-NVSHMEMI_RMA_TYPES(NVSHMEMI_TYPED_HOST)
+PSHMEM_RMA_TYPES(NVSHMEMI_TYPED_HOST)
 
 #if defined(__CUDACC__)
 #define NVSHMEMI_TYPED_GROUP(NAME, T)                                                            \
@@ -535,7 +511,7 @@ NVSHMEMI_RMA_TYPES(NVSHMEMI_TYPED_HOST)
                                                                     int pe) {                    \
         pshmemx_##NAME##_get_nbi_block(d, s, n, pe);                                             \
     }
-NVSHMEMI_RMA_TYPES(NVSHMEMI_TYPED_GROUP)
+PSHMEM_RMA_TYPES(NVSHMEMI_TYPED_GROUP)
 #endif
 
 /* ---- signals ----------------------------------------------------------------------------------- */
@@ -586,7 +562,7 @@ static inline void nvshmemx_signal_op_on_stream(uint64_t *sig, uint64_t v, int o
                                                                    int op, int pe) {             \
         nvshmem_putmem_signal_nbi(d, s, n * sizeof(T), sig, v, op, pe);                          \
     }
-NVSHMEMI_RMA_TYPES(NVSHMEMI_TYPED_SIGNAL)
+PSHMEM_RMA_TYPES(NVSHMEMI_TYPED_SIGNAL)
 
 #if defined(__CUDACC__)
 NVSHMEMI_DEV static inline void nvshmemx_putmem_signal_warp(void *d, const void *s, size_t n,
@@ -626,7 +602,7 @@ NVSHMEMI_DEV static inline void nvshmemx_putmem_signal_nbi_block(void *d, const 
         T *d, const T *s, size_t n, uint64_t *sig, uint64_t v, int op, int pe) {                 \
         pshmemx_putmem_signal_nbi_block(d, s, n * sizeof(T), sig, v, op, pe);                    \
     }
-NVSHMEMI_RMA_TYPES(NVSHMEMI_TYPED_SIGNAL_GROUP)
+PSHMEM_RMA_TYPES(NVSHMEMI_TYPED_SIGNAL_GROUP)
 
 /* Waits on local symmetric words (device). */
 NVSHMEMI_DEV static inline uint64_t nvshmem_signal_wait_until(uint64_t *sig, int cmp,
@@ -850,11 +826,11 @@ NVSHMEMI_GROUP_COLLMEM(block)
     NVSHMEMI_TYPED_COLL_HOST(NAME, T)                                                            \
     NVSHMEMI_TYPED_COLL_GROUP(NAME, T, warp)                                                     \
     NVSHMEMI_TYPED_COLL_GROUP(NAME, T, block)
-NVSHMEMI_RMA_TYPES(NVSHMEMI_TYPED_COLL)
+PSHMEM_RMA_TYPES(NVSHMEMI_TYPED_COLL)
 NVSHMEMI_TYPED_COLL(half, __half)
 NVSHMEMI_TYPED_COLL(bfloat16, __nv_bfloat16)
 #else
-NVSHMEMI_RMA_TYPES(NVSHMEMI_TYPED_COLL_HOST)
+PSHMEM_RMA_TYPES(NVSHMEMI_TYPED_COLL_HOST)
 #endif
 
 /* Reductions: nvshmem_NAME_OP_reduce / _reducescatter (host and device), their on-stream forms
@@ -922,19 +898,7 @@ NVSHMEMI_RMA_TYPES(NVSHMEMI_TYPED_COLL_HOST)
     NVSHMEMI_RED_OP(NAME, T, DT, and, PSHMEM_RED_AND)                                            \
     NVSHMEMI_RED_OP(NAME, T, DT, or, PSHMEM_RED_OR)                                              \
     NVSHMEMI_RED_OP(NAME, T, DT, xor, PSHMEM_RED_XOR)
-/* 32- and 64-bit integers, as the C types are sized on LP64 Linux. */
-NVSHMEMI_RED_INT(int, int, PSHMEM_DT_INT32)
-NVSHMEMI_RED_INT(long, long, PSHMEM_DT_INT64)
-NVSHMEMI_RED_INT(longlong, long long, PSHMEM_DT_INT64)
-NVSHMEMI_RED_INT(ptrdiff, ptrdiff_t, PSHMEM_DT_INT64)
-NVSHMEMI_RED_INT(uint, unsigned int, PSHMEM_DT_UINT32)
-NVSHMEMI_RED_INT(ulong, unsigned long, PSHMEM_DT_UINT64)
-NVSHMEMI_RED_INT(ulonglong, unsigned long long, PSHMEM_DT_UINT64)
-NVSHMEMI_RED_INT(int32, int32_t, PSHMEM_DT_INT32)
-NVSHMEMI_RED_INT(int64, int64_t, PSHMEM_DT_INT64)
-NVSHMEMI_RED_INT(uint32, uint32_t, PSHMEM_DT_UINT32)
-NVSHMEMI_RED_INT(uint64, uint64_t, PSHMEM_DT_UINT64)
-NVSHMEMI_RED_INT(size, size_t, PSHMEM_DT_UINT64)
+PSHMEM_RED_WIDE_INT_TYPES(NVSHMEMI_RED_INT)
 NVSHMEMI_RED_ARITH(float, float, PSHMEM_DT_FLOAT)
 NVSHMEMI_RED_ARITH(double, double, PSHMEM_DT_DOUBLE)
 #if defined(__CUDACC__)
@@ -944,15 +908,7 @@ NVSHMEMI_RED_ARITH(bfloat16, __nv_bfloat16, PSHMEM_DT_BFLOAT16)
     NVSHMEMI_RED_DEV(NAME, T, sum) NVSHMEMI_RED_DEV(NAME, T, prod)                               \
     NVSHMEMI_RED_DEV(NAME, T, min) NVSHMEMI_RED_DEV(NAME, T, max)                                \
     NVSHMEMI_RED_DEV(NAME, T, and) NVSHMEMI_RED_DEV(NAME, T, or) NVSHMEMI_RED_DEV(NAME, T, xor)
-NVSHMEMI_RED_DEV_INT(char, char)
-NVSHMEMI_RED_DEV_INT(schar, signed char)
-NVSHMEMI_RED_DEV_INT(short, short)
-NVSHMEMI_RED_DEV_INT(uchar, unsigned char)
-NVSHMEMI_RED_DEV_INT(ushort, unsigned short)
-NVSHMEMI_RED_DEV_INT(int8, int8_t)
-NVSHMEMI_RED_DEV_INT(int16, int16_t)
-NVSHMEMI_RED_DEV_INT(uint8, uint8_t)
-NVSHMEMI_RED_DEV_INT(uint16, uint16_t)
+PSHMEM_RED_NARROW_INT_TYPES(NVSHMEMI_RED_DEV_INT)
 #endif
 
 /* ---- modules and launches ---------------------------------------------------------------------- */

@@ -429,7 +429,7 @@ PSHMEM_I_BYTES_COLL(x, _block, 2)
     PSHMEM_I_TYPED_COLL_G(NAME, T, , , 0)                                                       \
     PSHMEM_I_TYPED_COLL_G(NAME, T, x, _warp, 1)                                                 \
     PSHMEM_I_TYPED_COLL_G(NAME, T, x, _block, 2)
-PSHMEM_I_RMA_TYPES(PSHMEM_I_TYPED_COLL)
+PSHMEM_RMA_TYPES(PSHMEM_I_TYPED_COLL)
 PSHMEM_I_TYPED_COLL(half, __half)
 PSHMEM_I_TYPED_COLL(bfloat16, __nv_bfloat16)
 
@@ -459,34 +459,14 @@ PSHMEM_I_TYPED_COLL(bfloat16, __nv_bfloat16)
     PSHMEM_I_RED_OP(NAME, T, xor, PSHMEM_RED_XOR)
 
 /* NVSHMEM's reduction types: every integer type gets the bitwise operators too. */
-#define PSHMEM_I_RED_INT_TYPES(X)                                                               \
-    X(char, char)                                                                               \
-    X(schar, signed char)                                                                       \
-    X(short, short)                                                                             \
-    X(int, int)                                                                                 \
-    X(long, long)                                                                               \
-    X(longlong, long long)                                                                      \
-    X(ptrdiff, ptrdiff_t)                                                                       \
-    X(uchar, unsigned char)                                                                     \
-    X(ushort, unsigned short)                                                                   \
-    X(uint, unsigned int)                                                                       \
-    X(ulong, unsigned long)                                                                     \
-    X(ulonglong, unsigned long long)                                                            \
-    X(int8, int8_t)                                                                             \
-    X(int16, int16_t)                                                                           \
-    X(int32, int32_t)                                                                           \
-    X(int64, int64_t)                                                                           \
-    X(uint8, uint8_t)                                                                           \
-    X(uint16, uint16_t)                                                                         \
-    X(uint32, uint32_t)                                                                         \
-    X(uint64, uint64_t)                                                                         \
-    X(size, size_t)
+#define PSHMEM_I_RED_INT_DT(NAME, T, DT) PSHMEM_I_RED_INT(NAME, T)
+PSHMEM_RED_WIDE_INT_TYPES(PSHMEM_I_RED_INT_DT)
+PSHMEM_RED_NARROW_INT_TYPES(PSHMEM_I_RED_INT)
 #define PSHMEM_I_RED_FLOAT_TYPES(X)                                                             \
     X(float, float)                                                                             \
     X(double, double)                                                                           \
     X(half, __half)                                                                             \
     X(bfloat16, __nv_bfloat16)
-PSHMEM_I_RED_INT_TYPES(PSHMEM_I_RED_INT)
 PSHMEM_I_RED_FLOAT_TYPES(PSHMEM_I_RED_ARITH)
 
 #endif /* PSHMEM_COLL_CUH */

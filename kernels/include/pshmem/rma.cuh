@@ -9,6 +9,7 @@
 #define PSHMEM_RMA_CUH
 
 #include "pshmem/state.cuh"
+#include "pshmem/types.h"
 
 /* Copies n bytes with `nt` threads (this one is `t`): 16-byte vectors when both addresses and
  * the length allow, bytes otherwise. */
@@ -183,32 +184,7 @@ template <typename T> __device__ __forceinline__ T pshmem_i_g(const T *src, int 
         pshmemx_getmem_nbi_block(d, s, n * sizeof(T), pe);                                     \
     }
 
-/* Every standard RMA type, as X(NAME, TYPE) (half and bfloat16 are not provided). */
-#define PSHMEM_I_RMA_TYPES(X)                                                                  \
-    X(float, float)                                                                            \
-    X(double, double)                                                                          \
-    X(char, char)                                                                              \
-    X(schar, signed char)                                                                      \
-    X(short, short)                                                                            \
-    X(int, int)                                                                                \
-    X(long, long)                                                                              \
-    X(longlong, long long)                                                                     \
-    X(uchar, unsigned char)                                                                    \
-    X(ushort, unsigned short)                                                                  \
-    X(uint, unsigned int)                                                                      \
-    X(ulong, unsigned long)                                                                    \
-    X(ulonglong, unsigned long long)                                                           \
-    X(int8, int8_t)                                                                            \
-    X(int16, int16_t)                                                                          \
-    X(int32, int32_t)                                                                          \
-    X(int64, int64_t)                                                                          \
-    X(uint8, uint8_t)                                                                          \
-    X(uint16, uint16_t)                                                                        \
-    X(uint32, uint32_t)                                                                        \
-    X(uint64, uint64_t)                                                                        \
-    X(size, size_t)                                                                            \
-    X(ptrdiff, ptrdiff_t)
-
-PSHMEM_I_RMA_TYPES(PSHMEM_I_TYPED_RMA)
+/* Every standard RMA type (types.h; half and bfloat16 have no typed RMA yet). */
+PSHMEM_RMA_TYPES(PSHMEM_I_TYPED_RMA)
 
 #endif /* PSHMEM_RMA_CUH */

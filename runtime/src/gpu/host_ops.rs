@@ -101,28 +101,27 @@ impl Coll {
         }
     }
 
-    /// (kind, arg, dtype) of `pshmem_k_coll`, and the bytes of dest and source for `n` and
-    /// `members`.
-    fn encode(self, n: usize, members: usize) -> Option<(i32, i32, i32, usize, usize)> {
+    /// The bytes of the destination and of the source of a call with count `n` (bytes, or
+    /// elements for the reductions) over a team of `members`; `None` when they overflow.
+    pub fn lens(self, n: usize, members: usize) -> Option<(usize, usize)> {
         let m = |a: usize, b: usize| a.checked_mul(b);
         Some(match self {
-            Coll::Broadcast { root } => (0, i32::try_from(root).ok()?, 0, n, n),
-            Coll::Fcollect => (1, 0, 0, m(n, members)?, n),
-            Coll::Alltoall => (2, 0, 0, m(n, members)?, m(n, members)?),
-            Coll::Reduce(dt, op) => {
-                let b = m(n, dt.size())?;
-                (3, i32::from(op.code()), i32::from(dt.code()), b, b)
-            }
-            Coll::ReduceScatter(dt, op) => {
-                let b = m(n, dt.size())?;
-                (
-                    4,
-                    i32::from(op.code()),
-                    i32::from(dt.code()),
-                    b,
-                    m(b, members)?,
-                )
-            }
+            Coll::Broadcast { .. } => (n, n),
+            Coll::Fcollect => (m(n, members)?, n),
+            Coll::Alltoall => (m(n, members)?, m(n, members)?),
+            Coll::Reduce(dt, _) => (m(n, dt.size())?, m(n, dt.size())?),
+            Coll::ReduceScatter(dt, _) => (m(n, dt.size())?, m(m(n, dt.size())?, members)?),
+        })
+    }
+
+    /// (kind, arg, dtype) of `pshmem_k_coll` (`None`: a root beyond a C int).
+    fn encode(self) -> Option<(i32, i32, i32)> {
+        Some(match self {
+            Coll::Broadcast { root } => (0, i32::try_from(root).ok()?, 0),
+            Coll::Fcollect => (1, 0, 0),
+            Coll::Alltoall => (2, 0, 0),
+            Coll::Reduce(dt, op) => (3, i32::from(op.code()), i32::from(dt.code())),
+            Coll::ReduceScatter(dt, op) => (4, i32::from(op.code()), i32::from(dt.code())),
         })
     }
 }
@@ -623,13 +622,12 @@ impl Gpu {
             op,
             detail,
         };
-        let (kind, arg, dtype, dest_len, src_len) =
-            coll.encode(n, members).ok_or(Error::SizeOverflow {
-                me: self.me,
-                op,
-                count: n,
-                size: members,
-            })?;
+        let (dest_len, src_len) = coll.lens(n, members).ok_or(Error::SizeOverflow {
+            me: self.me,
+            op,
+            count: n,
+            size: members,
+        })?;
         match coll {
             Coll::Broadcast { root } if root >= members => {
                 return Err(bad(format!(
@@ -646,6 +644,8 @@ impl Gpu {
             }
             _ => {}
         }
+        // A root beyond a C int was refused above (it is beyond the team).
+        let (kind, arg, dtype) = coll.encode().ok_or_else(|| bad(format!("{coll:?}")))?;
         if dest_len > 0 {
             self.sym(op, dest, dest_len)?;
         }

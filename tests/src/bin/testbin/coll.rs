@@ -10,11 +10,9 @@ use pshmem::{
     team::{TEAM_INVALID, TEAM_WORLD, Team},
 };
 
-type R<T> = Result<T, String>;
+use crate::runtime::e;
 
-fn e(x: pshmem::Error) -> String {
-    format!("{}: {x}", crate::runtime::kind(&x))
-}
+type R<T> = Result<T, String>;
 
 /// Member `pe`'s input of `nelems` elements for `op` (small values, so that products and
 /// 16-bit floats stay exact; bit patterns for the bitwise operators).

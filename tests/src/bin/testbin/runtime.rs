@@ -30,7 +30,8 @@ fn seed(a: usize, b: usize, c: usize) -> u64 {
 
 type R<T> = Result<T, String>;
 
-fn e(x: Error) -> String {
+/// A runtime error as a message led by its kind.
+pub fn e(x: Error) -> String {
     format!("{}: {x}", kind(&x))
 }
 
