@@ -552,6 +552,9 @@ impl Pshmem {
     }
 
     fn ring_err(&self, op: &'static str, e: RingError) -> Error {
+        if matches!(e, RingError::Raised { .. }) {
+            self.halt_proxies();
+        }
         match e {
             RingError::Timeout { waited, .. } => Error::Timeout {
                 me: self.me,
@@ -566,6 +569,16 @@ impl Pshmem {
                 detail: other.to_string(),
                 cause: None,
             },
+        }
+    }
+
+    /// Stops the proxies (a bounded drain) once a fault is raised. Every later call fails
+    /// anyway (the fault is sticky), and a wait that ends on the fault returns before the proxy
+    /// may have read the descriptors it covers: a blocking put's caller frees its source as
+    /// soon as the put returns, error or not, so no proxy may read it after that.
+    fn halt_proxies(&self) {
+        for p in lock(&self.proxies).drain(..) {
+            let _ = p.stop();
         }
     }
 
@@ -1375,6 +1388,7 @@ impl Pshmem {
         // Direct stores are complete once issued; the fence orders them before what follows.
         std::sync::atomic::fence(Ordering::SeqCst);
         if self.health.faulted() {
+            self.halt_proxies();
             return Err(self.fault_err(op, code::PROXY, None));
         }
         Ok(())
@@ -1403,9 +1417,7 @@ impl Drop for Pshmem {
         if !self.finalized.load(Ordering::Acquire) {
             // An error path: no collective goodbye. Stop the proxies (bounded drain) before the
             // heap goes; dropping the bootstrap tells the peers this PE is gone.
-            for p in lock(&self.proxies).drain(..) {
-                let _ = p.stop();
-            }
+            self.halt_proxies();
         }
     }
 }
