@@ -95,5 +95,34 @@ if [ "$NGPU" -ge 1 ] && [ -n "$TREE" ] && [ -n "$NVCC_BIN" ]; then
 else
   echo "SKIP nvshmem examples: need a GPU ($NGPU), the NVSHMEM-style tree ('${TREE}') and nvcc ('${NVCC_BIN}')" | tee -a "$LOG"
 fi
+# The Python package (python/): every operation on CUDA tensors (2 PEs, directly, then forced
+# through the proxy), on host tensors, and the examples of examples/python/ beside
+# torch.distributed. From a checkout: the project's environment (scripts/python-env.sh); on a
+# machine without Rust: the prebuilt wheel next to BIN_DIR (BIN_DIR/../wheels), installed for
+# the machine's own python3 and torch.
+PYBIN=""
+if [ "$BIN" = target/release ]; then
+  PYBIN="$(bash scripts/python-env.sh)"
+else
+  WHEEL="$(ls "$BIN"/../wheels/pshmem-*.whl 2>/dev/null | head -1)"
+  if [ -n "$WHEEL" ] && python3 -c "import torch" 2>/dev/null; then
+    PYSITE="$(mktemp -d)"
+    if python3 -m pip install -q --no-deps --no-index --target "$PYSITE" "$WHEEL"; then
+      export PYTHONPATH="$PYSITE${PYTHONPATH:+:$PYTHONPATH}"
+      PYBIN=python3
+    fi
+  fi
+fi
+if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ]; then
+  "$PYBIN" -c "import torch, pshmem; print('python:', pshmem.__version__, 'torch', torch.__version__)" 2>&1 | tee -a "$LOG"
+  run "$BIN/pshmrun" -n 2 -- "$PYBIN" python/tests/workers/ops.py --device cuda
+  run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 2 -- "$PYBIN" python/tests/workers/ops.py --device cuda
+  run "$BIN/pshmrun" -n 3 -- "$PYBIN" python/tests/workers/ops.py --device cpu
+  for ex in ring collectives buffer patterns; do
+    run "$BIN/pshmrun" -n 2 -- "$PYBIN" examples/python/$ex.py --device cuda --json "$OUT/python-$ex.json"
+  done
+else
+  echo "SKIP python on the GPU: need a GPU ($NGPU) and the pshmem package with torch ('${PYBIN}')" | tee -a "$LOG"
+fi
 echo "gpu-test: $([ $fail = 0 ] && echo passed || echo FAILED) (log: $LOG)" | tee -a "$LOG"
 exit $fail

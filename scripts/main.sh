@@ -2,7 +2,9 @@
 # The main job on the embedded default: pshmem-perf on N PEs launched on this machine with
 # pshmrun (host memory; libfabric tcp;ofi_rxm where there is no RDMA NIC). It runs twice: on the
 # default path (same-host peers map each other's heaps and load/store directly), then forced
-# through the command ring, the proxy threads and the transport (PSHMEM_DISABLE_P2P=1).
+# through the command ring, the proxy threads and the transport (PSHMEM_DISABLE_P2P=1). Then the
+# same from Python: examples/python/ring.py (the pshmem package on torch tensors, beside
+# torch.distributed) on both paths.
 # Usage: scripts/main.sh [N]   (default 2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,3 +20,8 @@ run
 echo
 echo "== pshmrun -n $N pshmem-perf: PSHMEM_DISABLE_P2P=1 (ring + proxy + ${PSHMEM_PROVIDER:-libfabric, default provider})"
 PSHMEM_DISABLE_P2P=1 run
+echo
+PY="$(bash scripts/python-env.sh)"
+echo "== pshmrun -n $N python examples/python/ring.py: default path, then PSHMEM_DISABLE_P2P=1"
+./target/release/pshmrun -n "$N" --timeout 600 -- "$PY" examples/python/ring.py --device cpu
+PSHMEM_DISABLE_P2P=1 ./target/release/pshmrun -n "$N" --timeout 600 -- "$PY" examples/python/ring.py --device cpu

@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # Runs the whole test suite (installing what it needs first): every crate's unit and
-# multi-process tests, the NVSHMEM compatibility builds, a short run of random faults on running jobs (scripts/chaos.sh), then the
+# multi-process tests, the Python package's tests, the NVSHMEM compatibility builds, a short run of random faults on running jobs (scripts/chaos.sh), then the
 # loom model checks of the command ring (a separate build with --cfg loom, in its own target
 # folder so the main build stays cached).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo test --workspace --release --quiet
+# The Python package (python/): the project's environment (.venv with torch, pytest, maturin;
+# the pshmem wheel built and installed by scripts/python-env.sh), its pytest suite (host mode:
+# jobs of several processes on this CPU, the examples of examples/python/ among them; the GPU
+# tests skip without a GPU), then the wheel installed into a clean virtual environment.
+cargo build --release --quiet -p pshmem-tools
+PY="$(bash scripts/python-env.sh)"
+"$PY" -m pytest -q -rs python/tests
+bash python/check-wheel.sh
 # The NVSHMEM compatibility layer as its users build against it: the install tree, every
 # example of examples/nvshmem/ built by the pinned nvcc against the compat headers and library
 # names only (with and without -rdc; run on GPU machines by scripts/gpu-test.sh), and host

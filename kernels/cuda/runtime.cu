@@ -56,6 +56,18 @@ extern "C" __global__ void pshmem_k_signal_op(uint64_t *sig, unsigned long long 
     pshmemx_signal_op(sig, v, op, pe);
 }
 
+/* A wait on a local signal word, launched on an application stream so the work after it on
+ * that stream runs once `*sig cmp v` holds (bounded like every device wait); with `reset`, the
+ * word is then set to `to` (a consumed signal, so a CUDA graph can replay the same wait
+ * without a kernel of its own to clear it). One thread. */
+extern "C" __global__ void pshmem_k_signal_wait(uint64_t *sig, int cmp, unsigned long long v,
+                                               int reset, unsigned long long to) {
+    pshmem_signal_wait_until(sig, cmp, v);
+    /* Plain store: the next update of this word comes from a peer that learned of this one
+     * through a later message, and that message cannot pass the kernel's end. */
+    if (reset) *(volatile uint64_t *)sig = to;
+}
+
 /* An AMO of the host: `sub` as a ring slot's (PSHMEM_AMO_* | PSHMEM_AMO_WIDE); the old value
  * goes to *result (pinned host memory, read after the stream is synchronized). One thread. */
 extern "C" __global__ void pshmem_k_host_amo(void *dest, unsigned int sub,

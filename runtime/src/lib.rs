@@ -1202,6 +1202,26 @@ impl Pshmem {
         self.wait_local("wait_until", ivar, cmp, value)
     }
 
+    /// [`Pshmem::wait_until`] for at most `within` (capped by `PSHMEM_OP_TIMEOUT`): `None` when
+    /// that passed first. Bindings wait in such slices to stay interruptible (Ctrl-C in Python)
+    /// and apply the overall timeout themselves.
+    pub fn wait_until_within<T: AmoElem>(
+        &self,
+        ivar: SymPtr,
+        cmp: Cmp,
+        value: T,
+        within: Duration,
+    ) -> Result<Option<T>> {
+        let op = "wait_until";
+        self.live(op)?;
+        self.check_range(op, ivar, T::SIZE as usize)?;
+        self.check_aligned(op, ivar, u64::from(T::SIZE))?;
+        match self.wait_local_for(op, ivar, cmp, value, within.min(self.cfg.op_timeout)) {
+            Err(Error::Timeout { .. }) => Ok(None),
+            r => r.map(Some),
+        }
+    }
+
     /// Spins on a local word (acquire loads) until the condition holds, a fault is raised, or
     /// `PSHMEM_OP_TIMEOUT` passes.
     fn wait_local<T: AmoElem>(
@@ -1210,6 +1230,18 @@ impl Pshmem {
         at: SymPtr,
         cmp: Cmp,
         value: T,
+    ) -> Result<T> {
+        self.wait_local_for(op, at, cmp, value, self.cfg.op_timeout)
+    }
+
+    /// [`Pshmem::wait_local`] bounded by `limit`.
+    fn wait_local_for<T: AmoElem>(
+        &self,
+        op: &'static str,
+        at: SymPtr,
+        cmp: Cmp,
+        value: T,
+        limit: Duration,
     ) -> Result<T> {
         let start = Instant::now();
         let mut step = 0u32;
@@ -1227,7 +1259,7 @@ impl Pshmem {
                 if self.health.faulted() {
                     return Err(self.fault_err(op, code::PROXY, None));
                 }
-                if start.elapsed() > self.cfg.op_timeout {
+                if start.elapsed() > limit {
                     return Err(Error::Timeout {
                         me: self.me,
                         op,

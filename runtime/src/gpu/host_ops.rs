@@ -41,6 +41,7 @@ pub(super) struct HostKernels {
     rma: CudaFunction,
     put_signal: CudaFunction,
     signal_op: CudaFunction,
+    signal_wait: CudaFunction,
     amo: CudaFunction,
     team_sync: CudaFunction,
     coll: CudaFunction,
@@ -61,6 +62,7 @@ impl HostKernels {
             rma: f("pshmem_k_rma")?,
             put_signal: f("pshmem_k_put_signal")?,
             signal_op: f("pshmem_k_signal_op")?,
+            signal_wait: f("pshmem_k_signal_wait")?,
             amo: f("pshmem_k_host_amo")?,
             team_sync: f("pshmem_k_team_sync")?,
             coll: f("pshmem_k_coll")?,
@@ -491,6 +493,46 @@ impl Gpu {
         ];
         // SAFETY: the arguments of pshmem_k_signal_op(uint64_t*, u64, int, int).
         unsafe { self.launch(op, &self.host.signal_op, 1, 1, st, &mut args) }
+    }
+
+    /// Makes `stream` wait until this PE's signal word at `sig` satisfies `cmp value` (a
+    /// PSHMEM_CMP_* code), then, with `reset`, sets the word to that value: a one-thread kernel
+    /// holding one SM while it waits, bounded by the device wait limit (a wait that ends on it
+    /// records the error for the next check).
+    ///
+    /// # Safety
+    /// `stream` is a live stream of this PE's context.
+    pub unsafe fn signal_wait_on_stream(
+        &self,
+        sig: u64,
+        cmp: u8,
+        value: u64,
+        reset: Option<u64>,
+        stream: RawStream,
+    ) -> Result<()> {
+        let op = "signal_wait_until_on_stream";
+        self.sym(op, sig, 8)?;
+        if sig % 8 != 0 {
+            return Err(Error::Misaligned {
+                me: self.me,
+                op,
+                offset: sig.wrapping_sub(self.state.heap_base),
+                align: 8,
+            });
+        }
+        let _live = self.live(op)?;
+        let (mut s, mut c, mut v) = (sig, i32::from(cmp), value);
+        let (mut r, mut to) = (i32::from(reset.is_some()), reset.unwrap_or(0));
+        let mut args: [*mut c_void; 5] = [
+            (&mut s as *mut u64).cast(),
+            (&mut c as *mut i32).cast(),
+            (&mut v as *mut u64).cast(),
+            (&mut r as *mut i32).cast(),
+            (&mut to as *mut u64).cast(),
+        ];
+        // SAFETY: the arguments of pshmem_k_signal_wait(uint64_t*, int, u64, int, u64), on the
+        // caller's live stream.
+        unsafe { self.launch(op, &self.host.signal_wait, 1, 1, stream, &mut args) }
     }
 
     /// An AMO from the host on a 4- or 8-byte (`wide`) word: `sub` a PSHMEM_AMO_* code.

@@ -1,0 +1,175 @@
+"""The pshmem package in host mode: jobs of several processes on this machine's CPU (launched
+by pshmrun or torchrun), each test one job. Run by scripts/test.sh:
+
+    .venv/bin/python -m pytest python/tests
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PSHMRUN = ROOT / "target" / "release" / "pshmrun"
+WORKERS = Path(__file__).resolve().parent / "workers"
+PY = sys.executable
+
+
+def env(**extra: str) -> dict:
+    e = dict(os.environ)
+    e.setdefault("PSHMEM_OP_TIMEOUT", "60")
+    e.update(extra)
+    return e
+
+
+def job(n: int, *args: str, timeout: int = 300, **extra: str) -> subprocess.CompletedProcess:
+    """``pshmrun -n N python ARGS...``; fails the test with its output when it fails."""
+    assert PSHMRUN.exists(), f"{PSHMRUN} is missing: cargo build --release -p pshmem-tools"
+    cmd = [str(PSHMRUN), "-n", str(n), "--timeout", str(timeout), "--", PY, *args]
+    r = subprocess.run(cmd, cwd=ROOT, env=env(**extra), capture_output=True, text=True,
+                       timeout=timeout + 30)
+    assert r.returncode == 0, f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def one(code: str, timeout: int = 60, **extra: str) -> subprocess.CompletedProcess:
+    """A 1-PE job (no launcher) running ``code``."""
+    return subprocess.run([PY, "-c", code], cwd=ROOT, env=env(**extra), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_every_operation_direct(n):
+    r = job(n, str(WORKERS / "ops.py"), "--device", "cpu")
+    assert r.stdout.count("ops on cpu: passed") == n
+
+
+def test_every_operation_through_the_proxy():
+    # Same-host peers forced through the command ring, the proxy and libfabric tcp.
+    r = job(3, str(WORKERS / "ops.py"), "--device", "cpu", PSHMEM_DISABLE_P2P="1")
+    assert r.stdout.count("ops on cpu: passed") == 3
+
+
+def test_init_from_a_torch_distributed_group():
+    # torchrun's variables, a gloo group, and pshmem.init(group=...) on top of it.
+    torchrun = Path(PY).parent / "torchrun"
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed next to this python")
+    cmd = [str(torchrun), "--nproc-per-node", "2", "--master-port", "29517",
+           str(WORKERS / "ops.py"), "--device", "cpu", "--group"]
+    r = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("ops on cpu: passed") == 2
+
+
+def test_init_from_torchrun_environment():
+    # No group: the bootstrap reads RANK/WORLD_SIZE/MASTER_ADDR and listens on MASTER_PORT+1.
+    torchrun = Path(PY).parent / "torchrun"
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed next to this python")
+    cmd = [str(torchrun), "--nproc-per-node", "2", "--master-port", "29527",
+           str(WORKERS / "ops.py"), "--device", "cpu"]
+    r = subprocess.run(cmd, cwd=ROOT, env=env(PSHMEM_JOB_SECRET="0123456789abcdef"),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("ops on cpu: passed") == 2
+
+
+def test_example_under_torchrun():
+    torchrun = Path(PY).parent / "torchrun"
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed next to this python")
+    cmd = [str(torchrun), "--nproc-per-node", "2", "--master-port", "29537",
+           str(ROOT / "examples" / "python" / "ring.py"), "--device", "cpu", "--iters", "3"]
+    r = subprocess.run(cmd, cwd=ROOT, env=env(PSHMEM_JOB_SECRET="0123456789abcdef"),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    assert "ring: all checks passed" in r.stdout
+
+
+@pytest.mark.parametrize("example", ["ring", "collectives", "buffer", "patterns"])
+def test_examples(example):
+    args = [str(ROOT / "examples" / "python" / f"{example}.py"), "--device", "cpu",
+            "--iters", "3"]
+    if example in ("collectives", "buffer"):
+        args += ["--max-bytes", "65536"]
+    r = job(2, *args)
+    assert f"{example}: all checks passed" in r.stdout
+    assert "| pshmem" in r.stdout or "pshmem µs" in r.stdout or "pshmem eager" in r.stdout
+
+
+def test_single_pe_tensors_share_the_heap():
+    r = one(
+        "import torch, pshmem\n"
+        "with pshmem.init() as pe:\n"
+        "    assert (pe.my_pe, pe.n_pes) == (0, 1)\n"
+        "    s = pshmem.zeros(4, dtype=torch.int64)\n"
+        "    s[0] = 77\n"  # a store through the tensor is a store to the heap
+        "    assert pshmem.signal_fetch(s) == 77\n"
+        "    pshmem.signal_op(s, 5, 0, op='add'); pshmem.quiet()\n"
+        "    assert s[0].item() == 82\n"
+        "    v = s[1:3]\n"
+        "    assert pshmem.is_symmetric(v) and pshmem.peer_tensor(v, 0) is v\n"
+        "assert not pshmem.is_initialized()\n"
+        "print('ok')\n")
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+def test_calls_before_init_raise_not_initialized():
+    r = one("import pshmem\n"
+            "try:\n    pshmem.my_pe()\nexcept pshmem.NotInitialized as e:\n    print('raised', e)\n")
+    assert "raised pshmem is not initialized" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_wait_ends_with_timeout_naming_pe_and_operation():
+    r = one("import torch, pshmem\n"
+            "pshmem.init()\n"
+            "s = pshmem.zeros(1, dtype=torch.int64)\n"
+            "try:\n    pshmem.signal_wait_until(s, 'eq', 1)\n"
+            "except pshmem.Timeout as e:\n    print('timeout:', e)\n",
+            PSHMEM_OP_TIMEOUT="1")
+    assert "timeout: PE 0: signal_wait_until" in r.stdout, r.stdout + r.stderr
+
+
+def test_ctrl_c_interrupts_a_wait():
+    code = ("import torch, pshmem\n"
+            "pshmem.init()\n"
+            "s = pshmem.zeros(1, dtype=torch.int64)\n"
+            "print('waiting', flush=True)\n"
+            "try:\n    pshmem.signal_wait_until(s, 'eq', 1)\n"
+            "except KeyboardInterrupt:\n    print('interrupted', flush=True)\n")
+    p = subprocess.Popen([PY, "-c", code], cwd=ROOT, env=env(PSHMEM_OP_TIMEOUT="60"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "waiting"
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=20)
+    assert "interrupted" in out, out + err
+    assert time.monotonic() - t0 < 5, "the wait took too long to notice Ctrl-C"
+
+
+def test_type_stubs_match_the_extension():
+    # The stub must name exactly what the extension exports, so it cannot drift.
+    import pshmem._pshmem as C
+
+    stub = Path(C.__file__).with_name("_pshmem.pyi")
+    if not stub.exists():
+        stub = ROOT / "python" / "pshmem" / "_pshmem.pyi"
+    tree = ast.parse(stub.read_text())
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    exported = {n for n in dir(C) if not n.startswith("__")} | {"__version__"}
+    assert names == exported, (f"only in the stub: {sorted(names - exported)}; "
+                               f"only in the extension: {sorted(exported - names)}")
