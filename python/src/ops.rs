@@ -536,7 +536,11 @@ fn signal_wait_until(
 /// Stores `v` into this PE's word.
 fn write_word(s: &Pshmem, heap: &Heap, v: u64) -> pshmem::Result<()> {
     match *heap {
-        Heap::Host(at) => s.atomic::<u64>(AmoOp::Set, at, v, 0, s.my_pe()).map(|_| ()),
+        // A swap, not a set: a fetching AMO is complete on return on every path (through the
+        // proxy too), so a later read sees it.
+        Heap::Host(at) => s
+            .atomic::<u64>(AmoOp::Swap, at, v, 0, s.my_pe())
+            .map(|_| ()),
         Heap::Gpu(at) => s.gpu()?.copy_in(at, &v.to_le_bytes()),
     }
 }

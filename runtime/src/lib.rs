@@ -552,8 +552,26 @@ impl Pshmem {
     }
 
     fn ring_err(&self, op: &'static str, e: RingError) -> Error {
-        if matches!(e, RingError::Raised { .. }) {
-            self.halt_proxies();
+        match &e {
+            RingError::Raised { .. } => self.halt_proxies(),
+            RingError::Timeout { waited, .. } => {
+                // The operation may still sit in the ring or the proxy, which would read (or
+                // write) the caller's buffer after this call returned and the caller freed it;
+                // nothing bounds when that ends. So a timed-out wait ends the data path: the
+                // fault makes every later call fail at once, naming this timeout, and the
+                // proxies are stopped before the caller gets its buffer back.
+                self.health.raise(
+                    code::TIMEOUT,
+                    None,
+                    format!(
+                        "{op} waited {waited:.1?} (PSHMEM_OP_TIMEOUT) without completing, so PE \
+                         {} stopped its proxies",
+                        self.me
+                    ),
+                );
+                self.halt_proxies();
+            }
+            _ => {}
         }
         match e {
             RingError::Timeout { waited, .. } => Error::Timeout {

@@ -250,6 +250,37 @@ fn a_barrier_timeout_names_the_pes_that_have_not_arrived() {
     late_peers("sleep", &proxied("sim"), arrived);
 }
 
+/// A blocking put that times out (its target stopped, behind a proxy) ends the data path: the
+/// put returns Timeout only once the proxies are stopped (its source is freed and unmapped right
+/// after, and nothing reads it), and the next call fails at once with an error naming the
+/// timeout instead of waiting for another one.
+#[test]
+fn a_timed_out_put_stops_the_proxies_before_returning() {
+    let mut env = proxied("tcp");
+    env.push(("PSHMEM_OP_TIMEOUT", "1"));
+    let spec =
+        job(2, &["rt-late", "--late", "1", "--how", "put"], &env).timeout(Duration::from_secs(60));
+    let mut j = spec.launch();
+    let mut on_time: Vec<_> = j.children.drain(..).collect();
+    let late: Vec<_> = on_time.split_off(1);
+    let res = spec.job(on_time).wait();
+    for (_, mut c) in late {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let r = &res[0];
+    let stuck = r.fields("STUCK");
+    let stuck = stuck
+        .first()
+        .unwrap_or_else(|| panic!("no STUCK line:\n{r}"));
+    assert_eq!(stuck["first"], "Timeout", "{r}");
+    let ms: u64 = stuck["ms"].parse().unwrap();
+    assert!(ms < 500, "the call after the timeout took {ms} ms:\n{r}");
+    let f = err(r);
+    assert_eq!(f["kind"], "OpFailed", "{r}");
+    assert!(f["msg"].contains("PSHMEM_OP_TIMEOUT"), "{r}");
+}
+
 /// The host-staged GPU path's protocol on a host heap standing in for GPU memory: landing
 /// slots, target-side copies and AMOs, gates for put-with-signal and fence.
 fn staged(provider: &'static str) -> Vec<(&'static str, &'static str)> {

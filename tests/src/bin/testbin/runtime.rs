@@ -683,7 +683,13 @@ pub fn kill(s: &Pshmem, victim: usize, phase: &str) -> Result<(), Error> {
 
 /// The `late` PEs stay away from a barrier (sleeping well past PSHMEM_OP_TIMEOUT, or stopped
 /// by SIGSTOP); the others' barrier times out and names them.
+///
+/// With `how` "put" the late PEs stop (SIGSTOP) and the others make a blocking 8 MiB put to the
+/// first of them, which cannot complete; once it has timed out they free its source and call
+/// quiet, whose error they return (printing `STUCK first=<kind of the put's error> ms=<time
+/// the quiet took>`).
 pub fn late(s: &Pshmem, late: &[usize], how: &str) -> Result<(), Error> {
+    let buf = s.malloc(8 << 20)?;
     s.barrier_all()?;
     let patience = s.config().op_timeout;
     if late.contains(&s.my_pe()) {
@@ -691,12 +697,36 @@ pub fn late(s: &Pshmem, late: &[usize], how: &str) -> Result<(), Error> {
         // them, so that the others' first barrier is complete.
         s.quiet()?;
         println!("LATE pe={}", s.my_pe());
-        if how == "stop" {
+        if how == "stop" || how == "put" {
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
         }
         std::thread::sleep(patience * 8);
         // Leave without a goodbye: the others have given up already.
         std::process::exit(0);
+    }
+    if how == "put" {
+        // Unmapped once freed (8 MiB is above the allocator's mmap threshold): a proxy still
+        // reading it would fault.
+        let data = vec![1u8; 8 << 20];
+        let first = s.put(buf, &data, late[0]);
+        drop(data);
+        let t = std::time::Instant::now();
+        let second = s.quiet();
+        let kind = |r: &Result<(), Error>| match r {
+            Ok(()) => "ok".to_string(),
+            Err(e) => format!("{e:?}")
+                .split([' ', '{', '('])
+                .next()
+                .unwrap_or("")
+                .to_string(),
+        };
+        println!(
+            "STUCK first={} ms={}",
+            kind(&first),
+            t.elapsed().as_millis()
+        );
+        std::thread::sleep(patience * 2);
+        return second;
     }
     let r = s.barrier_all();
     // Stay while the other on-time PEs look at this one's barrier state.
