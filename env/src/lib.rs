@@ -258,6 +258,8 @@ vars! {
         "Longest an idle proxy blocks before looking at its rings again, in microseconds: on the transport's wait descriptor where it has one (incoming traffic wakes it at once), else asleep.");
     PROXY_MAX_INFLIGHT = ("PSHMEM_PROXY_MAX_INFLIGHT", "256", Kind::Count, between(1.0, 65536.0), "proxy",
         "Most transport operations a proxy thread keeps in flight; the rest wait in its queues (flow control towards the provider).");
+    TRACE = ("PSHMEM_TRACE", "", Kind::Path, ANY, "proxy",
+        "Path prefix of the proxy trace: each proxy thread keeps every operation's arrival, posts and finish, and writes PATH.<thread>.json (Chrome trace; opens in Perfetto) and PATH.<thread>.summary.json when it stops. Empty: no trace.");
     PROXY_CPU = ("PSHMEM_PROXY_CPU", "", Kind::CpuList, ANY, "proxy",
         "Cores for the proxy threads: 'none' disables pinning, or a list like 3,5-7; default from topology.");
     OP_TIMEOUT = ("PSHMEM_OP_TIMEOUT", "120", Kind::Seconds, between(0.1, 604800.0), "runtime",

@@ -27,6 +27,7 @@ pub mod engine;
 pub mod mem;
 mod slab;
 pub mod standalone;
+pub mod trace;
 pub mod wire;
 
 use std::{
@@ -257,6 +258,8 @@ pub struct ProxyConfig {
     /// Most transport operations in flight per proxy thread (deeper queues can slow a
     /// provider down; more is queued in the proxy).
     pub max_inflight: usize,
+    /// Where to write the thread's trace (`PSHMEM_TRACE`; see [`trace`]), if anywhere.
+    pub trace: Option<std::path::PathBuf>,
 }
 
 impl Default for ProxyConfig {
@@ -270,6 +273,7 @@ impl Default for ProxyConfig {
             staging_chunks: 8,
             drain_limit: Duration::from_secs(5),
             max_inflight: 256,
+            trace: None,
         }
     }
 }
@@ -362,6 +366,7 @@ impl Proxy {
             .name(name)
             .spawn(move || {
                 let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.run()));
+                engine.write_trace();
                 if let Err(p) = res {
                     let detail = panic_text(&p);
                     health.raise(

@@ -138,6 +138,22 @@ def test_a_wait_ends_with_timeout_naming_pe_and_operation():
     assert "timeout: PE 0: signal_wait_until" in r.stdout, r.stdout + r.stderr
 
 
+def test_a_wait_releases_the_gil():
+    # Another Python thread sets the signal while the main thread waits for it: it can only
+    # run if the wait released the GIL.
+    r = one("import threading, time, torch, pshmem\n"
+            "pshmem.init()\n"
+            "s = pshmem.zeros(1, dtype=torch.int64)\n"
+            "def late():\n"
+            "    time.sleep(0.3)\n"
+            "    pshmem.signal_op(s, 5, 0)\n"
+            "threading.Thread(target=late).start()\n"
+            "print('seen', pshmem.signal_wait_until(s, 'eq', 5))\n"
+            "pshmem.finalize()\n",
+            PSHMEM_OP_TIMEOUT="10")
+    assert "seen 5" in r.stdout, r.stdout + r.stderr
+
+
 def test_ctrl_c_interrupts_a_wait():
     code = ("import torch, pshmem\n"
             "pshmem.init()\n"

@@ -59,6 +59,9 @@ impl Config {
             staging_chunks: env::STAGING_BUFFERS.usize()?.max(1),
             drain_limit: Duration::from_secs(5),
             max_inflight: env::PROXY_MAX_INFLIGHT.usize()?.max(1),
+            trace: Some(env::TRACE.value())
+                .filter(|p| !p.is_empty())
+                .map(std::path::PathBuf::from),
         };
         Ok(Self {
             heap_size,

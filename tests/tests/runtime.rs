@@ -281,6 +281,64 @@ fn a_timed_out_put_stops_the_proxies_before_returning() {
     assert!(f["msg"].contains("PSHMEM_OP_TIMEOUT"), "{r}");
 }
 
+/// `PSHMEM_TRACE`: PE 0's proxy thread writes a Chrome trace and a summary that account for
+/// exactly the puts and `p`s it was given, each operation begun and ended once.
+#[test]
+fn the_proxy_trace_accounts_for_every_operation() {
+    let dir = std::env::temp_dir().join(format!("pshmem-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prefix = dir.join("t");
+    let mut env = proxied("tcp");
+    env.push(("PSHMEM_TRACE", prefix.to_str().unwrap()));
+    let (count, size) = (50u64, 100_000u64);
+    let res = job(2, &["rt-trace", "--count", "50", "--size", "100000"], &env)
+        .launch()
+        .wait();
+    for r in &res {
+        assert!(r.ok(), "{r}");
+    }
+    let read = |name: &str| -> serde_json::Value {
+        let p = dir.join(format!("t.pshmem-proxy-0.0.{name}"));
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    };
+    let sum = read("summary.json");
+    assert_eq!(sum["per_kind"]["put"]["operations"], count, "{sum}");
+    assert_eq!(sum["per_kind"]["put"]["bytes"], count * size, "{sum}");
+    assert!(
+        sum["per_kind"]["put"]["messages"].as_u64().unwrap() >= count,
+        "{sum}"
+    );
+    assert_eq!(sum["per_kind"]["p"]["operations"], count, "{sum}");
+    assert_eq!(sum["per_kind"]["p"]["messages"], count, "{sum}");
+    assert_eq!(sum["unfinished"], 0, "{sum}");
+    assert_eq!(sum["events_dropped"], 0, "{sum}");
+    assert!(
+        sum["ring_to_post_us"]["count"].as_u64().unwrap() >= 2 * count,
+        "{sum}"
+    );
+    let chrome = read("json");
+    let ev = chrome["traceEvents"].as_array().unwrap();
+    let count_of = |ph: &str, name: &str| {
+        ev.iter()
+            .filter(|e| e["ph"] == ph && (name.is_empty() || e["name"] == name))
+            .count() as u64
+    };
+    assert_eq!(count_of("b", "put"), count);
+    assert_eq!(count_of("e", "put"), count);
+    assert_eq!(
+        count_of("b", ""),
+        count_of("e", ""),
+        "every operation ends once"
+    );
+    assert_eq!(
+        count_of("n", "post"),
+        sum["messages"].as_u64().unwrap(),
+        "one instant per message"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The host-staged GPU path's protocol on a host heap standing in for GPU memory: landing
 /// slots, target-side copies and AMOs, gates for put-with-signal and fence.
 fn staged(provider: &'static str) -> Vec<(&'static str, &'static str)> {

@@ -425,7 +425,9 @@ fn main() {
         }
         return;
     }
-    let bytes = a.max.max(64);
+    // msg_rate writes 512 distinct 8-byte words of `dst`, whatever the largest size asked for:
+    // a smaller buffer would spill into the flags allocated after it.
+    let bytes = a.max.max(4096);
     let src = s.malloc(bytes).expect("malloc");
     let dst = s.malloc(bytes).expect("malloc");
     // Touch both: untouched memory reads as the kernel's zero page, which flatters copies.

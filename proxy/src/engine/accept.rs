@@ -54,6 +54,9 @@ impl Engine {
     /// Takes one operation from a ring: applies it (this PE; fences on ordered transports;
     /// empty transfers) or queues it for its target PE.
     fn accept(&mut self, ring: u16, seq: u64, d: Desc) {
+        if let Some(t) = &mut self.trace {
+            t.arrive(ring, seq, &d);
+        }
         if let Some(pe) = d.pe()
             && pe as usize >= self.n
         {
@@ -67,7 +70,7 @@ impl Engine {
         let d = self.localize(d);
         if d.pe() == Some(self.me) {
             match self.apply_self(&d) {
-                Ok(()) => self.rings[ring as usize].done.finish(seq),
+                Ok(()) => self.finish_op(ring, seq),
                 Err(e) => self.fault(
                     code::OP_FAILED,
                     Some(self.me as usize),
@@ -176,7 +179,7 @@ impl Engine {
                 }
             }
         }
-        self.rings[ring as usize].done.finish(seq);
+        self.finish_op(ring, seq);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -191,7 +194,7 @@ impl Engine {
         len: u64,
     ) {
         if len == 0 {
-            self.rings[ring as usize].done.finish(seq);
+            self.finish_op(ring, seq);
             return;
         }
         // One part, whose completion needs nothing done: a heap-to-heap RMA of at most one
@@ -295,7 +298,22 @@ impl Engine {
         {
             return false;
         }
-        self.post_p_now(ring, seq, s.pe, s.a, s.b, s.c as u8)
+        if let Some(t) = &mut self.trace {
+            // `accept` does not see it: its arrival is recorded here (and taken back when the
+            // general path takes the slot after all).
+            let d = Desc::P {
+                pe: s.pe,
+                remote: s.a,
+                value: s.b,
+                width: s.c as u8,
+            };
+            t.arrive(ring, seq, &d);
+        }
+        let posted = self.post_p_now(ring, seq, s.pe, s.a, s.b, s.c as u8);
+        if !posted && let Some(t) = &mut self.trace {
+            t.retract_arrival(ring, seq);
+        }
+        posted
     }
 
     /// The hottest case, straight to the transport: an RMA `p` that fits the inject size, to
@@ -325,6 +343,9 @@ impl Engine {
             Ok(()) => {
                 self.rings[ring as usize].queues[pe as usize].outstanding += 1;
                 self.inflight += 1;
+                if let Some(t) = &mut self.trace {
+                    t.post(ring, seq, pe);
+                }
                 true
             }
             Err(PostError::Retry) => false,

@@ -7,6 +7,8 @@ use std::sync::atomic::Ordering;
 use pshmem_abi::error as code;
 use pshmem_transport::{Event, TransportError};
 
+use crate::trace::Trace;
+
 use super::{
     Engine,
     ctx::{self, Ctx, FastOp, PartRef},
@@ -28,11 +30,19 @@ pub(super) fn keep(events: &mut Vec<Ev>, msgs: &mut Vec<Vec<u8>>, e: Event<'_>) 
 /// A fast operation's part completed: one fewer in flight, to its PE and in total, and its
 /// sequence number finished.
 #[inline(always)]
-fn fast_done(rings: &mut [RingState], inflight: &mut usize, f: FastOp) {
+fn fast_done(
+    rings: &mut [RingState],
+    inflight: &mut usize,
+    trace: &mut Option<Box<Trace>>,
+    f: FastOp,
+) {
     *inflight -= 1;
     let ring = &mut rings[f.ring as usize];
     ring.queues[f.pe as usize].outstanding -= 1;
     let seq = ring.done.seq_from_low(f.seq_low);
+    if let Some(t) = trace {
+        t.finish(f.ring, seq);
+    }
     ring.done.finish(seq);
 }
 
@@ -43,13 +53,13 @@ impl Engine {
         let mut msgs = std::mem::take(&mut self.msgs);
         // The hottest event, a fast part's completion, is finished inside the callback (it
         // touches only the rings and the in-flight count, not the transport).
-        let (rings, inflight) = (&mut self.rings, &mut self.inflight);
+        let (rings, inflight, trace) = (&mut self.rings, &mut self.inflight, &mut self.trace);
         let mut fast = 0;
         let res = self.t.poll(&mut |e| {
             if let Event::Done { ctx } = e
                 && let Some(f) = ctx::fast_part(ctx)
             {
-                fast_done(rings, inflight, f);
+                fast_done(rings, inflight, trace, f);
                 fast += 1;
             } else {
                 keep(&mut events, &mut msgs, e);
@@ -124,7 +134,9 @@ impl Engine {
     /// A part completed (a write or read, or a request's ack with the old value).
     pub(super) fn part_done(&mut self, part: PartRef, fetched: Option<u64>) {
         let key = match part {
-            PartRef::Fast(f) => return fast_done(&mut self.rings, &mut self.inflight, f),
+            PartRef::Fast(f) => {
+                return fast_done(&mut self.rings, &mut self.inflight, &mut self.trace, f);
+            }
             PartRef::Tracked(k) => k,
         };
         let Some(p) = self.parts.remove(key) else {

@@ -103,7 +103,7 @@ impl Engine {
         o.pending -= 1;
         if o.pending == 0 {
             let o = self.ops.remove(op).expect("the operation is live");
-            self.rings[o.ring as usize].done.finish(o.seq);
+            self.finish_op(o.ring, o.seq);
         }
     }
 
@@ -373,17 +373,30 @@ impl Engine {
     ) -> Post {
         match res {
             Ok(()) => {
-                let ring = match part {
-                    PartRef::Fast(f) => f.ring,
+                let (ring, seq) = match part {
+                    PartRef::Fast(f) => (f.ring, None),
                     PartRef::Tracked(k) => {
                         let p = self.parts.get(k).expect("a posted part is live");
                         let (op, ring) = (p.op, p.ring);
-                        if let Some(o) = self.ops.get_mut(op) {
+                        let o = self.ops.get_mut(op);
+                        let seq = o.map(|o| {
                             o.pending += 1;
-                        }
-                        ring
+                            o.seq
+                        });
+                        (ring, seq)
                     }
                 };
+                if let Some(t) = &mut self.trace {
+                    let seq = match part {
+                        PartRef::Fast(f) => {
+                            Some(self.rings[ring as usize].done.seq_from_low(f.seq_low))
+                        }
+                        PartRef::Tracked(_) => seq,
+                    };
+                    if let Some(seq) = seq {
+                        t.post(ring, seq, pe);
+                    }
+                }
                 self.rings[ring as usize].queues[pe as usize].outstanding += 1;
                 self.inflight += 1;
                 Post::Done

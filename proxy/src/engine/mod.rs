@@ -48,7 +48,8 @@ use staged::Landing;
 use work::{Ev, Op, Part, PeQueue, RingState, Staging, TagState};
 
 use crate::{
-    FaultCause, Health, ProxyConfig, ProxyError, ProxySetup, mem::HeapMem, slab::GenSlab, wire::Ack,
+    FaultCause, Health, ProxyConfig, ProxyError, ProxySetup, mem::HeapMem, slab::GenSlab,
+    trace::Trace, wire::Ack,
 };
 
 /// How put-with-signal and fence keep their order on this transport.
@@ -123,6 +124,8 @@ pub struct Engine {
     msgs: Vec<Vec<u8>>,
     /// A job waiting for the transport to itself (see `exclusive`).
     jobs: Arc<JobSlot>,
+    /// The proxy trace, when `PSHMEM_TRACE` asks for one.
+    trace: Option<Box<Trace>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -143,6 +146,7 @@ impl Engine {
         jobs: Arc<JobSlot>,
     ) -> Result<Self, ProxyError> {
         let caps = s.transport.caps().clone();
+        let cfg_trace = cfg.trace.clone();
         let me = s.transport.my_pe();
         let n = s.transport.n_pes();
         let host_staged = s.device.is_some() && !s.device_registered;
@@ -201,7 +205,35 @@ impl Engine {
             events: Vec::new(),
             msgs: Vec::new(),
             jobs,
+            trace: cfg_trace.map(|p| Box::new(Trace::new(&p))),
         })
+    }
+
+    /// Writes the trace, if one was asked for (when the thread ends).
+    pub(crate) fn write_trace(&self) {
+        let Some(t) = &self.trace else { return };
+        let thread = std::thread::current()
+            .name()
+            .unwrap_or("pshmem-proxy")
+            .to_string();
+        match t.write(self.me, &thread) {
+            Ok((trace, summary)) => tracing::info!(
+                "PE {}: proxy trace written to {} and {}",
+                self.me,
+                trace.display(),
+                summary.display()
+            ),
+            Err(e) => tracing::warn!("PE {}: writing the proxy trace failed: {e}", self.me),
+        }
+    }
+
+    /// Operation `seq` of ring `ring` finished: its ring's completion may move past it.
+    #[inline]
+    pub(super) fn finish_op(&mut self, ring: u16, seq: u64) {
+        if let Some(t) = &mut self.trace {
+            t.finish(ring, seq);
+        }
+        self.rings[ring as usize].done.finish(seq);
     }
 
     /// The signal mode of this transport, or why the engine cannot run on it.
@@ -340,12 +372,21 @@ impl Engine {
         for r in 0..self.rings.len() {
             work += self.drain(r);
         }
+        if let Some(t) = &mut self.trace {
+            t.phase();
+        }
         work += self.issue_all();
         if self.landing.is_some() {
             work += self.serve_waiting();
         }
+        if let Some(t) = &mut self.trace {
+            t.phase();
+        }
         work += self.poll();
         work += self.flush_messages();
+        if let Some(t) = &mut self.trace {
+            t.end_turn(work > 0);
+        }
         for r in &mut self.rings {
             if let Some(v) = r.done.advance()
                 && let Some(cons) = &r.cons

@@ -152,6 +152,14 @@ enum Cmd {
         #[arg(long, default_value = "sleep")]
         how: String,
     },
+    /// Runtime: PE 0 makes `count` blocking puts of `size` bytes and `count` 8-byte `p`s to PE
+    /// 1, then quiet (traffic of known shape for the proxy trace's test).
+    RtTrace {
+        #[arg(long, default_value_t = 50)]
+        count: usize,
+        #[arg(long, default_value_t = 100000)]
+        size: usize,
+    },
     /// Runtime: put then signal without a fence, counting signals seen before their data.
     RtUnordered {
         #[arg(long, default_value_t = 200)]
@@ -285,6 +293,9 @@ fn run_runtime(cmd: &Cmd, bs: Bootstrap) -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Cmd::RtUnordered { rounds, size } => verify(runtime::unordered(&s, *rounds, *size)),
+        Cmd::RtTrace { count, size } => runtime::traffic(&s, *count, *size)
+            .err()
+            .map(|e| runtime::report(&e)),
         Cmd::RtColl { big } => verify(coll::run(&s, *big)),
         Cmd::RtMismatch { how } => runtime::mismatch(&s, how)
             .err()
@@ -340,6 +351,7 @@ fn main() -> ExitCode {
             | Cmd::RtKill { .. }
             | Cmd::RtLate { .. }
             | Cmd::RtUnordered { .. }
+            | Cmd::RtTrace { .. }
     ) {
         return run_runtime(&cli.cmd, bs);
     }
@@ -437,6 +449,7 @@ fn main() -> ExitCode {
         | Cmd::RtKill { .. }
         | Cmd::RtLate { .. }
         | Cmd::RtUnordered { .. }
+        | Cmd::RtTrace { .. }
         | Cmd::HeapSnoop { .. } => unreachable!("dispatched above"),
         Cmd::BsInit { hold_ms } => {
             if let Err(f) = collectives(&bs, &[0, 100]) {

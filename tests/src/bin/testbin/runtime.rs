@@ -734,6 +734,21 @@ pub fn late(s: &Pshmem, late: &[usize], how: &str) -> Result<(), Error> {
     r
 }
 
+/// PE 0: `count` blocking puts of `size` bytes and `count` 8-byte `p`s to PE 1, then quiet.
+pub fn traffic(s: &Pshmem, count: usize, size: usize) -> Result<(), Error> {
+    let buf = s.malloc(size + 8)?;
+    s.barrier_all()?;
+    if s.my_pe() == 0 {
+        let data = vec![3u8; size];
+        for i in 0..count {
+            s.put(buf, &data, 1)?;
+            s.p(buf + size, i as u64, 1)?;
+        }
+        s.quiet()?;
+    }
+    s.barrier_all()
+}
+
 /// Ordering negative control: a plain put followed by a signal with no fence, and two `p`s with
 /// no fence, on a fabric that reorders. Counts the rounds where the signal was seen before all
 /// of its data, and the flag before the data; the sim test expects some of each, which shows
