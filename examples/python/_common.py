@@ -130,7 +130,8 @@ class Ctx:
 
     def finish(self) -> None:
         """Writes the JSON (PE 0), finalizes, exits non-zero when a check failed anywhere."""
-        failed = torch.tensor([int(self.failed)])
+        # On the baseline's device: NCCL reduces only GPU tensors.
+        failed = torch.tensor([int(self.failed)], device=self.tdevice)
         dist.all_reduce(failed)
         if self.me == 0 and self.args.json:
             with open(self.args.json, "w") as f:
