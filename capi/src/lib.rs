@@ -28,7 +28,7 @@ use std::{
     sync::{Arc, RwLock},
 };
 
-use pshmem::{Error, Pshmem};
+use pshmem::{Error, Pshmem, error::ErrorKind};
 
 /// Error codes (`PSHMEM_ERR_*` of pshmem.h; checked by the C test).
 pub mod code {
@@ -79,25 +79,18 @@ pub(crate) fn set_last_error(msg: &str) {
 
 /// The code of a runtime error.
 pub(crate) fn code_of(e: &Error) -> i32 {
-    match e {
-        Error::InvalidPe { .. }
-        | Error::OutOfHeap { .. }
-        | Error::Misaligned { .. }
-        | Error::BadAlignment { .. }
-        | Error::SizeOverflow { .. }
-        | Error::BadFree { .. }
-        | Error::InvalidTeam { .. }
-        | Error::InvalidArgument { .. } => code::INVALID_ARG,
-        Error::HeapExhausted { .. } | Error::TeamsExhausted { .. } => code::OUT_OF_MEMORY,
-        Error::PeerDied { .. } | Error::OpFailed { .. } | Error::Proxy(_) => code::PEER_FAILED,
-        Error::Timeout { .. } | Error::NotArrived { .. } => code::TIMEOUT,
-        Error::Env(_) | Error::Config { .. } => code::CONFIG,
-        Error::Cuda { .. } => code::CUDA,
-        Error::Bootstrap(_) => code::BOOTSTRAP,
-        Error::Transport { .. } => code::TRANSPORT,
-        Error::CollectiveMismatch { .. } => code::MISMATCH,
-        Error::Finalized { .. } => code::NOT_INITIALIZED,
-        _ => code::INTERNAL,
+    match e.kind() {
+        ErrorKind::InvalidArgument => code::INVALID_ARG,
+        ErrorKind::OutOfMemory => code::OUT_OF_MEMORY,
+        ErrorKind::PeerFailed => code::PEER_FAILED,
+        ErrorKind::Timeout => code::TIMEOUT,
+        ErrorKind::Config => code::CONFIG,
+        ErrorKind::Cuda => code::CUDA,
+        ErrorKind::Bootstrap => code::BOOTSTRAP,
+        ErrorKind::Transport => code::TRANSPORT,
+        ErrorKind::Mismatch => code::MISMATCH,
+        ErrorKind::Finalized => code::NOT_INITIALIZED,
+        ErrorKind::Internal => code::INTERNAL,
     }
 }
 

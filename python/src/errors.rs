@@ -1,7 +1,7 @@
 //! One Python exception class per kind of runtime error, all under `PshmemError`. The message
 //! is the runtime's own (`PE 1: put to PE 5, but the job has 2 PEs (0..2)`).
 
-use pshmem::Error;
+use pshmem::{Error, error::ErrorKind};
 use pyo3::{create_exception, exceptions::PyRuntimeError, prelude::*};
 
 create_exception!(pshmem, PshmemError, PyRuntimeError, "Any error of pshmem.");
@@ -72,30 +72,21 @@ create_exception!(
     "An internal error of pshmem (a bug): the message says where."
 );
 
-/// The exception of a runtime error.
+/// The exception of a runtime error (by the runtime's own classification of it).
 pub(crate) fn to_py(e: Error) -> PyErr {
     let msg = e.to_string();
-    match e {
-        Error::InvalidPe { .. }
-        | Error::OutOfHeap { .. }
-        | Error::Misaligned { .. }
-        | Error::BadAlignment { .. }
-        | Error::SizeOverflow { .. }
-        | Error::BadFree { .. }
-        | Error::InvalidTeam { .. }
-        | Error::InvalidArgument { .. } => InvalidArgument::new_err(msg),
-        Error::HeapExhausted { .. } | Error::TeamsExhausted { .. } => OutOfMemory::new_err(msg),
-        Error::PeerDied { .. } | Error::OpFailed { .. } | Error::Proxy(_) => {
-            PeerFailed::new_err(msg)
-        }
-        Error::Timeout { .. } | Error::NotArrived { .. } => Timeout::new_err(msg),
-        Error::Env(_) | Error::Config { .. } => ConfigError::new_err(msg),
-        Error::Cuda { .. } => CudaError::new_err(msg),
-        Error::Bootstrap(_) => BootstrapError::new_err(msg),
-        Error::Transport { .. } => TransportError::new_err(msg),
-        Error::CollectiveMismatch { .. } => CollectiveMismatch::new_err(msg),
-        Error::Finalized { .. } => NotInitialized::new_err(msg),
-        _ => InternalError::new_err(msg),
+    match e.kind() {
+        ErrorKind::InvalidArgument => InvalidArgument::new_err(msg),
+        ErrorKind::OutOfMemory => OutOfMemory::new_err(msg),
+        ErrorKind::PeerFailed => PeerFailed::new_err(msg),
+        ErrorKind::Timeout => Timeout::new_err(msg),
+        ErrorKind::Config => ConfigError::new_err(msg),
+        ErrorKind::Cuda => CudaError::new_err(msg),
+        ErrorKind::Bootstrap => BootstrapError::new_err(msg),
+        ErrorKind::Transport => TransportError::new_err(msg),
+        ErrorKind::Mismatch => CollectiveMismatch::new_err(msg),
+        ErrorKind::Finalized => NotInitialized::new_err(msg),
+        ErrorKind::Internal => InternalError::new_err(msg),
     }
 }
 

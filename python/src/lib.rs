@@ -35,19 +35,10 @@ fn state() -> PyResult<Arc<Pshmem>> {
         })
 }
 
+/// The runtime logs through `tracing`: the subscriber every binary installs (PSHMEM_LOG,
+/// warnings by default, to stderr); installing it again is a no-op.
 fn init_logging() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // The runtime logs through `tracing`: install a subscriber from PSHMEM_LOG (warnings by
-        // default), to stderr, as the launcher and the C library do.
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_new(pshmem_env::LOG.value())
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-            )
-            .with_writer(std::io::stderr)
-            .try_init();
-    });
+    pshmem_tools::init_logging();
 }
 
 #[pymodule]

@@ -624,28 +624,26 @@ fn atomic(
 #[pyfunction]
 #[pyo3(signature = (stream=None))]
 fn quiet(py: Python<'_>, stream: Option<u64>) -> PyResult<()> {
-    let s = state()?;
-    py.detach(|| -> pshmem::Result<()> {
-        s.quiet()?;
-        if let Ok(g) = s.gpu() {
-            match stream {
-                // SAFETY: a live stream of this PE's device.
-                Some(st) => unsafe { g.on_raw_stream(false, raw(st)) }?,
-                None => g.host_quiet()?,
-            }
-        }
-        Ok(())
-    })
-    .map_err(to_py)
+    order(py, false, stream)
 }
 
-/// Orders this PE's operations to each PE (on the GPU: a quiet on `stream`).
+/// Orders this PE's operations to each PE (on the GPU: a quiet on `stream`, the simplest
+/// correct fence of operations that each run in their own kernel).
 #[pyfunction]
 #[pyo3(signature = (stream=None))]
 fn fence(py: Python<'_>, stream: Option<u64>) -> PyResult<()> {
+    order(py, true, stream)
+}
+
+/// quiet, or (`fence`) fence, of the host's operations; then a quiet of the GPU's.
+fn order(py: Python<'_>, fence: bool, stream: Option<u64>) -> PyResult<()> {
     let s = state()?;
     py.detach(|| -> pshmem::Result<()> {
-        s.fence()?;
+        if fence {
+            s.fence()?
+        } else {
+            s.quiet()?
+        }
         if let Ok(g) = s.gpu() {
             match stream {
                 // SAFETY: a live stream of this PE's device.

@@ -57,40 +57,34 @@ def test_every_operation_through_the_proxy():
     assert r.stdout.count("ops on cpu: passed") == 3
 
 
+def torchrun(port: int, *args: str, **extra: str) -> subprocess.CompletedProcess:
+    """``torchrun --nproc-per-node 2 ARGS...`` (skips where torchrun is not installed)."""
+    exe = Path(PY).parent / "torchrun"
+    if not exe.exists():
+        pytest.skip("torchrun is not installed next to this python")
+    cmd = [str(exe), "--nproc-per-node", "2", "--master-port", str(port), *args]
+    r = subprocess.run(cmd, cwd=ROOT, env=env(**extra), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    return r
+
+
 def test_init_from_a_torch_distributed_group():
     # torchrun's variables, a gloo group, and pshmem.init(group=...) on top of it.
-    torchrun = Path(PY).parent / "torchrun"
-    if not torchrun.exists():
-        pytest.skip("torchrun is not installed next to this python")
-    cmd = [str(torchrun), "--nproc-per-node", "2", "--master-port", "29517",
-           str(WORKERS / "ops.py"), "--device", "cpu", "--group"]
-    r = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    r = torchrun(29517, str(WORKERS / "ops.py"), "--device", "cpu", "--group")
     assert r.stdout.count("ops on cpu: passed") == 2
 
 
 def test_init_from_torchrun_environment():
     # No group: the bootstrap reads RANK/WORLD_SIZE/MASTER_ADDR and listens on MASTER_PORT+1.
-    torchrun = Path(PY).parent / "torchrun"
-    if not torchrun.exists():
-        pytest.skip("torchrun is not installed next to this python")
-    cmd = [str(torchrun), "--nproc-per-node", "2", "--master-port", "29527",
-           str(WORKERS / "ops.py"), "--device", "cpu"]
-    r = subprocess.run(cmd, cwd=ROOT, env=env(PSHMEM_JOB_SECRET="0123456789abcdef"),
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    r = torchrun(29527, str(WORKERS / "ops.py"), "--device", "cpu",
+                 PSHMEM_JOB_SECRET="0123456789abcdef")
     assert r.stdout.count("ops on cpu: passed") == 2
 
 
 def test_example_under_torchrun():
-    torchrun = Path(PY).parent / "torchrun"
-    if not torchrun.exists():
-        pytest.skip("torchrun is not installed next to this python")
-    cmd = [str(torchrun), "--nproc-per-node", "2", "--master-port", "29537",
-           str(ROOT / "examples" / "python" / "ring.py"), "--device", "cpu", "--iters", "3"]
-    r = subprocess.run(cmd, cwd=ROOT, env=env(PSHMEM_JOB_SECRET="0123456789abcdef"),
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    r = torchrun(29537, str(ROOT / "examples" / "python" / "ring.py"), "--device", "cpu",
+                 "--iters", "3", PSHMEM_JOB_SECRET="0123456789abcdef")
     assert "ring: all checks passed" in r.stdout
 
 

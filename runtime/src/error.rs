@@ -311,7 +311,61 @@ impl From<ProxyError> for Error {
     }
 }
 
+/// The kinds the bindings report errors by (a C error code, a Python exception class): one
+/// classification of the variants, kept here beside them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A bad argument: PE, address, range, alignment, size, team.
+    InvalidArgument,
+    /// The symmetric heap (or the team table) has no room.
+    OutOfMemory,
+    /// A peer died or the data path failed.
+    PeerFailed,
+    /// A wait ran past `PSHMEM_OP_TIMEOUT`.
+    Timeout,
+    /// A bad setting.
+    Config,
+    /// CUDA failed, or there is no GPU.
+    Cuda,
+    /// The bootstrap failed.
+    Bootstrap,
+    /// The transport failed to open or connect.
+    Transport,
+    /// A collective call differed across PEs.
+    Mismatch,
+    /// The PE is finalized.
+    Finalized,
+    /// Anything else (a bug).
+    Internal,
+}
+
 impl Error {
+    /// Its kind.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidPe { .. }
+            | Error::OutOfHeap { .. }
+            | Error::Misaligned { .. }
+            | Error::BadAlignment { .. }
+            | Error::SizeOverflow { .. }
+            | Error::BadFree { .. }
+            | Error::InvalidTeam { .. }
+            | Error::InvalidArgument { .. } => ErrorKind::InvalidArgument,
+            Error::HeapExhausted { .. } | Error::TeamsExhausted { .. } => ErrorKind::OutOfMemory,
+            Error::PeerDied { .. } | Error::OpFailed { .. } | Error::Proxy(_) => {
+                ErrorKind::PeerFailed
+            }
+            Error::Timeout { .. } | Error::NotArrived { .. } => ErrorKind::Timeout,
+            Error::Env(_) | Error::Config { .. } => ErrorKind::Config,
+            Error::Cuda { .. } => ErrorKind::Cuda,
+            Error::Bootstrap(_) => ErrorKind::Bootstrap,
+            Error::Transport { .. } => ErrorKind::Transport,
+            Error::CollectiveMismatch { .. } => ErrorKind::Mismatch,
+            Error::Finalized { .. } => ErrorKind::Finalized,
+            Error::Heap { .. } => ErrorKind::Internal,
+        }
+    }
+
     /// The dead or failing PE this error names, if any.
     pub fn pe(&self) -> Option<usize> {
         match self {
