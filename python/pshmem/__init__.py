@@ -377,10 +377,7 @@ def _extent(t) -> int:
 
 def is_symmetric(t: "torch.Tensor") -> bool:
     """Whether ``t`` lies in a symmetric heap of this PE."""
-    try:
-        return _C.capsule(t.data_ptr(), _extent(t), my_pe(), [0], [1], 1, 8) is not None
-    except InvalidArgument:
-        return False
+    return _C.heap_of(t.data_ptr(), _extent(t)) is not None
 
 
 def peer_tensor(t: "torch.Tensor", pe: int) -> "Optional[torch.Tensor]":

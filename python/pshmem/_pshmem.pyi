@@ -71,6 +71,9 @@ def malloc(nbytes: int, gpu: bool, zero: bool) -> int:
     """Allocates symmetric memory (collective); returns its address."""
 
 def free(addr: int) -> None: ...
+def heap_of(addr: int, nbytes: int) -> Optional[str]:
+    """Which symmetric heap of this PE holds the range: "host", "gpu", or None."""
+
 def capsule(
     addr: int, extent: int, pe: int, shape: list[int], strides: list[int], code: int, bits: int
 ) -> Optional[Any]:

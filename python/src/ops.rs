@@ -246,6 +246,17 @@ fn free(py: Python<'_>, addr: u64) -> PyResult<()> {
     .map_err(to_py)
 }
 
+/// Which symmetric heap of this PE holds the `nbytes` at `addr`: "host", "gpu", or None.
+#[pyfunction]
+fn heap_of(addr: u64, nbytes: usize) -> PyResult<Option<&'static str>> {
+    let s = state()?;
+    Ok(match classify(&s, "heap_of", addr, nbytes) {
+        Ok(Heap::Host(_)) => Some("host"),
+        Ok(Heap::Gpu(_)) => Some("gpu"),
+        Err(_) => None,
+    })
+}
+
 /// A `dltensor` capsule of `pe`'s copy of the `extent` bytes at `addr` (a symmetric address of
 /// this PE), with the given shape, strides (in elements) and DLPack type; None where this PE
 /// does not map `pe`'s heap.
@@ -828,6 +839,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         is_direct,
         malloc,
         free,
+        heap_of,
         capsule,
         put,
         get,
