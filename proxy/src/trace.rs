@@ -48,7 +48,17 @@ struct Event {
     bytes: u64,
 }
 
-const KINDS: [&str; 7] = ["put", "get", "p", "amo", "signal", "put_signal", "fence"];
+const KINDS: [&str; 9] = [
+    "put",
+    "get",
+    "p",
+    "amo",
+    "signal",
+    "put_signal",
+    "fence",
+    "put_counted",
+    "signal_counted",
+];
 
 fn kind_of(d: &Desc) -> (u8, u32, u64) {
     match *d {
@@ -59,6 +69,8 @@ fn kind_of(d: &Desc) -> (u8, u32, u64) {
         Desc::Signal { pe, .. } => (4, pe, 8),
         Desc::PutSignal { pe, len, .. } => (5, pe, len),
         Desc::Fence => (6, u32::MAX, 0),
+        Desc::PutCounted { pe, len, .. } => (7, pe, len),
+        Desc::SignalCounted { pe, .. } => (8, pe, 8),
     }
 }
 
@@ -262,7 +274,7 @@ impl Trace {
 
     fn summary(&self, pe: u32, thread: &str) -> String {
         let ops = self.ops();
-        let mut per_kind = [(0u64, 0u64, 0u64); 7]; // operations, messages, bytes
+        let mut per_kind = [(0u64, 0u64, 0u64); KINDS.len()]; // operations, messages, bytes
         let (mut queued, mut flight, mut total) = (Vec::new(), Vec::new(), Vec::new());
         let mut unfinished = 0u64;
         for o in &ops {

@@ -99,6 +99,33 @@ pub enum Desc {
     },
     /// Operations to a PE after the fence land after those before it.
     Fence,
+    /// A put that counts towards the counted signal `sig` on `pe` (see
+    /// [`Desc::SignalCounted`]); nothing orders it otherwise.
+    PutCounted {
+        /// Target PE.
+        pe: u32,
+        /// Heap offset of the destination.
+        remote: u64,
+        /// Source.
+        local: Local,
+        /// Bytes.
+        len: u64,
+        /// Heap offset of the signal word it counts for.
+        sig: u64,
+    },
+    /// Update the signal word at `remote` on `pe` once every [`Desc::PutCounted`] for it,
+    /// published earlier on the same ring to the same PE (since the previous counted signal
+    /// of that word), has landed: one signal covers many puts on any fabric, with no fence.
+    SignalCounted {
+        /// Target PE.
+        pe: u32,
+        /// Heap offset of the signal word.
+        remote: u64,
+        /// Value.
+        value: u64,
+        /// Set or add.
+        op: SignalOp,
+    },
 }
 
 /// A set of slots that does not decode to an operation.
@@ -146,7 +173,9 @@ impl Desc {
             | Desc::P { pe, .. }
             | Desc::Amo { pe, .. }
             | Desc::Signal { pe, .. }
-            | Desc::PutSignal { pe, .. } => Some(pe),
+            | Desc::PutSignal { pe, .. }
+            | Desc::PutCounted { pe, .. }
+            | Desc::SignalCounted { pe, .. } => Some(pe),
             Desc::Fence => None,
         }
     }
@@ -225,6 +254,24 @@ impl Desc {
                 n
             }
             Desc::Fence => set(0, 0, 0, 0, op::FENCE, 0, 0, 1),
+            Desc::PutCounted {
+                pe,
+                remote,
+                local,
+                len,
+                sig,
+            } => {
+                let (f, b) = local_bits(local);
+                let n = set(pe, remote, b, len, op::PUT_COUNTED, f, 0, 2);
+                s[1] = continuation(pe, sig, 0);
+                n
+            }
+            Desc::SignalCounted {
+                pe,
+                remote,
+                value,
+                op: sop,
+            } => set(pe, remote, value, 0, op::SIGNAL_COUNTED, 0, sop.code(), 1),
         };
         (s, n)
     }
@@ -311,6 +358,25 @@ impl Desc {
                 }
             }
             op::FENCE => Desc::Fence,
+            op::PUT_COUNTED => {
+                need(2)?;
+                Desc::PutCounted {
+                    pe,
+                    remote: s[0].a,
+                    local: local_of(f, s[0].b),
+                    len: s[0].c,
+                    sig: s[1].a,
+                }
+            }
+            op::SIGNAL_COUNTED => {
+                need(1)?;
+                Desc::SignalCounted {
+                    pe,
+                    remote: s[0].a,
+                    value: s[0].b,
+                    op: SignalOp::from_code(sub).ok_or_else(|| bad("unknown signal op"))?,
+                }
+            }
             _ => return Err(bad("unknown operation")),
         })
     }
@@ -366,6 +432,19 @@ mod tests {
                 op: SignalOp::Set,
             },
             Desc::Fence,
+            Desc::PutCounted {
+                pe: 5,
+                remote: 56,
+                local: Local::Heap(64),
+                len: 7408,
+                sig: 72,
+            },
+            Desc::SignalCounted {
+                pe: 6,
+                remote: 72,
+                value: (-3i64) as u64,
+                op: SignalOp::Set,
+            },
         ];
         for d in all {
             let (slots, n) = d.encode();

@@ -26,6 +26,11 @@ pub mod op {
     pub const PUT_SIGNAL: u8 = 6;
     /// Later operations to a PE land after earlier ones to that PE.
     pub const FENCE: u8 = 7;
+    /// As PUT; slot 2: a = offset of the signal word this write counts for.
+    pub const PUT_COUNTED: u8 = 8;
+    /// As SIGNAL, applied once every earlier PUT_COUNTED for that word (same ring and PE)
+    /// has landed.
+    pub const SIGNAL_COUNTED: u8 = 9;
 }
 
 /// `b` is an address in the producer's process, not a heap offset.

@@ -35,6 +35,8 @@ fn c_and_rust_layouts_match() {
         ("PSHMEM_OP_SIGNAL", op::SIGNAL.into()),
         ("PSHMEM_OP_PUT_SIGNAL", op::PUT_SIGNAL.into()),
         ("PSHMEM_OP_FENCE", op::FENCE.into()),
+        ("PSHMEM_OP_PUT_COUNTED", op::PUT_COUNTED.into()),
+        ("PSHMEM_OP_SIGNAL_COUNTED", op::SIGNAL_COUNTED.into()),
         ("PSHMEM_FLAG_RAW_LOCAL", FLAG_RAW_LOCAL.into()),
         (
             "PSHMEM_CTRL_MAKE(PSHMEM_OP_PUT_SIGNAL, PSHMEM_FLAG_RAW_LOCAL, PSHMEM_SIGNAL_ADD, 2)",

@@ -1165,6 +1165,63 @@ impl Pshmem {
         unsafe { self.put_signal_nbi(dest, self.ptr(src), len, sig, value, op, pe) }
     }
 
+    /// Non-blocking put from this PE's symmetric `src` that counts towards the counted signal
+    /// `sig` on `pe` ([`Pshmem::signal_counted`]). Nothing else orders it: many counted puts
+    /// and one counted signal replace a put-with-signal per message, on any fabric.
+    pub fn put_counted_nbi_sym(
+        &self,
+        dest: SymPtr,
+        src: SymPtr,
+        len: usize,
+        sig: SymPtr,
+        pe: usize,
+    ) -> Result<()> {
+        const NAME: &str = "put_counted_nbi";
+        self.check_range(NAME, src, len)?;
+        let route = self.check(NAME, pe, dest, len)?;
+        self.check_signal(NAME, sig)?;
+        match route {
+            // SAFETY: `src` lies in this PE's heap (checked), `dest` in the peer's mapping.
+            Route::Direct(h) => unsafe { h.write_from_raw(dest.0, self.ptr(src), len) }
+                .map_err(|e| self.mem_err(NAME, pe, e)),
+            Route::Ring => {
+                let d = Desc::PutCounted {
+                    pe: pe as u32,
+                    remote: dest.0,
+                    local: Local::Heap(src.0),
+                    len: len as u64,
+                    sig: sig.0,
+                };
+                self.submit(NAME, d, false)
+            }
+        }
+    }
+
+    /// Updates the signal `sig` on `pe` once every [`Pshmem::put_counted_nbi_sym`] for it
+    /// issued by this thread since its previous counted signal has landed (complete after
+    /// `quiet`). The target's proxy counts the writes (the tagged path), or the signal waits
+    /// for their completion (the host-staged path), or follows them (ordered transports).
+    pub fn signal_counted(&self, sig: SymPtr, value: u64, op: SignalOp, pe: usize) -> Result<()> {
+        const NAME: &str = "signal_counted";
+        let route = self.check(NAME, pe, sig, 8)?;
+        self.check_aligned(NAME, sig, 8)?;
+        match route {
+            // The AcqRel update follows this thread's copies (the direct path is in order).
+            Route::Direct(_) => self.signal_inner(NAME, route, sig, value, op, pe),
+            Route::Ring => self
+                .push(
+                    NAME,
+                    Desc::SignalCounted {
+                        pe: pe as u32,
+                        remote: sig.0,
+                        value,
+                        op,
+                    },
+                )
+                .map(drop),
+        }
+    }
+
     fn check_signal(&self, op: &'static str, sig: SymPtr) -> Result<()> {
         self.check_range(op, sig, 8)?;
         self.check_aligned(op, sig, 8)

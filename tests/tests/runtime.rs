@@ -37,7 +37,13 @@ fn ops(n: usize, env: &[(&str, &str)]) -> Vec<String> {
     assert_all_ok(&res);
     res.iter()
         .map(|r| {
-            for part in ["OK p-g", "OK put-signal", "OK fence", "OK atomics"] {
+            for part in [
+                "OK p-g",
+                "OK put-signal",
+                "OK counted",
+                "OK fence",
+                "OK atomics",
+            ] {
                 assert_eq!(
                     r.fields(part).len(),
                     1,

@@ -41,7 +41,11 @@ enum pshmem_ring_op {
                                  slot 2: a = address of the 8-byte result (0: none) */
     PSHMEM_OP_SIGNAL = 5,     /* a = signal offset, b = value; sub = signal op */
     PSHMEM_OP_PUT_SIGNAL = 6, /* as PUT; slot 2: a = signal offset, b = value; sub = signal op */
-    PSHMEM_OP_FENCE = 7       /* later operations to a PE land after earlier ones to that PE */
+    PSHMEM_OP_FENCE = 7,      /* later operations to a PE land after earlier ones to that PE */
+    PSHMEM_OP_PUT_COUNTED = 8,   /* as PUT; slot 2: a = offset of the signal word it counts for */
+    PSHMEM_OP_SIGNAL_COUNTED = 9 /* as SIGNAL, applied at the target only after every
+                                    PUT_COUNTED for this signal word, published before it on
+                                    this ring to this PE, has landed (no ordering assumed) */
 };
 
 /* AMO sub-operations and signal operations: pshmem/abi.h. */

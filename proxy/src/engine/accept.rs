@@ -86,13 +86,47 @@ impl Engine {
                 remote,
                 local,
                 len,
-            } => self.accept_xfer(ring, seq, pe, Dir::Put, remote, local, len),
+            } => self.accept_xfer(ring, seq, pe, Dir::Put, remote, local, len, None),
             Desc::Get {
                 pe,
                 remote,
                 local,
                 len,
-            } => self.accept_xfer(ring, seq, pe, Dir::Get, remote, local, len),
+            } => self.accept_xfer(ring, seq, pe, Dir::Get, remote, local, len, None),
+            Desc::PutCounted {
+                pe,
+                remote,
+                local,
+                len,
+                sig,
+            } => {
+                if let Some(tag) = self.counted_tag(ring, pe, sig, false) {
+                    self.accept_xfer(ring, seq, pe, Dir::Put, remote, local, len, tag);
+                }
+            }
+            Desc::SignalCounted {
+                pe,
+                remote,
+                value,
+                op: sop,
+            } => {
+                // Tagged: the target applies it once it counted the writes of this round.
+                // Gated (staged path, or no remote CQ data): after everything before it to
+                // that PE from this ring completed. Ordered: behind them on the same path.
+                if let Some(tag) = self.counted_tag(ring, pe, remote, true) {
+                    if self.mode == SignalMode::Gated {
+                        self.enqueue(ring, pe, Work::Gate);
+                    }
+                    let w = Work::Signal {
+                        op: OpRef::Fast(seq),
+                        remote,
+                        value,
+                        sop,
+                        tag,
+                    };
+                    self.enqueue(ring, pe, w);
+                }
+            }
             Desc::P { .. } | Desc::Amo { .. } | Desc::Signal { .. } => {
                 self.accept_single(ring, seq, d)
             }
@@ -182,6 +216,33 @@ impl Engine {
         self.finish_op(ring, seq);
     }
 
+    /// In tagged mode, the tag of a counted put (or, with `signal`, of the counted signal
+    /// that closes the round, which then moves on) for the signal word `sig` on `pe`:
+    /// `Some(None)` in the other modes; `None` after a fault (a word beyond the tag's reach).
+    fn counted_tag(&mut self, ring: u16, pe: u32, sig: u64, signal: bool) -> Option<Option<u64>> {
+        if self.mode != SignalMode::Tagged {
+            return Some(None);
+        }
+        let round = self.rounds.entry((ring, pe, sig)).or_default();
+        let tag = TagData::counted_tag(sig, *round);
+        if signal {
+            *round = round.wrapping_add(1);
+        }
+        if tag.is_none() {
+            self.fault(
+                code::OP_FAILED,
+                Some(pe as usize),
+                format!(
+                    "PE {}: a counted signal word at heap offset {sig:#x} of PE {pe} is beyond \
+                     the 512 GiB that a counted tag can name",
+                    self.me
+                ),
+            );
+            return None;
+        }
+        Some(tag)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn accept_xfer(
         &mut self,
@@ -192,6 +253,7 @@ impl Engine {
         remote: u64,
         local: Local,
         len: u64,
+        tag: Option<u64>,
     ) {
         if len == 0 {
             self.finish_op(ring, seq);
@@ -214,7 +276,7 @@ impl Engine {
             local,
             len,
             issued: 0,
-            tag: None,
+            tag,
             last: true,
         };
         self.enqueue(ring, pe, Work::Xfer(x));

@@ -326,6 +326,16 @@ const TAG_SRC: Field = Field {
     shift: TAG_BITS,
     bits: 64 - TAG_BITS,
 };
+/// A tag's top bit: set, the tag is a counted put's (below); clear, a put-with-signal's
+/// running number.
+const TAG_COUNTED: Field = Field {
+    shift: TAG_BITS - 1,
+    bits: 1,
+};
+/// A counted put's tag: its signal word (heap offset / 8) and the round of that word, so that
+/// writes of the next round that land before this round's signal are not counted for it.
+const COUNTED_WORD: Field = Field { shift: 0, bits: 36 };
+const COUNTED_ROUND: Field = Field { shift: 36, bits: 3 };
 const LANDING_SLOT: Field = Field { shift: 0, bits: 32 };
 const LANDING_GROUP: Field = Field {
     shift: 32,
@@ -333,6 +343,8 @@ const LANDING_GROUP: Field = Field {
 };
 const _: () = {
     assert!(TAG.before(TAG_SRC) && TAG_SRC.end() == 64 && TAG_SRC.bits >= FAST_PE.bits);
+    assert!(COUNTED_WORD.before(COUNTED_ROUND) && COUNTED_ROUND.before(TAG_COUNTED));
+    assert!(TAG_COUNTED.end() == TAG.end());
     assert!(LANDING_SLOT.before(LANDING_GROUP) && LANDING_GROUP.end() <= 64);
 };
 
@@ -347,9 +359,23 @@ pub(crate) struct TagData {
 }
 
 impl TagData {
-    /// The tag after `tag`, wrapping within its field.
+    /// The put-with-signal tag after `tag`, wrapping below the counted bit.
     pub(crate) fn next_tag(tag: u64) -> u64 {
-        tag.wrapping_add(1) & TAG.mask()
+        tag.wrapping_add(1) & (TAG.mask() >> 1)
+    }
+
+    /// The tag of counted puts for the signal word at heap offset `sig` in round `round`
+    /// (modulo 8); `None` when the offset does not fit (heaps beyond 512 GiB).
+    pub(crate) fn counted_tag(sig: u64, round: u8) -> Option<u64> {
+        let word = sig / 8;
+        (word <= COUNTED_WORD.mask()).then(|| {
+            TAG_COUNTED.put(1) | COUNTED_ROUND.put(u64::from(round) & 7) | COUNTED_WORD.put(word)
+        })
+    }
+
+    /// Whether `tag` is a counted put's.
+    pub(crate) fn is_counted(tag: u64) -> bool {
+        TAG_COUNTED.get(tag) == 1
     }
 
     pub(crate) fn encode(self) -> u64 {
@@ -490,6 +516,16 @@ mod tests {
                 assert_eq!(LandingData::decode(d.encode()), d);
             }
         }
-        assert_eq!(TagData::next_tag((1 << TAG_BITS) - 1), 0);
+        assert_eq!(TagData::next_tag((1 << (TAG_BITS - 1)) - 1), 0);
+        assert!(!TagData::is_counted(TagData::next_tag(12345)));
+        let t = TagData::counted_tag(8 << 35, 9).expect("fits");
+        assert!(TagData::is_counted(t));
+        assert_ne!(t, TagData::counted_tag(8 << 35, 10).expect("fits"));
+        assert_eq!(
+            t,
+            TagData::counted_tag(8 << 35, 1).expect("fits"),
+            "rounds wrap at 8"
+        );
+        assert!(TagData::counted_tag(8 << 36, 0).is_none());
     }
 }

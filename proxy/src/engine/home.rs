@@ -99,6 +99,9 @@ impl Engine {
         match *d {
             Desc::Put {
                 remote, local, len, ..
+            }
+            | Desc::PutCounted {
+                remote, local, len, ..
             } => self.copy_heap(Dir::Put, remote, local, len),
             Desc::Get {
                 remote, local, len, ..
@@ -128,6 +131,9 @@ impl Engine {
                 unsafe { self.copy_raw(result, b.as_ptr() as u64, 8) }
             }
             Desc::Signal {
+                remote, value, op, ..
+            }
+            | Desc::SignalCounted {
                 remote, value, op, ..
             } => self.heap_amo(remote, true, op.as_amo(), value, 0).map(drop),
             Desc::PutSignal {
@@ -232,7 +238,8 @@ impl Engine {
             match &mut d {
                 Desc::Put { local, len, .. }
                 | Desc::Get { local, len, .. }
-                | Desc::PutSignal { local, len, .. } => *local = dev.localize(*local, *len),
+                | Desc::PutSignal { local, len, .. }
+                | Desc::PutCounted { local, len, .. } => *local = dev.localize(*local, *len),
                 _ => {}
             }
         }

@@ -145,15 +145,27 @@ impl Engine {
                 sop,
                 tag,
             } => {
-                // A tagged signal is applied once the target counted every data write.
+                // A tagged signal is applied once the target counted every data write: its
+                // put's parts, or the counted puts of its round (all issued: they were ahead
+                // of it in this queue).
                 let expect = match (*tag, *op) {
+                    (Some(t), _) if TagData::is_counted(t) => {
+                        self.counted.get(&(r, pe, t)).copied().unwrap_or(0)
+                    }
                     (Some(_), OpRef::Slab(k)) => self.ops.get(k).map_or(0, |o| o.data_parts),
                     _ => 0,
                 };
                 let kind = RequestKind::Signal { op: *sop, expect };
                 let mut req = Request::new(*remote, *value, 0, kind);
                 req.tag = tag.unwrap_or(0);
-                self.request(r, pe, *op, req)
+                let issued = self.request(r, pe, *op, req);
+                if issued == Issued::All
+                    && let Some(t) = tag
+                    && TagData::is_counted(*t)
+                {
+                    self.counted.remove(&(r, pe, *t));
+                }
+                issued
             }
             Work::Gate => Issued::All,
         }
@@ -174,6 +186,11 @@ impl Engine {
             match step {
                 Some(n) => {
                     x.issued += n;
+                    if let Some(t) = x.tag
+                        && TagData::is_counted(t)
+                    {
+                        *self.counted.entry((r, pe, t)).or_default() += 1;
+                    }
                     if x.dir == Dir::Put
                         && let OpRef::Slab(k) = x.op
                         && let Some(o) = self.ops.get_mut(k)

@@ -109,6 +109,12 @@ pub struct Engine {
     /// Tagged writes and parked signals per (source PE, tag).
     tags: HashMap<(u32, u64), TagState>,
     next_tag: u64,
+    /// Counted puts (tagged mode): data writes issued per (ring, PE, tag) since that tag's
+    /// counted signal, which tells the target how many to wait for.
+    counted: HashMap<(u16, u32, u64), u32>,
+    /// The round of each counted signal word per (ring, PE, word offset): bumped by every
+    /// counted signal, carried in the tag (modulo 8).
+    rounds: HashMap<(u16, u32, u64), u8>,
     acks: HashMap<u32, Vec<Ack>>,
     /// Messages that met back-pressure, in order: (PE, bytes, context).
     outbox: VecDeque<(u32, Vec<u8>, u64)>,
@@ -194,6 +200,8 @@ impl Engine {
             mode,
             tags: HashMap::new(),
             next_tag: 1,
+            counted: HashMap::new(),
+            rounds: HashMap::new(),
             acks: HashMap::new(),
             outbox: VecDeque::new(),
             health,
