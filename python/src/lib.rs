@@ -13,6 +13,7 @@
 #![allow(unsafe_code)]
 
 mod dlpack;
+mod ep;
 mod errors;
 mod ops;
 
@@ -46,5 +47,6 @@ fn _pshmem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     ops::register(m)?;
+    ep::register(m)?;
     Ok(())
 }

@@ -59,7 +59,7 @@ fn classify(s: &Pshmem, op: &str, addr: u64, len: usize) -> PyResult<Heap> {
     ))
 }
 
-fn gpu_of<'a>(s: &'a Pshmem, op: &str) -> PyResult<&'a Gpu> {
+pub(crate) fn gpu_of<'a>(s: &'a Pshmem, op: &str) -> PyResult<&'a Gpu> {
     s.gpu().map_err(|_| {
         errors::CudaError::new_err(format!(
             "PE {}: {op}: the GPU part is not initialized (allocate a CUDA tensor or call \
@@ -70,7 +70,7 @@ fn gpu_of<'a>(s: &'a Pshmem, op: &str) -> PyResult<&'a Gpu> {
 }
 
 /// A raw CUDA stream handle.
-fn raw(stream: u64) -> pshmem::gpu::host_ops::RawStream {
+pub(crate) fn raw(stream: u64) -> pshmem::gpu::host_ops::RawStream {
     (stream as usize as *mut c_void).cast()
 }
 

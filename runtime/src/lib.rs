@@ -746,6 +746,8 @@ impl Pshmem {
                 heap_len: size,
                 disable_p2p: self.cfg.disable_p2p,
                 ring_slots: self.cfg.ring_slots,
+                rings: pshmem_env::GPU_RINGS.usize()?.max(1),
+                proxy_threads: pshmem_env::GPU_PROXY_THREADS.usize()?.max(1),
                 landing_slots,
                 op_timeout: self.cfg.op_timeout,
                 proxy: self.cfg.proxy.clone(),
@@ -1552,6 +1554,14 @@ fn agree_on_settings(bs: &Bootstrap, cfg: &Config) -> Result<()> {
             pshmem_env::GPU_LANDING_SLOTS.usize()?.to_string(),
         ),
         (pshmem_env::EMULATE_GPU_HEAP.name, emulate),
+        (
+            pshmem_env::GPU_PROXY_THREADS.name,
+            pshmem_env::GPU_PROXY_THREADS.usize()?.to_string(),
+        ),
+        (
+            pshmem_env::GPU_RINGS.name,
+            pshmem_env::GPU_RINGS.usize()?.to_string(),
+        ),
     ];
     let mine: String = settings
         .iter()

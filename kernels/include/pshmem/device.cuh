@@ -9,6 +9,7 @@
  *   ptx.cuh        the PTX loads, stores and registers the others use
  *   rma.cuh        put, get, p, g                       signal.cuh       signals, waits
  *   amo.cuh        atomics                              sync.cuh         fence, quiet, barrier
+ *   counted.cuh    counted puts and signals (many puts, one signal, any fabric)
  *
  * Routing, per call: a PE whose heap this GPU maps (itself, and same-host peers opened through
  * CUDA IPC) is reached by loads and stores (NVLink or PCIe peer access); any other PE — another
@@ -34,5 +35,6 @@
 #include "pshmem/amo.cuh"
 #include "pshmem/sync.cuh"
 #include "pshmem/coll.cuh"
+#include "pshmem/counted.cuh"
 
 #endif /* PSHMEM_DEVICE_CUH */

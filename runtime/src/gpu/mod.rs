@@ -95,10 +95,13 @@ fn cu(me: usize, what: &'static str) -> impl FnOnce(CudaError) -> Error {
 /// heaps before this PE's own memory).
 struct Resources {
     _ipc: Vec<IpcMapping>,
-    /// The host-staged path's landing area (None when the heap is registered by DMA-BUF).
-    _landing: Option<HostAlloc>,
-    /// The heap's DMA-BUF, while registered.
-    _dmabuf: Option<std::os::fd::OwnedFd>,
+    /// The host-staged path's landing areas, one per proxy thread (none when the heap is
+    /// registered by DMA-BUF).
+    _landing: Vec<HostAlloc>,
+    /// The heap's DMA-BUFs (one per proxy thread's registration), while registered.
+    _dmabuf: Vec<std::os::fd::OwnedFd>,
+    /// The device handles of every GPU ring ([`Gpu::ring_table`]).
+    _ring_table: DevAlloc,
     _misc: DevAlloc,
     _heap: DevAlloc,
 }
@@ -108,9 +111,11 @@ struct Resources {
 pub struct Gpu {
     // Drop order: the proxy first (it uses the heap, the landing area and the ring), then the
     // memory (unless finalize released it already).
-    proxy: Mutex<Option<Proxy>>,
+    proxies: Mutex<Vec<Proxy>>,
     res: Mutex<Option<Resources>>,
     ring: Arc<Ring>,
+    /// Device address and length of the table of every GPU ring's handle (ring 0 first).
+    ring_table: (u64, usize),
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     /// pshmem_k_quiet and pshmem_k_barrier_all, fetched once: with CUDA's lazy loading,
@@ -151,6 +156,9 @@ pub(crate) struct GpuSetup<'a> {
     pub heap_len: usize,
     pub disable_p2p: bool,
     pub ring_slots: usize,
+    /// GPU rings (ring 0: the device API's) and the proxy threads that drain them.
+    pub rings: usize,
+    pub proxy_threads: usize,
     pub landing_slots: usize,
     pub op_timeout: std::time::Duration,
     pub proxy: ProxyConfig,
@@ -198,11 +206,34 @@ impl Gpu {
         check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")
             .map_err(cu(me, "writing the peer table"))?;
 
-        // The GPU's ring and its proxy (to every PE not mapped above: RMA into a DMA-BUF
-        // registration where the provider offers it, else the host-staged path).
-        let (ring, ring_handle) =
-            cuda::gpu_ring(&ctx, s.ring_slots).map_err(cu(me, "creating the GPU ring"))?;
-        s.health.watch([ring.clone()]);
+        // The GPU's rings and their proxies (to every PE not mapped above: RMA into a DMA-BUF
+        // registration where the provider offers it, else the host-staged path). Ring r is
+        // drained by proxy thread r mod threads; thread t of every PE talks to thread t.
+        let mut rings = Vec::with_capacity(s.rings);
+        let mut handles = Vec::with_capacity(s.rings);
+        for _ in 0..s.rings {
+            let (ring, handle) =
+                cuda::gpu_ring(&ctx, s.ring_slots).map_err(cu(me, "creating the GPU ring"))?;
+            rings.push(ring);
+            handles.push(handle);
+        }
+        s.health.watch(rings.iter().cloned());
+        let ring_table = DevAlloc::new(&ctx, s.rings * std::mem::size_of::<RingDeviceHandle>())
+            .map_err(cu(me, "allocating the ring table"))?;
+        // SAFETY: the table holds exactly `handles`, which live until the synchronization.
+        let rc = unsafe {
+            sys::cuMemcpyHtoD_v2(
+                ring_table.ptr,
+                handles.as_ptr().cast(),
+                s.rings * std::mem::size_of::<RingDeviceHandle>(),
+            )
+        };
+        check(rc, "cuMemcpyHtoD (ring table)").map_err(cu(me, "writing the ring table"))?;
+        // SAFETY: a plain synchronization of the bound context.
+        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")
+            .map_err(cu(me, "writing the ring table"))?;
+        let ring_handle = handles[0];
+        let ring = rings[0].clone();
         let runtime = cuda::load(&ctx, pshmem_kernels::RUNTIME)
             .map_err(cu(me, "loading the runtime kernels"))?;
         let function = |name: &'static str| {
@@ -210,12 +241,22 @@ impl Gpu {
                 .load_function(name)
                 .map_err(|e| cu(me, "loading the runtime kernels")(driver(name)(e)))
         };
-        let (amo, k_quiet, k_barrier) = (
-            function("pshmem_k_amo")?,
+        let (k_quiet, k_barrier) = (
             function("pshmem_k_quiet")?,
             function("pshmem_k_barrier_all")?,
         );
-        let (proxy, reg) = start_proxy(&s, &ctx, &heap, ordinal, &ring, amo)?;
+        let threads = s.proxy_threads.min(s.rings).max(1);
+        let mut proxies = Vec::with_capacity(threads);
+        let mut landing = Vec::new();
+        let mut dmabuf = Vec::new();
+        for t in 0..threads {
+            let mine: Vec<Arc<Ring>> = rings.iter().skip(t).step_by(threads).cloned().collect();
+            let amo = function("pshmem_k_amo")?;
+            let (proxy, reg) = start_proxy(&s, &ctx, &heap, ordinal, t, mine, amo)?;
+            proxies.push(proxy);
+            landing.extend(reg.landing);
+            dmabuf.extend(reg.dmabuf);
+        }
         // The teams' sync words: the first allocation of the GPU heap, the same on every PE.
         let mut alloc = Allocator::new(s.heap_len as u64);
         let sync_base = alloc
@@ -254,13 +295,15 @@ impl Gpu {
         let stream = ctx
             .new_stream()
             .map_err(|e| cu(me, "creating a stream")(driver("cuStreamCreate")(e)))?;
-        let registered = reg.dmabuf.is_some();
+        let registered = !dmabuf.is_empty();
         let g = Self {
-            proxy: Mutex::new(Some(proxy)),
+            proxies: Mutex::new(proxies),
+            ring_table: (ring_table.ptr, s.rings),
             res: Mutex::new(Some(Resources {
                 _ipc: ipc,
-                _landing: reg.landing,
-                _dmabuf: reg.dmabuf,
+                _landing: landing,
+                _dmabuf: dmabuf,
+                _ring_table: ring_table,
                 _misc: misc,
                 _heap: heap,
             })),
@@ -394,14 +437,16 @@ fn peer_accessible(ctx: &CudaContext, bus: &CStr) -> bool {
     }
 }
 
-/// Opens the proxy's transport, registers the heap (DMA-BUF, where every PE can) or the
-/// landing area of the host-staged path, and starts the proxy on the GPU's ring.
+/// Opens proxy thread `thread`'s transport, registers the heap (DMA-BUF, where every PE can) or
+/// a landing area of the host-staged path, and starts the thread on its GPU rings.
+#[allow(clippy::too_many_arguments)]
 fn start_proxy(
     s: &GpuSetup<'_>,
     ctx: &Arc<CudaContext>,
     heap: &DevAlloc,
     ordinal: usize,
-    ring: &Arc<Ring>,
+    thread: usize,
+    rings: Vec<Arc<Ring>>,
     amo: CudaFunction,
 ) -> Result<(Proxy, Registration)> {
     let me = s.me;
@@ -420,13 +465,13 @@ fn start_proxy(
     let result = HostAlloc::pinned(ctx, 64).map_err(cu(me, "allocating the AMO result cell"))?;
     let dev = CudaDeviceMem::new(ctx.clone(), amo, (heap.ptr, s.heap_len as u64), result);
     let proxy = Proxy::spawn(
-        format!("pshmem-gpu-proxy-{me}"),
+        format!("pshmem-gpu-proxy-{me}.{thread}"),
         ProxySetup {
             transport: t,
             heap: reg.region,
             heap_mr: reg.mr,
             remote_heaps: remotes,
-            rings: vec![ring.clone()],
+            rings,
             device: Some(Box::new(dev)),
             device_registered: reg.dmabuf.is_some(),
         },
@@ -509,6 +554,13 @@ fn register(
 }
 
 impl Gpu {
+    /// The device address of the table of every GPU ring's handle (`pshmem_ring_device_t`,
+    /// ring 0 first: the device API's) and how many there are (`PSHMEM_GPU_RINGS`): kernels
+    /// that spread their descriptors over rings take it as an argument.
+    pub fn ring_table(&self) -> (u64, usize) {
+        self.ring_table
+    }
+
     /// The CUDA device ordinal.
     pub fn ordinal(&self) -> usize {
         self.ordinal
@@ -795,8 +847,11 @@ impl Gpu {
     /// Finalize: stops the proxy, releases the GPU memory and reports any CUDA release that
     /// failed meanwhile.
     pub(crate) fn stop(&self) -> Result<()> {
-        let p = self.proxy.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let stopped = p.map_or(Ok(()), |p| p.stop().map_err(Error::from));
+        let ps = std::mem::take(&mut *self.proxies.lock().unwrap_or_else(|p| p.into_inner()));
+        let stopped = ps
+            .into_iter()
+            .map(|p| p.stop().map_err(Error::from))
+            .fold(Ok(()), |a: Result<()>, r| a.and(r));
         // The device is idle for this PE (finalize's quiet and barrier came first).
         let synced = self.sync_stream("finalize");
         drop(self.res.lock().unwrap_or_else(|p| p.into_inner()).take());

@@ -1,0 +1,28 @@
+/* The low-latency MoE kernels of pshmem-ep (pshmem/ep/ll.cuh), one entry point each; loaded by
+ * ep/src/lib.rs through the runtime (`Gpu::load`), which fills this module's pshmem_dstate. */
+#include "pshmem/ep/ll.cuh"
+
+extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS)
+    pshmem_ep_ll_dispatch_send(const pshmem_ep_ll_args_t a) {
+    pshmem_ep::dispatch_send(a);
+}
+
+extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS)
+    pshmem_ep_ll_dispatch_recv(const pshmem_ep_ll_args_t a) {
+    pshmem_ep::dispatch_recv(a);
+}
+
+extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS)
+    pshmem_ep_ll_combine_send(const pshmem_ep_ll_args_t a) {
+    pshmem_ep::combine_send(a);
+}
+
+extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS)
+    pshmem_ep_ll_combine_recv(const pshmem_ep_ll_args_t a) {
+    pshmem_ep::combine_recv(a);
+}
+
+extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS)
+    pshmem_ep_ll_clean(uint64_t *sig, uint64_t words) {
+    pshmem_ep::clean(sig, words);
+}

@@ -1,0 +1,326 @@
+//! # pshmem-ep
+//!
+//! Owns MoE expert parallelism on the symmetric GPU heap: the low-latency (DeepEP-style)
+//! dispatch and combine kernels (device code in `kernels/include/pshmem/ep/`, entry points in
+//! `cuda/ep.cu`), the layout of their double-buffered symmetric buffer ([`LlLayout`]), the
+//! arguments they take ([`LlArgs`], the mirror of `pshmem_ep_ll_args_t`) and their launchers
+//! ([`Ll`]). The Python `pshmem.ep.Buffer` is built on these.
+//!
+//! Ordering: every count or flag a kernel sends a peer reached through the proxy is a *counted
+//! signal* (`pshmem/counted.cuh`): the proxy applies it only after every counted put it covers
+//! landed, on any fabric; same-host peers get stores and a release store.
+
+use std::{ffi::c_void, sync::Arc};
+
+use cudarc::driver::{CudaFunction, CudaModule, sys};
+use pshmem::{Error, cuda::CudaError, gpu::Gpu, gpu::host_ops::RawStream};
+
+/// The kernels (`cuda/ep.cu`).
+pub static KERNELS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ep.fatbin"));
+
+/// Threads per block of every LL kernel (`PSHMEM_EP_THREADS`).
+pub const THREADS: u32 = 512;
+/// Largest `Tmax` (`PSHMEM_EP_MAX_TOKENS`).
+pub const MAX_TOKENS: usize = 1024;
+/// Most ranks (`PSHMEM_EP_MAX_RANKS`).
+pub const MAX_RANKS: usize = 512;
+
+/// Flags of [`LlArgs::flags`] (`PSHMEM_EP_*` in `pshmem/ep/ll.h`).
+pub mod flags {
+    /// Dispatch: FP8 e4m3 with one FP32 scale per 128 channels (else bf16).
+    pub const FP8: u32 = 0x1;
+    /// Dispatch: scales are powers of two.
+    pub const ROUND_SCALE: u32 = 0x2;
+    /// Proxied peers: one message per token (else one per (expert, destination)).
+    pub const PER_TOKEN: u32 = 0x4;
+    /// Combine: `x` is the send buffer's view, already written.
+    pub const ZERO_COPY: u32 = 0x8;
+}
+
+/// `pshmem_ep_ll_args_t`: what every LL kernel reads (addresses are device addresses).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+#[allow(missing_docs)]
+pub struct LlArgs {
+    pub num_tokens: i32,
+    pub max_tokens: i32,
+    pub hidden: i32,
+    pub num_topk: i32,
+    pub num_experts: i32,
+    pub num_ranks: i32,
+    pub my_rank: i32,
+    pub flags: u32,
+    pub sig: u64,
+    pub send: u64,
+    pub recv: u64,
+    pub msg_bytes: u64,
+    pub rings: u64,
+    pub n_rings: u32,
+    pub _pad: u32,
+    pub x: u64,
+    pub topk_idx: u64,
+    pub topk_weights: u64,
+    pub slot_map: u64,
+    pub out_x: u64,
+    pub out_scales: u64,
+    pub recv_count: u64,
+    pub src_info: u64,
+    pub layout_range: u64,
+    pub cum_stats: u64,
+    pub wait_stats: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<LlArgs>() == 168, "pshmem_ep_ll_args_t is 168 bytes");
+
+/// Where things are in the LL symmetric buffer (see `pshmem/ep/ll.h`): two buffers, each a
+/// signal area, a send area and a receive area.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LlLayout {
+    /// Largest tokens per rank (`Tmax`).
+    pub max_tokens: usize,
+    /// Hidden size.
+    pub hidden: usize,
+    /// Ranks.
+    pub ranks: usize,
+    /// Experts.
+    pub experts: usize,
+    /// Stride of a dispatch message.
+    pub msg_bytes: usize,
+    /// Bytes of one buffer's signal words.
+    pub sig_bytes: usize,
+    /// Bytes of one buffer's send (and receive) area.
+    pub area_bytes: usize,
+}
+
+impl LlLayout {
+    /// The layout for `max_tokens` tokens per rank, `hidden`, `ranks` and `experts`; `Err`
+    /// says which requirement failed.
+    pub fn new(
+        max_tokens: usize,
+        hidden: usize,
+        ranks: usize,
+        experts: usize,
+    ) -> Result<Self, String> {
+        if max_tokens == 0 || max_tokens > MAX_TOKENS {
+            return Err(format!(
+                "num_max_dispatch_tokens_per_rank={max_tokens}: must be 1..={MAX_TOKENS}"
+            ));
+        }
+        if hidden == 0 || hidden % 256 != 0 {
+            return Err(format!("hidden={hidden}: must be a positive multiple of 256"));
+        }
+        if ranks == 0 || ranks > MAX_RANKS {
+            return Err(format!("{ranks} ranks: must be 1..={MAX_RANKS}"));
+        }
+        if experts == 0 || experts % ranks != 0 {
+            return Err(format!(
+                "num_experts={experts}: must be a positive multiple of the {ranks} ranks"
+            ));
+        }
+        let msg = (16 + (2 * hidden).max(hidden + hidden / 128 * 4)).next_multiple_of(16);
+        let local = experts / ranks;
+        let sig_bytes = ((2 * experts + local + 1) * 8).next_multiple_of(128);
+        let area_bytes = (experts * max_tokens * msg.max(2 * hidden)).next_multiple_of(128);
+        Ok(Self {
+            max_tokens,
+            hidden,
+            ranks,
+            experts,
+            msg_bytes: msg,
+            sig_bytes,
+            area_bytes,
+        })
+    }
+
+    /// Bytes of one buffer (signal words, send area, receive area).
+    pub fn buffer_bytes(&self) -> usize {
+        self.sig_bytes + 2 * self.area_bytes
+    }
+
+    /// Bytes of the whole symmetric buffer (two buffers): DeepEP's
+    /// `get_low_latency_rdma_size_hint`.
+    pub fn size_hint(&self) -> usize {
+        2 * self.buffer_bytes()
+    }
+
+    /// Offsets of buffer `b`'s (signal words, send area, receive area) from the start.
+    pub fn offsets(&self, b: usize) -> (usize, usize, usize) {
+        let base = b * self.buffer_bytes();
+        (
+            base,
+            base + self.sig_bytes,
+            base + self.sig_bytes + self.area_bytes,
+        )
+    }
+
+    /// Signal words per buffer (all cleared by `clean`).
+    pub fn sig_words(&self) -> usize {
+        self.sig_bytes / 8
+    }
+}
+
+/// Which LL kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// Dispatch, send phase.
+    DispatchSend,
+    /// Dispatch, receive phase.
+    DispatchRecv,
+    /// Combine, send phase.
+    CombineSend,
+    /// Combine, receive phase.
+    CombineRecv,
+}
+
+impl Kernel {
+    /// From the names the Python layer uses.
+    pub fn from_name(s: &str) -> Option<Self> {
+        Some(match s {
+            "dispatch_send" => Self::DispatchSend,
+            "dispatch_recv" => Self::DispatchRecv,
+            "combine_send" => Self::CombineSend,
+            "combine_recv" => Self::CombineRecv,
+            _ => return None,
+        })
+    }
+}
+
+/// The loaded LL kernels of one PE's GPU.
+#[derive(Debug)]
+pub struct Ll {
+    _module: Arc<CudaModule>,
+    f: [CudaFunction; 5],
+    me: usize,
+}
+
+fn cuda_err(me: usize, what: &'static str) -> impl FnOnce(CudaError) -> Error {
+    move |source| Error::Cuda { me, what, source }
+}
+
+impl Ll {
+    /// Loads the kernels into `gpu`'s context (the runtime fills their device state).
+    pub fn load(gpu: &Gpu, me: usize) -> Result<Self, Error> {
+        let m = gpu.load(KERNELS)?;
+        let f = |name: &'static str| {
+            m.load_function(name)
+                .map_err(|e| cuda_err(me, "loading the MoE kernels")(pshmem::cuda::driver(name)(e)))
+        };
+        let f = [
+            f("pshmem_ep_ll_dispatch_send")?,
+            f("pshmem_ep_ll_dispatch_recv")?,
+            f("pshmem_ep_ll_combine_send")?,
+            f("pshmem_ep_ll_combine_recv")?,
+            f("pshmem_ep_ll_clean")?,
+        ];
+        Ok(Self {
+            _module: m,
+            f,
+            me,
+        })
+    }
+
+    /// Launches `k` with `args` on `stream` over `grid` blocks (x, y) of [`THREADS`]; fills
+    /// `my_rank` and the ring table from `gpu`.
+    ///
+    /// # Safety
+    /// Every address in `args` must be a device address valid for what the kernel does with it
+    /// (see `pshmem/ep/ll.h`) until the stream has run it; `stream` is a live stream of `gpu`'s
+    /// context.
+    pub unsafe fn launch(
+        &self,
+        gpu: &Gpu,
+        k: Kernel,
+        mut args: LlArgs,
+        grid: (u32, u32),
+        stream: RawStream,
+    ) -> Result<(), Error> {
+        let (rings, n) = gpu.ring_table();
+        args.my_rank = self.me as i32;
+        args.rings = rings;
+        args.n_rings = n as u32;
+        let f = &self.f[k as usize];
+        let mut params: [*mut c_void; 1] = [(&mut args as *mut LlArgs).cast()];
+        // SAFETY: one by-value parameter of the kernel's type (LlArgs mirrors
+        // pshmem_ep_ll_args_t, size asserted); the addresses are the caller's contract.
+        unsafe { self.raw_launch(gpu, f, grid, stream, &mut params) }
+    }
+
+    /// Zeroes `words` signal words at `sig` on `stream` (the caller brackets it with barriers).
+    ///
+    /// # Safety
+    /// `sig` must be `words` writable 8-byte words of device memory; `stream` as in `launch`.
+    pub unsafe fn clean(
+        &self,
+        gpu: &Gpu,
+        sig: u64,
+        words: u64,
+        stream: RawStream,
+    ) -> Result<(), Error> {
+        let (mut s, mut w) = (sig, words);
+        let mut params: [*mut c_void; 2] =
+            [(&mut s as *mut u64).cast(), (&mut w as *mut u64).cast()];
+        let blocks = words.div_ceil(u64::from(THREADS)).clamp(1, 64) as u32;
+        // SAFETY: the kernel's two parameters (u64 *sig, u64 words); `sig` is the caller's.
+        unsafe { self.raw_launch(gpu, &self.f[4], (blocks, 1), stream, &mut params) }
+    }
+
+    /// # Safety
+    /// `params` match `f`'s parameters; what they point to is valid until the kernel ran.
+    unsafe fn raw_launch(
+        &self,
+        gpu: &Gpu,
+        f: &CudaFunction,
+        grid: (u32, u32),
+        stream: RawStream,
+        params: &mut [*mut c_void],
+    ) -> Result<(), Error> {
+        let what = "launching a MoE kernel";
+        gpu.context()
+            .bind_to_thread()
+            .map_err(|e| cuda_err(self.me, what)(pshmem::cuda::driver("cuCtxSetCurrent")(e)))?;
+        // SAFETY: forwarded from the caller; the context is bound.
+        let rc = unsafe {
+            sys::cuLaunchKernel(
+                f.cu_function(),
+                grid.0.max(1),
+                grid.1.max(1),
+                1,
+                THREADS,
+                1,
+                1,
+                0,
+                stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        pshmem::cuda::check(rc, "cuLaunchKernel").map_err(cuda_err(self.me, what))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fatbin_is_embedded() {
+        assert_eq!(&KERNELS[..4], &[0x50, 0xed, 0x55, 0xba]);
+    }
+
+    #[test]
+    fn the_layout_matches_the_documented_sizes() {
+        // DeepEP's benchmark shape: 128 tokens, hidden 7168, 8 ranks, 64 experts.
+        let l = LlLayout::new(128, 7168, 8, 64).unwrap();
+        assert_eq!(l.msg_bytes, 16 + 2 * 7168);
+        assert_eq!(l.area_bytes, 64 * 128 * (16 + 2 * 7168));
+        assert_eq!(l.sig_bytes, ((2 * 64 + 8 + 1) * 8usize).next_multiple_of(128));
+        assert_eq!(l.size_hint(), 2 * (l.sig_bytes + 2 * l.area_bytes));
+        let (s1, send1, recv1) = l.offsets(1);
+        assert_eq!(s1, l.buffer_bytes());
+        assert_eq!(send1, s1 + l.sig_bytes);
+        assert_eq!(recv1, send1 + l.area_bytes);
+        assert!(LlLayout::new(2048, 7168, 8, 64).is_err());
+        assert!(LlLayout::new(128, 7000, 8, 64).is_err());
+        assert!(LlLayout::new(128, 7168, 8, 60).is_err());
+    }
+}

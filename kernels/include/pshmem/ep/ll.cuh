@@ -1,0 +1,340 @@
+/* proxyshmem MoE expert parallelism, low-latency mode: dispatch and combine, each in a send
+ * and a receive kernel (launched back to back, or the receive later as the "hook", so the
+ * transfers overlap other work with no SM held). Layout and arguments: pshmem/ep/ll.h. Written
+ * from the algorithm description in the design notes (DeepEP's low-latency mode), with these
+ * choices of our own:
+ *
+ * - A block owns destination experts, not tokens: it lists the tokens that chose its expert
+ *   (a block-wide compaction over topk_idx, in token order), writes their messages and then
+ *   knows the count with no cross-block counter. Row i of (expert, source) is the i-th token,
+ *   so the order is deterministic, and combine can send expert outputs back contiguously.
+ * - Same-host peers (mapped) get the messages written straight into their receive area, then
+ *   the count with a release store after __threadfence_system. Other peers get counted puts
+ *   (pshmem/counted.cuh): per token or one per (expert, destination), then one counted signal;
+ *   the proxy never exposes a count before the data it covers, on any fabric. The ring is
+ *   chosen by the destination's local expert, so descriptors spread over rings and proxies.
+ * - Receive rows are packed by source rank (begin = the counts of the ranks before), so the
+ *   output is the same whatever order the counts arrive in.
+ * - The receivers clear the words they consumed (the last block to read them), so the buffer
+ *   is clean for its next use without another launch. */
+#ifndef PSHMEM_EP_LL_CUH
+#define PSHMEM_EP_LL_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "pshmem/device.cuh"
+#include "pshmem/ep/ll.h"
+
+namespace pshmem_ep {
+
+struct Geo {
+    int T, Tmax, H, K, E, N, me, El;
+    __device__ explicit Geo(const pshmem_ep_ll_args_t &a)
+        : T(a.num_tokens), Tmax(a.max_tokens), H(a.hidden), K(a.num_topk), E(a.num_experts),
+          N(a.num_ranks), me(a.my_rank), El(a.num_experts / a.num_ranks) {}
+};
+
+__device__ __forceinline__ const pshmem_ring_device_t *ring_for(const pshmem_ep_ll_args_t &a,
+                                                                int local_expert) {
+    return a.n_rings ? &a.rings[(uint32_t)local_expert % a.n_rings] : NULL;
+}
+
+/* Bytes of a dispatch message as sent (the slot stride may be larger). */
+__device__ __forceinline__ uint64_t msg_len(const pshmem_ep_ll_args_t &a) {
+    uint64_t H = (uint64_t)a.hidden;
+    return (a.flags & PSHMEM_EP_FP8) ? 16 + H + H / 128 * 4 : 16 + 2 * H;
+}
+
+/* Waits until the 64-bit word at `p` (written by a peer, or by this GPU's proxy) is nonzero;
+ * returns it (0 after a recorded error or timeout). */
+__device__ __forceinline__ uint64_t wait_nonzero(const uint64_t *p) {
+    uint64_t v = 0;
+    pshmem_i_wait<4, 32>([&] {
+        v = pshmem_ld_acquire_sys(p);
+        return v != 0;
+    });
+    return v;
+}
+
+/* The warp writes token `row` of x (bf16 [*][H]) as a dispatch message at `m`. FP8: lanes
+ * 0-15 and 16-31 each cover one group of 128 channels per step (8 channels a lane), the amax
+ * is reduced over the 16 lanes of the group. */
+__device__ __forceinline__ void write_message(uint8_t *m, const __nv_bfloat16 *row, int token,
+                                              int H, uint32_t flags) {
+    const int lane = (int)pshmem_laneid();
+    if (lane == 0) *(int4 *)m = make_int4(token, 0, 0, 0);
+    uint8_t *payload = m + 16;
+    if (!(flags & PSHMEM_EP_FP8)) {
+        const int4 *src = (const int4 *)row;
+        int4 *dst = (int4 *)payload;
+        for (int i = lane; i < H / 8; i += 32) dst[i] = src[i];
+        return;
+    }
+    float *scales = (float *)(payload + H);
+    for (int c = lane * 8; c < H; c += 256) {
+        int4 raw = *(const int4 *)(row + c);
+        const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&raw;
+        float v[8];
+        float amax = 0.f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            float2 f = __bfloat1622float2(h2[j]);
+            v[2 * j] = f.x;
+            v[2 * j + 1] = f.y;
+            amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+        }
+#pragma unroll
+        for (int o = 8; o >= 1; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        amax = fmaxf(amax, 1e-4f);
+        float scale_inv = amax / 448.f;
+        if (flags & PSHMEM_EP_ROUND_SCALE) scale_inv = exp2f(ceilf(log2f(scale_inv)));
+        float scale = 1.f / scale_inv;
+        uint64_t packed = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            __nv_fp8x2_storage_t two = __nv_cvt_float2_to_fp8x2(
+                make_float2(v[2 * j] * scale, v[2 * j + 1] * scale), __NV_SATFINITE, __NV_E4M3);
+            packed |= (uint64_t)two << (16 * j);
+        }
+        *(uint64_t *)(payload + c) = packed;
+        if ((lane & 15) == 0) scales[c / 128] = scale_inv;
+    }
+}
+
+/* Dispatch, send phase. Grid: any number of blocks (they share the experts), PSHMEM_EP_THREADS
+ * threads. Never waits for a peer (only for ring space). */
+__device__ inline void dispatch_send(const pshmem_ep_ll_args_t &a) {
+    __shared__ int list[PSHMEM_EP_MAX_TOKENS];
+    __shared__ int wsum[PSHMEM_EP_THREADS / 32];
+    const Geo g(a);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    const uint64_t len = msg_len(a);
+    const __nv_bfloat16 *x = (const __nv_bfloat16 *)a.x;
+    for (int e = blockIdx.x; e < g.E; e += gridDim.x) {
+        const int dst = e / g.El, dl = e % g.El;
+        /* The tokens that chose e, in token order (a token names an expert at most once). */
+        int count = 0;
+        for (int base = 0; base < g.T; base += blockDim.x) {
+            int t = base + threadIdx.x, k_sel = -1;
+            if (t < g.T)
+                for (int k = 0; k < g.K; ++k)
+                    if (a.topk_idx[(int64_t)t * g.K + k] == e) k_sel = k;
+            unsigned ballot = __ballot_sync(0xffffffffu, k_sel >= 0);
+            if (lane == 0) wsum[warp] = __popc(ballot);
+            __syncthreads();
+            int before = count, total = 0;
+            for (int w = 0; w < nw; ++w) {
+                if (w < warp) before += wsum[w];
+                total += wsum[w];
+            }
+            if (k_sel >= 0) {
+                int i = before + __popc(ballot & ((1u << lane) - 1));
+                list[i] = t;
+                a.slot_map[(int64_t)t * g.K + k_sel] = i;
+            }
+            count += total;
+            __syncthreads();
+        }
+        /* Where the messages go: the destination's receive area for (dl, this rank). */
+        uint8_t *there = a.recv + ((uint64_t)dl * g.N + g.me) * g.Tmax * a.msg_bytes;
+        uint8_t *peer = (uint8_t *)pshmem_ptr(there, dst);
+        uint8_t *staged = a.send + (uint64_t)e * g.Tmax * a.msg_bytes;
+        uint64_t *count_word = a.sig + (uint64_t)dl * g.N + g.me;
+        const pshmem_ring_device_t *ring = ring_for(a, dl);
+        const bool per_token = (a.flags & PSHMEM_EP_PER_TOKEN) != 0;
+        for (int i = warp; i < count; i += nw) {
+            int t = list[i];
+            uint8_t *m = (peer ? peer : staged) + (uint64_t)i * a.msg_bytes;
+            write_message(m, x + (int64_t)t * g.H, t, g.H, a.flags);
+            if (!peer && per_token) {
+                /* Every lane's bytes are visible system-wide before lane 0 publishes. */
+                __threadfence_system();
+                __syncwarp();
+                pshmemx_putmem_counted_nbi_warp_on(ring, there + (uint64_t)i * a.msg_bytes, m,
+                                                   len, count_word, dst);
+            }
+        }
+        /* Every thread's stores (messages, slot_map) before thread 0's count. */
+        __threadfence_system();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            if (!peer && !per_token && count > 0)
+                pshmem_i_put_counted(ring, there, staged, (uint64_t)count * a.msg_bytes,
+                                     count_word, dst, 0, 1);
+            pshmemx_signal_counted_on(ring, count_word, (uint64_t)(-(int64_t)count - 1),
+                                      PSHMEM_SIGNAL_SET, dst);
+        }
+        __syncthreads(); /* `list` is reused */
+    }
+}
+
+/* Dispatch, receive phase. Grid: (El, parts); every block of local expert dl waits for the
+ * counts of all sources, packs the rows by source rank and copies its share of them. */
+__device__ inline void dispatch_recv(const pshmem_ep_ll_args_t &a) {
+    __shared__ int cnt[PSHMEM_EP_MAX_RANKS];
+    __shared__ int beg[PSHMEM_EP_MAX_RANKS + 1];
+    const Geo g(a);
+    const int dl = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    uint64_t *words = a.sig + (uint64_t)dl * g.N;
+    for (int s = threadIdx.x; s < g.N; s += blockDim.x) {
+        uint64_t t0 = pshmem_globaltimer();
+        uint64_t v = wait_nonzero(&words[s]);
+        cnt[s] = v ? (int)(-(int64_t)v - 1) : 0;
+        if (part == 0 && a.wait_stats)
+            atomicAdd((unsigned long long *)&a.wait_stats[s],
+                      (unsigned long long)(pshmem_globaltimer() - t0));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int b = 0;
+        for (int s = 0; s < g.N; ++s) {
+            beg[s] = b;
+            b += cnt[s];
+        }
+        beg[g.N] = b;
+        /* The last block of this expert to have read the counts clears them. */
+        unsigned long long *done = (unsigned long long *)(a.sig + 2 * (uint64_t)g.E + dl);
+        if (atomicAdd(done, 1ull) == (unsigned long long)(parts - 1)) {
+            for (int s = 0; s < g.N; ++s) words[s] = 0;
+            *done = 0;
+        }
+    }
+    __syncthreads();
+    const int total = beg[g.N];
+    if (part == 0) {
+        for (int s = threadIdx.x; s < g.N; s += blockDim.x)
+            a.layout_range[(int64_t)dl * g.N + s] = ((int64_t)beg[s] << 32) | (int64_t)cnt[s];
+        if (threadIdx.x == 0) {
+            a.recv_count[dl] = total;
+            if (a.cum_stats) atomicAdd(&a.cum_stats[dl], total);
+        }
+    }
+    const int64_t rows = (int64_t)g.N * g.Tmax;
+    const bool fp8 = (a.flags & PSHMEM_EP_FP8) != 0;
+    const int H = g.H;
+    for (int r = part * nw + warp; r < total; r += parts * nw) {
+        int s = 0;
+        while (s + 1 < g.N && beg[s + 1] <= r) ++s;
+        const int i = r - beg[s];
+        const uint8_t *m = a.recv + (((uint64_t)dl * g.N + s) * g.Tmax + i) * a.msg_bytes;
+        const int64_t row = dl * rows + r;
+        if (lane == 0) a.src_info[row] = *(const int *)m;
+        const int4 *src = (const int4 *)(m + 16);
+        if (fp8) {
+            int4 *dst = (int4 *)((uint8_t *)a.out_x + row * H);
+            for (int j = lane; j < H / 16; j += 32) dst[j] = src[j];
+            const float *sc = (const float *)(m + 16 + H);
+            for (int c = lane; c < H / 128; c += 32)
+                a.out_scales[((int64_t)dl * (H / 128) + c) * rows + r] = sc[c];
+        } else {
+            int4 *dst = (int4 *)((uint8_t *)a.out_x + row * 2 * H);
+            for (int j = lane; j < H / 8; j += 32) dst[j] = src[j];
+        }
+    }
+}
+
+/* Combine, send phase. Grid: any number of blocks (they share the (local expert, source)
+ * pairs). The rows of a pair go back to their source as rows 0..n of its receive area for this
+ * rank's global expert, then one flag. */
+__device__ inline void combine_send(const pshmem_ep_ll_args_t &a) {
+    const Geo g(a);
+    const int warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    const uint64_t row_bytes = 2 * (uint64_t)g.H;
+    const bool per_token = (a.flags & PSHMEM_EP_PER_TOKEN) != 0;
+    const bool zero_copy = (a.flags & PSHMEM_EP_ZERO_COPY) != 0;
+    const uint8_t *x = (const uint8_t *)a.x;
+    const uint64_t rows = (uint64_t)g.N * g.Tmax;
+    for (int p = blockIdx.x; p < g.E; p += gridDim.x) {
+        const int dl = p / g.N, src = p % g.N;
+        const int64_t range = a.layout_range[p];
+        const uint64_t begin = (uint64_t)(range >> 32);
+        const int n = (int)(range & 0xffffffff);
+        const uint64_t ge = (uint64_t)g.me * g.El + dl;
+        uint8_t *there = a.recv + ge * g.Tmax * row_bytes;
+        uint8_t *peer = (uint8_t *)pshmem_ptr(there, src);
+        uint64_t *flag = a.sig + g.E + ge;
+        const pshmem_ring_device_t *ring = ring_for(a, dl);
+        const uint64_t first = dl * rows + begin; /* row index in [El][N * Tmax] */
+        uint8_t *staged = a.send + first * row_bytes;
+        for (int i = warp; i < n; i += nw) {
+            const uint8_t *row = x + (first + i) * row_bytes;
+            if (peer) {
+                pshmem_i_copy(peer + (uint64_t)i * row_bytes, row, row_bytes, pshmem_laneid(), 32);
+                continue;
+            }
+            uint8_t *out = staged + (uint64_t)i * row_bytes;
+            if (!zero_copy) pshmem_i_copy(out, row, row_bytes, pshmem_laneid(), 32);
+            if (per_token) {
+                __threadfence_system();
+                __syncwarp();
+                pshmemx_putmem_counted_nbi_warp_on(ring, there + (uint64_t)i * row_bytes, out,
+                                                   row_bytes, flag, src);
+            }
+        }
+        __threadfence_system();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            if (!peer && !per_token && n > 0)
+                pshmem_i_put_counted(ring, there, staged, (uint64_t)n * row_bytes, flag, src, 0, 1);
+            pshmemx_signal_counted_on(ring, flag, 1, PSHMEM_SIGNAL_SET, src);
+        }
+        __syncthreads();
+    }
+}
+
+/* Combine, receive phase. Grid: any number of blocks; each waits for every expert's flag, then
+ * warps reduce tokens: out[t] = sum_k w[t,k] * y[e_k][slot], in FP32, rounded once to bf16. */
+__device__ inline void combine_recv(const pshmem_ep_ll_args_t &a) {
+    const Geo g(a);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    uint64_t *flags = a.sig + g.E;
+    for (int f = threadIdx.x; f < g.E; f += blockDim.x) wait_nonzero(&flags[f]);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long *done = (unsigned long long *)(a.sig + 2 * (uint64_t)g.E + g.El);
+        if (atomicAdd(done, 1ull) == (unsigned long long)(gridDim.x - 1)) {
+            for (int f = 0; f < g.E; ++f) flags[f] = 0;
+            *done = 0;
+        }
+    }
+    const uint64_t row_bytes = 2 * (uint64_t)g.H;
+    __nv_bfloat16 *out = (__nv_bfloat16 *)a.out_x;
+    for (int t = blockIdx.x * nw + warp; t < g.T; t += gridDim.x * nw) {
+        for (int c = lane * 8; c < g.H; c += 256) {
+            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (int k = 0; k < g.K; ++k) {
+                int64_t e = a.topk_idx[(int64_t)t * g.K + k];
+                if (e < 0) continue;
+                float w = a.topk_weights[(int64_t)t * g.K + k];
+                int slot = a.slot_map[(int64_t)t * g.K + k];
+                const uint8_t *row = a.recv + ((uint64_t)e * g.Tmax + slot) * row_bytes;
+                int4 raw = *(const int4 *)(row + 2 * (uint64_t)c);
+                const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&raw;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    float2 f = __bfloat1622float2(h2[j]);
+                    acc[2 * j] += w * f.x;
+                    acc[2 * j + 1] += w * f.y;
+                }
+            }
+            int4 res;
+            __nv_bfloat162 *r2 = (__nv_bfloat162 *)&res;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) r2[j] = __floats2bfloat162_rn(acc[2 * j], acc[2 * j + 1]);
+            *(int4 *)(out + (int64_t)t * g.H + c) = res;
+        }
+    }
+}
+
+/* Clears both buffers' signal words (the host brackets it with barriers). */
+__device__ inline void clean(uint64_t *sig, uint64_t words) {
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < words;
+         i += (uint64_t)gridDim.x * blockDim.x)
+        sig[i] = 0;
+}
+
+} // namespace pshmem_ep
+
+#endif /* PSHMEM_EP_LL_CUH */

@@ -1,0 +1,75 @@
+/* proxyshmem MoE expert parallelism, low-latency mode: the arguments of the kernels (ll.cuh) and
+ * the layout of the symmetric buffer they use. Plain C, shared with the host; Rust mirror:
+ * ep/src/lib.rs (`LlArgs`, `LlLayout`), whose sizes and offsets a test compares with these.
+ *
+ * Notation: T tokens at this rank (<= Tmax), H hidden, K top-k, E experts, N ranks, El = E/N
+ * local experts. Expert e lives on rank e / El as its local expert e % El.
+ *
+ * One LL buffer (there are two, used alternately; every dispatch and every combine flips):
+ *   sig   u64 words: [0, E)            dispatch counts, word (dl * N + src) = -n-1 from src
+ *                    [E, 2E)           combine flags, word E + g = 1 once global expert g's
+ *                                      outputs for this rank have landed
+ *                    [2E, 2E + El)     this rank's own: recv blocks done per local expert
+ *                    [2E + El]         this rank's own: combine recv blocks done
+ *   send  E * Tmax * msg bytes         dispatch: the message of the i-th token sent to expert e
+ *                                      at (e * Tmax + i) * msg; combine: rows of 2H bytes,
+ *                                      [El][N * Tmax][H] bf16 (the zero-copy view)
+ *   recv  E * Tmax * msg bytes         dispatch: [El][N][Tmax] messages of msg bytes; combine:
+ *                                      [E][Tmax] rows of 2H bytes (row i of expert g is the
+ *                                      i-th token this rank sent to g)
+ * A dispatch message: 16-byte header (int32 source token index, 3 reserved), then H FP8 e4m3
+ * bytes and H/128 float scales (1/scale: x ~= fp8 * scale_inv), or 2H bytes of bf16.
+ * msg = 16 + max(2H, H + 4H/128), rounded up to 16.
+ *
+ * The count and flag words are cleared by their consumer (the receive kernels, after every
+ * block read them), so the buffer is clean for its next use with no separate launch. */
+#ifndef PSHMEM_EP_LL_H
+#define PSHMEM_EP_LL_H
+
+#include <stdint.h>
+#include "pshmem/ring.h"
+
+#define PSHMEM_EP_MAX_TOKENS 1024 /* Tmax limit (one shared-memory list per expert) */
+#define PSHMEM_EP_MAX_RANKS 512   /* N limit (one polling thread per source) */
+#define PSHMEM_EP_THREADS 512     /* threads per block of every LL kernel */
+
+/* flags */
+#define PSHMEM_EP_FP8 0x1u         /* dispatch: FP8 e4m3 + per-128-channel scales (else bf16) */
+#define PSHMEM_EP_ROUND_SCALE 0x2u /* dispatch: scales are powers of two */
+#define PSHMEM_EP_PER_TOKEN 0x4u   /* proxied peers: one message per token (else one per
+                                      (expert, destination): fewer, larger messages) */
+#define PSHMEM_EP_ZERO_COPY 0x8u   /* combine: x is the send buffer's view, already written */
+
+typedef struct pshmem_ep_ll_args {
+    int32_t num_tokens;  /* T */
+    int32_t max_tokens;  /* Tmax */
+    int32_t hidden;      /* H */
+    int32_t num_topk;    /* K */
+    int32_t num_experts; /* E */
+    int32_t num_ranks;   /* N */
+    int32_t my_rank;
+    uint32_t flags;
+    uint64_t *sig;       /* this buffer's signal words (symmetric) */
+    uint8_t *send;       /* this buffer's send area (symmetric) */
+    uint8_t *recv;       /* this buffer's receive area (symmetric) */
+    uint64_t msg_bytes;  /* dispatch message stride */
+    const pshmem_ring_device_t *rings; /* the GPU's ring table (Gpu::ring_table) */
+    uint32_t n_rings;
+    uint32_t _pad;
+    const void *x;              /* dispatch: bf16 [T][H]; combine: bf16 [El][N * Tmax][H] */
+    const int64_t *topk_idx;    /* [T][K], -1: none */
+    const float *topk_weights;  /* combine: [T][K] */
+    int32_t *slot_map;          /* [T][K]: the token's row among those sent to that expert
+                                   (dispatch writes it, combine reads it) */
+    void *out_x;                /* dispatch: [El][N * Tmax][H] fp8 or bf16; combine: bf16 [T][H] */
+    float *out_scales;          /* dispatch FP8: [El][H / 128][N * Tmax] */
+    int32_t *recv_count;        /* dispatch: [El] rows received per local expert */
+    int32_t *src_info;          /* dispatch: [El][N * Tmax] source token index of each row */
+    int64_t *layout_range;      /* dispatch: [El][N] (begin << 32) | count per source */
+    int32_t *cum_stats;         /* dispatch: [El] += rows received, or NULL */
+    int64_t *wait_stats;        /* dispatch: [N] += ns waited for each source, or NULL */
+} pshmem_ep_ll_args_t;
+
+PSHMEM_STATIC_ASSERT(sizeof(pshmem_ep_ll_args_t) == 168, "LL args are 168 bytes");
+
+#endif /* PSHMEM_EP_LL_H */

@@ -1,0 +1,166 @@
+//! `pshmem._pshmem.ep_*`: the low-latency MoE kernels of `pshmem-ep` for `pshmem.ep.Buffer`.
+//! The Python half allocates the symmetric buffer and the output tensors and passes their
+//! addresses; here the buffer's ranges are checked against the GPU heap before each launch.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, Weak},
+};
+
+use pshmem::Pshmem;
+use pshmem_ep::{Kernel, Ll, LlArgs, LlLayout};
+use pyo3::prelude::*;
+
+use crate::{
+    errors::{invalid, to_py},
+    ops::{gpu_of, raw},
+    state,
+};
+
+/// The kernels, loaded once per initialized PE.
+static LL: Mutex<Option<(Weak<Pshmem>, Arc<Ll>)>> = Mutex::new(None);
+
+fn kernels(s: &Arc<Pshmem>) -> PyResult<Arc<Ll>> {
+    let mut g = LL.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((w, ll)) = g.as_ref()
+        && w.upgrade().is_some_and(|p| Arc::ptr_eq(&p, s))
+    {
+        return Ok(ll.clone());
+    }
+    let gpu = gpu_of(s, "ep")?;
+    let ll = Arc::new(Ll::load(gpu, s.my_pe()).map_err(to_py)?);
+    *g = Some((Arc::downgrade(s), ll.clone()));
+    Ok(ll)
+}
+
+/// The LL buffer layout for (Tmax, hidden, ranks, experts): a dict of its sizes; raises
+/// `ValueError` naming the requirement a shape breaks.
+#[pyfunction]
+fn ep_ll_layout(
+    max_tokens: usize,
+    hidden: usize,
+    ranks: usize,
+    experts: usize,
+) -> PyResult<HashMap<&'static str, usize>> {
+    let l = LlLayout::new(max_tokens, hidden, ranks, experts)
+        .map_err(pyo3::exceptions::PyValueError::new_err)?;
+    let (_, send, recv) = l.offsets(0);
+    Ok(HashMap::from([
+        ("msg_bytes", l.msg_bytes),
+        ("sig_bytes", l.sig_bytes),
+        ("sig_words", l.sig_words()),
+        ("area_bytes", l.area_bytes),
+        ("buffer_bytes", l.buffer_bytes()),
+        ("send_offset", send),
+        ("recv_offset", recv),
+        ("size_hint", l.size_hint()),
+        ("threads", pshmem_ep::THREADS as usize),
+    ]))
+}
+
+/// How many GPU rings kernels can spread descriptors over (`PSHMEM_GPU_RINGS`).
+#[pyfunction]
+fn ep_ring_count() -> PyResult<usize> {
+    let s = state()?;
+    Ok(gpu_of(&s, "ep_ring_count")?.ring_table().1)
+}
+
+/// Launches LL kernel `kernel` ("dispatch_send", "dispatch_recv", "combine_send",
+/// "combine_recv") over (grid_x, grid_y) blocks on `stream` with the arguments of
+/// `pshmem_ep_ll_args_t` given by name (missing ones are 0).
+#[pyfunction]
+fn ep_ll_launch(
+    py: Python<'_>,
+    kernel: &str,
+    grid_x: u32,
+    grid_y: u32,
+    stream: u64,
+    args: HashMap<String, i64>,
+) -> PyResult<()> {
+    let s = state()?;
+    let op = "ep_ll_launch";
+    let k = Kernel::from_name(kernel)
+        .ok_or_else(|| invalid(s.my_pe(), op, format!("no LL kernel {kernel:?}")))?;
+    let get = |n: &str| args.get(n).copied().unwrap_or(0);
+    let a = LlArgs {
+        num_tokens: get("num_tokens") as i32,
+        max_tokens: get("max_tokens") as i32,
+        hidden: get("hidden") as i32,
+        num_topk: get("num_topk") as i32,
+        num_experts: get("num_experts") as i32,
+        num_ranks: get("num_ranks") as i32,
+        flags: get("flags") as u32,
+        sig: get("sig") as u64,
+        send: get("send") as u64,
+        recv: get("recv") as u64,
+        msg_bytes: get("msg_bytes") as u64,
+        x: get("x") as u64,
+        topk_idx: get("topk_idx") as u64,
+        topk_weights: get("topk_weights") as u64,
+        slot_map: get("slot_map") as u64,
+        out_x: get("out_x") as u64,
+        out_scales: get("out_scales") as u64,
+        recv_count: get("recv_count") as u64,
+        src_info: get("src_info") as u64,
+        layout_range: get("layout_range") as u64,
+        cum_stats: get("cum_stats") as u64,
+        wait_stats: get("wait_stats") as u64,
+        ..LlArgs::default()
+    };
+    let gpu = gpu_of(&s, op)?;
+    if a.num_ranks as usize != s.n_pes() {
+        return Err(invalid(s.my_pe(), op, format!("num_ranks {} in a job of {} PEs", a.num_ranks, s.n_pes())));
+    }
+    let l = LlLayout::new(
+        a.max_tokens as usize,
+        a.hidden as usize,
+        a.num_ranks as usize,
+        a.num_experts as usize,
+    )
+    .map_err(|e| invalid(s.my_pe(), op, e))?;
+    for (name, at, len) in [
+        ("the signal words", a.sig, l.sig_bytes),
+        ("the send area", a.send, l.area_bytes),
+        ("the receive area", a.recv, l.area_bytes),
+    ] {
+        if gpu.offset_of(at, len).is_none() {
+            return Err(invalid(
+                s.my_pe(),
+                op,
+                format!("{name} ({at:#x} + {len} bytes) are not on the GPU symmetric heap"),
+            ));
+        }
+    }
+    if a.msg_bytes as usize != l.msg_bytes {
+        return Err(invalid(s.my_pe(), op, format!("msg_bytes {} is not the layout's {}", a.msg_bytes, l.msg_bytes)));
+    }
+    let ll = kernels(&s)?;
+    py.detach(|| {
+        // SAFETY: the buffer's ranges lie in the GPU heap (checked); the tensors are live
+        // device tensors the Python half sized and keeps referenced until the stream ran the
+        // kernel; `stream` is torch's current stream of this device.
+        unsafe { ll.launch(gpu, k, a, (grid_x, grid_y), raw(stream)) }.map_err(to_py)
+    })
+}
+
+/// Zeroes `words` 8-byte signal words at `sig` (on the GPU heap) on `stream`.
+#[pyfunction]
+fn ep_ll_clean(sig: u64, words: u64, stream: u64) -> PyResult<()> {
+    let s = state()?;
+    let op = "ep_ll_clean";
+    let gpu = gpu_of(&s, op)?;
+    if gpu.offset_of(sig, (words * 8) as usize).is_none() {
+        return Err(invalid(s.my_pe(), op, "the signal words are not on the GPU symmetric heap"));
+    }
+    let ll = kernels(&s)?;
+    // SAFETY: `words` words of the GPU heap (checked); a live stream of this device.
+    unsafe { ll.clean(gpu, sig, words, raw(stream)) }.map_err(to_py)
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(ep_ll_layout, m)?)?;
+    m.add_function(wrap_pyfunction!(ep_ring_count, m)?)?;
+    m.add_function(wrap_pyfunction!(ep_ll_launch, m)?)?;
+    m.add_function(wrap_pyfunction!(ep_ll_clean, m)?)?;
+    Ok(())
+}

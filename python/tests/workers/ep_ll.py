@@ -1,0 +1,234 @@
+"""MoE low-latency dispatch/combine (pshmem.ep.Buffer) checked the way DeepEP's own test checks
+its kernels, on N PEs (pshmrun; several PEs may share one GPU under CUDA MPS). Exits non-zero
+listing the failed checks; prints one line per mode and "ep_ll: all checks passed".
+
+    pshmrun -n 4 python python/tests/workers/ep_ll.py [--tokens 64 --hidden 2048 --topk 8]
+
+Per mode (FP8 / FP8 with power-of-two scales / BF16) x (hook or not) x (per-token or batched
+messages) x (zero-copy combine or not):
+- the rows received per local expert equal the occurrences of that expert in the all-gathered
+  top-k (masked entries excluded), and so does the per-source range of each source rank;
+- every received row is constant over its first H-128 channels, equal to (source rank - 128),
+  and its last 128 channels carry its token index, which equals the handle's source info; the
+  source infos of each range are exactly the source's tokens that chose the expert, in order;
+- combine equals x * sum_k w_k (masked -> 0) within DeepEP's tolerance (calc_diff < 9e-4 with
+  FP8, 1e-5 with BF16), with no NaN;
+- every repeat gives bit-identical outputs (hashes).
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+import pshmem
+from pshmem.ep import Buffer
+
+p = argparse.ArgumentParser()
+p.add_argument("--tokens", type=int, default=64)
+p.add_argument("--max-tokens", type=int, default=0, help="Tmax (default: tokens)")
+p.add_argument("--hidden", type=int, default=2048)
+p.add_argument("--topk", type=int, default=8)
+p.add_argument("--experts-per-rank", type=int, default=4)
+p.add_argument("--repeat", type=int, default=2)
+p.add_argument("--quick", action="store_true", help="fewer modes")
+p.add_argument("--num-sms", type=int, default=0, help="Buffer.set_num_sms")
+args = p.parse_args()
+
+local = int(os.environ.get("PSHMEM_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")))
+torch.cuda.set_device(local % torch.cuda.device_count())
+pshmem.init(device="cuda")
+me, N = pshmem.my_pe(), pshmem.n_pes()
+T, H, K = args.tokens, args.hidden, args.topk
+Tmax = args.max_tokens or T
+El = args.experts_per_rank
+E = El * N
+K = min(K, E)
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print(f"[PE {me}] FAILED: {what}", flush=True)
+
+
+def calc_diff(x, y):
+    x, y = x.double() + 1, y.double() + 1
+    denom = (x * x + y * y).sum()
+    return (1 - 2 * (x * y).sum() / denom).item()
+
+
+def all_gather(t):
+    src = pshmem.empty(t.shape, dtype=t.dtype, device="cuda")
+    dst = pshmem.empty((N, *t.shape), dtype=t.dtype, device="cuda")
+    src.copy_(t)
+    torch.cuda.synchronize()
+    pshmem.all_gather(dst, src)
+    torch.cuda.synchronize()
+    out = dst.clone()
+    pshmem.free(src)
+    pshmem.free(dst)
+    return out
+
+
+def dequant(recv_x):
+    if isinstance(recv_x, tuple):
+        q, s = recv_x
+        f = q.float().view(q.shape[0], q.shape[1], H // 128, 128) * s.unsqueeze(-1)
+        return f.view(q.shape)
+    return recv_x.float()
+
+
+def digest(t):
+    b = t.contiguous().view(torch.uint8).view(-1)
+    n = b.numel() // 8 * 8
+    w = b[:n].view(torch.int64)
+    return int(torch.bitwise_xor(w.sum(), w[::7].sum() * 31).item()) if n else 0
+
+
+torch.manual_seed(1234 + me)
+x = torch.full((T, H), float(me - 128), dtype=torch.bfloat16, device="cuda")
+x[:, -128:] = torch.arange(T, device="cuda").to(torch.bfloat16).view(-1, 1)
+scores = torch.randn((T, E), device="cuda").abs() + 1
+topk_idx = torch.topk(scores, K, dim=-1).indices.to(torch.int64)
+topk_weights = torch.randn((T, K), device="cuda").abs().float()
+for _ in range(min(10, T)):  # DeepEP masks 10 random selections
+    topk_idx[torch.randint(0, T, (1,)).item(), torch.randint(0, K, (1,)).item()] = -1
+topk_idx = topk_idx.contiguous()
+all_topk = all_gather(topk_idx)  # [N, T, K]
+
+if args.num_sms:
+    Buffer.set_num_sms(args.num_sms)
+hint = Buffer.get_low_latency_rdma_size_hint(Tmax, H, N, E)
+buf = Buffer(None, num_rdma_bytes=hint, low_latency_mode=True, num_qps_per_rank=El)
+
+modes = []
+for dtype in ("fp8", "fp8-round", "bf16"):
+    for hook in (False, True):
+        for per_token in (False, True):
+            for zero_copy in (False, True):
+                modes.append((dtype, hook, per_token, zero_copy))
+if args.quick:
+    modes = [m for i, m in enumerate(modes) if i % 5 == 0]
+
+
+OPS = [0]
+
+
+def slow(what, t0):
+    OPS[0] += 1
+    dt = time.monotonic() - t0
+    if dt > 5:
+        print(f"[PE {me}] slow: op {OPS[0]} {what} took {dt:.1f} s, started at "
+              f"{t0 % 1000:.3f}", flush=True)
+        lay = buf._layout(Tmax, H, E)
+        for b in (0, 1):
+            base = b * lay["buffer_bytes"]
+            w = buf._buf[base:base + (2 * E + El + 1) * 8].view(torch.int64).tolist()
+            print(f"[PE {me}] buffer {b} counts {w[:E]} flags {w[E:2 * E]} done {w[2 * E:]}",
+                  flush=True)
+
+
+def run(mode):
+    dtype, hook, per_token, zero_copy = mode
+    t0 = time.monotonic()
+    buf.per_token = per_token
+    use_fp8, round_scale = dtype != "bf16", dtype == "fp8-round"
+    recv_x, recv_count, handle, event, h = buf.low_latency_dispatch(
+        x, topk_idx, Tmax, E, use_fp8=use_fp8, round_scale=round_scale,
+        return_recv_hook=hook, async_finish=not hook)
+    if hook:
+        h()
+    else:
+        event.current_stream_wait()
+    torch.cuda.synchronize()
+    slow(f"dispatch {mode}", t0)
+    t0 = time.monotonic()
+    y = dequant(recv_x).to(torch.bfloat16)
+    if zero_copy:
+        nxt = buf.get_next_low_latency_combine_buffer(handle)
+        nxt.copy_(y)
+        y = nxt
+    out, event, h = buf.low_latency_combine(y, topk_idx, topk_weights, handle,
+                                            zero_copy=zero_copy, return_recv_hook=hook)
+    if hook:
+        h()
+    torch.cuda.synchronize()
+    slow(f"combine {mode}", t0)
+    return recv_x, recv_count, handle, out
+
+
+for mode in modes:
+    dtype = mode[0]
+    name = "{} hook={} per_token={} zero_copy={}".format(*mode)
+    hashes = set()
+    for rep in range(args.repeat):
+        recv_x, recv_count, handle, out = run(mode)
+        src_info, layout_range = handle[0], handle[1]
+        deq = dequant(recv_x).to(torch.bfloat16).float()  # as DeepEP compares: in bf16
+        h = digest(out)
+        for dl in range(El):
+            e = me * El + dl
+            want = int((all_topk == e).sum().item())
+            got = int(recv_count[dl].item())
+            check(got == want, f"{name}: expert {e} received {got} rows, expected {want}")
+            for j in range(N):
+                rng = int(layout_range[dl, j].item())
+                begin, n = rng >> 32, rng & 0xFFFFFFFF
+                toks = (all_topk[j] == e).any(dim=-1).nonzero().view(-1)
+                check(n == toks.numel(), f"{name}: expert {e} from PE {j}: {n} rows, "
+                                         f"expected {toks.numel()}")
+                if n != toks.numel():
+                    continue
+                rows = deq[dl, begin:begin + n]
+                si = src_info[dl, begin:begin + n]
+                check(torch.equal(si.long(), toks), f"{name}: expert {e} from PE {j}: source "
+                                                    f"tokens {si.tolist()} != {toks.tolist()}")
+                if n == 0:
+                    continue
+                body = rows[:, :-128]
+                check(torch.equal(body.amax(dim=-1), body.amin(dim=-1)),
+                      f"{name}: expert {e} from PE {j}: a row is not constant")
+                tol = 0.0625 * 128 if dtype == "fp8-round" else 0.0
+                err = (body[:, 0] - (j - 128)).abs().max().item()
+                check(err <= tol, f"{name}: expert {e} from PE {j}: rows are not {j - 128} "
+                                  f"(off by {err}; first row starts {body[0, :4].tolist()})")
+                tail = rows[:, -128:]
+                ttol = 0.0625 * T if dtype == "fp8-round" else 0.0
+                err = (tail - si.view(-1, 1).float()).abs().max().item()
+                check(err <= ttol, f"{name}: expert {e} from PE {j}: token index channels "
+                                   f"differ (by {err} at most)")
+            rows_q = recv_x[0][dl] if isinstance(recv_x, tuple) else recv_x[dl]
+            h ^= digest(rows_q[:got]) if got else 0
+        wsum = (topk_weights * (topk_idx >= 0)).sum(dim=-1, keepdim=True)
+        ref = x.float() * wsum
+        d = calc_diff(ref, out.float())
+        limit = 9e-4 if dtype != "bf16" else 1e-5
+        check(d < limit, f"{name}: combine calc_diff {d:.2e} >= {limit}")
+        check(not torch.isnan(out).any().item(), f"{name}: combine has NaN")
+        hashes.add(h)
+    check(len(hashes) == 1, f"{name}: outputs differ between repeats")
+    print(f"[PE {me}] ep_ll {N} PEs {name}: " + ("passed" if not failures else "FAILED"),
+          flush=True)
+    if failures:
+        break
+
+# clean_low_latency_buffer, then one more round must still be right.
+buf.clean_low_latency_buffer(Tmax, H, E)
+torch.cuda.synchronize()
+recv_x, recv_count, handle, out = run(("bf16", False, False, False))
+for dl in range(El):
+    e = me * El + dl
+    check(int(recv_count[dl].item()) == int((all_topk == e).sum().item()),
+          f"after clean_low_latency_buffer: expert {e} count")
+torch.cuda.synchronize()
+pshmem.barrier()
+buf.destroy()
+pshmem.finalize()
+if failures:
+    print(f"[PE {me}] ep_ll: {len(failures)} checks failed", flush=True)
+    sys.exit(1)
+print(f"[PE {me}] ep_ll: all checks passed", flush=True)
