@@ -121,6 +121,18 @@ if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ]; then
   for ex in ring collectives buffer patterns; do
     run "$BIN/pshmrun" -n 2 -- "$PYBIN" examples/python/$ex.py --device cuda --json "$OUT/python-$ex.json"
   done
+  # MoE low-latency dispatch/combine (pshmem.ep): DeepEP's checks at EP 2, 4 and 8 over
+  # NVLink/IPC, forced through the proxy (host-staged tcp), and through the simulated fabric
+  # that reorders every message; every mode at EP 2 and 4, a sample of modes at EP 8.
+  for n in 2 4 8; do
+    q=""; [ "$n" = 8 ] && q="--quick"
+    run "$BIN/pshmrun" -n $n -- "$PYBIN" python/tests/workers/ep_ll.py $q
+    run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n $n -- "$PYBIN" python/tests/workers/ep_ll.py --quick
+  done
+  for n in 2 4; do
+    run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=sim PSHMEM_SIM_DELAY_US=100 PSHMEM_GPU_RINGS=3 PSHMEM_GPU_PROXY_THREADS=2 \
+      "$BIN/pshmrun" -n $n -- "$PYBIN" python/tests/workers/ep_ll.py --quick
+  done
 else
   echo "SKIP python on the GPU: need a GPU ($NGPU) and the pshmem package with torch ('${PYBIN}')" | tee -a "$LOG"
 fi

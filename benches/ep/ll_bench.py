@@ -1,7 +1,7 @@
 """Low-latency MoE dispatch/combine (pshmem.ep.Buffer) timed like DeepEP's benchmark: µs per
 dispatch and per combine and GB/s counted as DeepEP counts bytes (every selection, local ones
-included: FP8 dispatch H + H/128*4 + 16 bytes, BF16 combine 2H bytes). Rank 0 prints one JSON
-line with the mean over ranks of each rank's median.
+included: FP8 dispatch H + H/128*4 + 16 bytes, BF16 combine 2H bytes). Each rank prints one
+JSON line with its medians (benches/ep/report.py averages the ranks).
 
     pshmrun -n 8 python benches/ep/ll_bench.py --tokens 128 --hidden 7168 --topk 8 \
         --experts-per-rank 8 [--per-token] [--bf16] [--only dispatch --iters 50]
@@ -47,8 +47,12 @@ buf = Buffer(None, num_rdma_bytes=Buffer.get_low_latency_rdma_size_hint(T, H, N,
 use_fp8 = not args.bf16
 stream = torch.cuda.current_stream()
 disp, comb = [], []
+# A GPU-side pause after each barrier (about 2 ms): the host enqueues the calls while the GPU
+# waits, so the events measure the kernels (and the wait for peers), not Python's launch cost.
+SLEEP = int(4e6)
 for i in range(args.warmup + args.iters):
     pshmem.barrier(stream=stream)
+    torch.cuda._sleep(SLEEP)  # the launches below queue up meanwhile: events time the GPU
     e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
     e0.record()
     recv_x, count, handle, _, _ = buf.low_latency_dispatch(x, topk_idx, T, E, use_fp8=use_fp8)
@@ -67,6 +71,34 @@ for i in range(args.warmup + args.iters):
             comb.append(e1b.elapsed_time(e2) * 1000)
 
 
+# The phases apart (the receive hook): send and receive kernels of dispatch and combine.
+phase = {"dispatch_send": [], "dispatch_recv": [], "combine_send": [], "combine_recv": []}
+for i in range(args.iters if args.only == "both" else 0):
+    pshmem.barrier(stream=stream)
+    torch.cuda._sleep(SLEEP)
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(6)]
+    ev[0].record()
+    recv_x, count, handle, _, hook = buf.low_latency_dispatch(x, topk_idx, T, E, use_fp8=use_fp8,
+                                                              return_recv_hook=True)
+    ev[1].record()
+    hook()
+    ev[2].record()
+    y = recv_x[0].float().view(El, N * T, H // 128, 128).mul(
+        recv_x[1].unsqueeze(-1)).view(El, N * T, H).to(torch.bfloat16) if use_fp8 else recv_x
+    pshmem.barrier(stream=stream)
+    torch.cuda._sleep(SLEEP)
+    ev[3].record()
+    _, _, hook = buf.low_latency_combine(y, topk_idx, topk_w, handle, return_recv_hook=True)
+    ev[4].record()
+    hook()
+    ev[5].record()
+    torch.cuda.synchronize()
+    phase["dispatch_send"].append(ev[0].elapsed_time(ev[1]) * 1000)
+    phase["dispatch_recv"].append(ev[1].elapsed_time(ev[2]) * 1000)
+    phase["combine_send"].append(ev[3].elapsed_time(ev[4]) * 1000)
+    phase["combine_recv"].append(ev[4].elapsed_time(ev[5]) * 1000)
+
+
 def median(v):
     v = sorted(v)
     return v[len(v) // 2] if v else 0.0
@@ -75,31 +107,21 @@ def median(v):
 sel = int((topk_idx >= 0).sum().item())
 d_bytes = sel * ((H + H // 128 * 4 + 16) if use_fp8 else (2 * H + 16))
 c_bytes = sel * 2 * H
-mine = torch.tensor([median(disp), median(comb)], dtype=torch.float64, device="cuda")
-src = pshmem.empty(2, dtype=torch.float64, device="cuda")
-dst = pshmem.empty(2 * N, dtype=torch.float64, device="cuda")
-src.copy_(mine)
-torch.cuda.synchronize()
-pshmem.all_gather(dst, src)
-torch.cuda.synchronize()
-allv = dst.view(N, 2).cpu()
-if me == 0:
-    d_us, c_us = allv[:, 0].mean().item(), allv[:, 1].mean().item()
-    print(json.dumps({
-        "label": args.label, "pes": N, "tokens": T, "hidden": H, "topk": K, "experts": E,
-        "dispatch": "fp8" if use_fp8 else "bf16",
-        "messages": "per_token" if args.per_token else "batched",
-        "p2p": os.environ.get("PSHMEM_DISABLE_P2P", "0") != "1",
-        "provider": os.environ.get("PSHMEM_PROVIDER", "default"),
-        "iters": args.iters, "dispatch_us": round(d_us, 2),
-        "combine_us": round(c_us, 2) if args.only == "both" else None,
-        "dispatch_GBps": round(d_bytes / d_us / 1e3, 2),
-        "combine_GBps": round(c_bytes / c_us / 1e3, 2) if c_us else None,
-        "dispatch_us_per_rank": [round(v, 2) for v in allv[:, 0].tolist()],
-    }), flush=True)
+d_us, c_us = median(disp), median(comb)
+# One line per rank (the report averages the ranks).
+print(json.dumps({
+    "label": args.label, "rank": me, "pes": N, "tokens": T, "hidden": H, "topk": K,
+    "experts": E, "dispatch": "fp8" if use_fp8 else "bf16",
+    "messages": "per_token" if args.per_token else "batched",
+    "p2p": os.environ.get("PSHMEM_DISABLE_P2P", "0") != "1",
+    "provider": os.environ.get("PSHMEM_PROVIDER", "default"),
+    "iters": args.iters, "dispatch_us": round(d_us, 2),
+    "combine_us": round(c_us, 2) if args.only == "both" else None,
+    "dispatch_GBps": round(d_bytes / d_us / 1e3, 2),
+    "combine_GBps": round(c_bytes / c_us / 1e3, 2) if c_us else None,
+    **{f"{k}_us": round(median(v), 2) for k, v in phase.items() if v},
+}), flush=True)
 torch.cuda.synchronize()
 pshmem.barrier()
 buf.destroy()
-pshmem.free(src)
-pshmem.free(dst)
 pshmem.finalize()

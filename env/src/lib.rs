@@ -262,6 +262,8 @@ vars! {
         "Longest an idle proxy blocks before looking at its rings again, in microseconds: on the transport's wait descriptor where it has one (incoming traffic wakes it at once), else asleep.");
     PROXY_MAX_INFLIGHT = ("PSHMEM_PROXY_MAX_INFLIGHT", "256", Kind::Count, between(1.0, 65536.0), "proxy",
         "Most transport operations a proxy thread keeps in flight; the rest wait in its queues (flow control towards the provider).");
+    PROXY_MAX_INFLIGHT_PER_PE = ("PSHMEM_PROXY_MAX_INFLIGHT_PER_PE", "256", Kind::Count, between(1.0, 65536.0), "proxy",
+        "Most transport operations one proxy thread keeps in flight to one destination PE (a burst to one peer waits in the proxy, traffic to the others moves on).");
     TRACE = ("PSHMEM_TRACE", "", Kind::Path, ANY, "proxy",
         "Path prefix of the proxy trace: each proxy thread keeps every operation's arrival, posts and finish, and writes PATH.<thread>.json (Chrome trace; opens in Perfetto) and PATH.<thread>.summary.json when it stops. Empty: no trace.");
     PROXY_CPU = ("PSHMEM_PROXY_CPU", "", Kind::CpuList, ANY, "proxy",

@@ -1,28 +1,30 @@
 /* The low-latency MoE kernels of pshmem-ep (pshmem/ep/ll.cuh), one entry point each; loaded by
- * ep/src/lib.rs through the runtime (`Gpu::load`), which fills this module's pshmem_dstate. */
+ * ep/src/lib.rs through the runtime (`Gpu::load`), which fills this module's pshmem_dstate.
+ * Two blocks per SM at least (64 registers a thread): blocks that wait for peers hold their
+ * SM, and with several PEs on one GPU (MPS) the peers' kernels need the rest. */
 #include "pshmem/ep/ll.cuh"
 
-extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS)
+extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS, 2)
     pshmem_ep_ll_dispatch_send(const pshmem_ep_ll_args_t a) {
     pshmem_ep::dispatch_send(a);
 }
 
-extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS)
+extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS, 2)
     pshmem_ep_ll_dispatch_recv(const pshmem_ep_ll_args_t a) {
     pshmem_ep::dispatch_recv(a);
 }
 
-extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS)
+extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS, 2)
     pshmem_ep_ll_combine_send(const pshmem_ep_ll_args_t a) {
     pshmem_ep::combine_send(a);
 }
 
-extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS)
+extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS, 2)
     pshmem_ep_ll_combine_recv(const pshmem_ep_ll_args_t a) {
     pshmem_ep::combine_recv(a);
 }
 
-extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS)
+extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS, 2)
     pshmem_ep_ll_clean(uint64_t *sig, uint64_t words) {
     pshmem_ep::clean(sig, words);
 }

@@ -22,6 +22,8 @@ pub static KERNELS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ep.fatbin"
 pub const THREADS: u32 = 512;
 /// Largest `Tmax` (`PSHMEM_EP_MAX_TOKENS`).
 pub const MAX_TOKENS: usize = 1024;
+/// Largest top-k (`PSHMEM_EP_MAX_TOPK`).
+pub const MAX_TOPK: usize = 16;
 /// Most ranks (`PSHMEM_EP_MAX_RANKS`).
 pub const MAX_RANKS: usize = 512;
 
@@ -70,7 +72,10 @@ pub struct LlArgs {
     pub wait_stats: u64,
 }
 
-const _: () = assert!(std::mem::size_of::<LlArgs>() == 168, "pshmem_ep_ll_args_t is 168 bytes");
+const _: () = assert!(
+    std::mem::size_of::<LlArgs>() == 168,
+    "pshmem_ep_ll_args_t is 168 bytes"
+);
 
 /// Where things are in the LL symmetric buffer (see `pshmem/ep/ll.h`): two buffers, each a
 /// signal area, a send area and a receive area.
@@ -107,7 +112,9 @@ impl LlLayout {
             ));
         }
         if hidden == 0 || hidden % 256 != 0 {
-            return Err(format!("hidden={hidden}: must be a positive multiple of 256"));
+            return Err(format!(
+                "hidden={hidden}: must be a positive multiple of 256"
+            ));
         }
         if ranks == 0 || ranks > MAX_RANKS {
             return Err(format!("{ranks} ranks: must be 1..={MAX_RANKS}"));
@@ -119,7 +126,7 @@ impl LlLayout {
         }
         let msg = (16 + (2 * hidden).max(hidden + hidden / 128 * 4)).next_multiple_of(16);
         let local = experts / ranks;
-        let sig_bytes = ((2 * experts + local + 1) * 8).next_multiple_of(128);
+        let sig_bytes = ((3 * experts + local + 1) * 8).next_multiple_of(128);
         let area_bytes = (experts * max_tokens * msg.max(2 * hidden)).next_multiple_of(128);
         Ok(Self {
             max_tokens,
@@ -212,11 +219,7 @@ impl Ll {
             f("pshmem_ep_ll_combine_recv")?,
             f("pshmem_ep_ll_clean")?,
         ];
-        Ok(Self {
-            _module: m,
-            f,
-            me,
-        })
+        Ok(Self { _module: m, f, me })
     }
 
     /// Launches `k` with `args` on `stream` over `grid` blocks (x, y) of [`THREADS`]; fills
@@ -313,7 +316,10 @@ mod tests {
         let l = LlLayout::new(128, 7168, 8, 64).unwrap();
         assert_eq!(l.msg_bytes, 16 + 2 * 7168);
         assert_eq!(l.area_bytes, 64 * 128 * (16 + 2 * 7168));
-        assert_eq!(l.sig_bytes, ((2 * 64 + 8 + 1) * 8usize).next_multiple_of(128));
+        assert_eq!(
+            l.sig_bytes,
+            ((3 * 64 + 8 + 1) * 8usize).next_multiple_of(128)
+        );
         assert_eq!(l.size_hint(), 2 * (l.sig_bytes + 2 * l.area_bytes));
         let (s1, send1, recv1) = l.offsets(1);
         assert_eq!(s1, l.buffer_bytes());

@@ -258,6 +258,9 @@ pub struct ProxyConfig {
     /// Most transport operations in flight per proxy thread (deeper queues can slow a
     /// provider down; more is queued in the proxy).
     pub max_inflight: usize,
+    /// Most transport operations in flight per proxy thread to one destination PE (bounds a
+    /// burst to one peer, e.g. a MoE dispatch's, so traffic to the others keeps moving).
+    pub max_inflight_per_pe: usize,
     /// Where to write the thread's trace (`PSHMEM_TRACE`; see [`trace`]), if anywhere.
     pub trace: Option<std::path::PathBuf>,
 }
@@ -273,6 +276,7 @@ impl Default for ProxyConfig {
             staging_chunks: 8,
             drain_limit: Duration::from_secs(5),
             max_inflight: 256,
+            max_inflight_per_pe: 256,
             trace: None,
         }
     }

@@ -128,7 +128,7 @@ class Buffer:
     @staticmethod
     def set_num_sms(new_num_sms: int) -> None:
         """Sizes the LL kernels' grids (DeepEP: SMs of the normal kernels): the send phases
-        use up to 4x this many blocks, the receive phases this many. Divided by the number of
+        use up to 6x this many blocks, the receive phases up to 2x. Divided by the number of
         PEs sharing the GPU (under CUDA MPS), since waiting blocks hold their SMs."""
         if new_num_sms <= 0:
             raise ValueError("set_num_sms: must be positive")
@@ -218,6 +218,8 @@ class Buffer:
             raise InvalidArgument("low_latency_dispatch: topk_idx must be a contiguous int64 "
                                   "tensor [tokens, top-k]")
         tmax, (T, H), K = num_max_dispatch_tokens_per_rank, x.shape, topk_idx.size(1)
+        if K > 16:
+            raise InvalidArgument(f"low_latency_dispatch: top-k {K} > 16")
         if T > tmax:
             raise InvalidArgument(f"low_latency_dispatch: {T} tokens > "
                                   f"num_max_dispatch_tokens_per_rank={tmax}")
@@ -256,11 +258,12 @@ class Buffer:
                     if cumulative_local_expert_recv_stats is not None else 0,
                     wait_stats=dispatch_wait_recv_cost_stats.data_ptr()
                     if dispatch_wait_recv_cost_stats is not None else 0)
-        self._launch("dispatch_send", (min(E, self._sms() * 4), 1), args)
+        budget = 6 * self._sms()  # send blocks: every expert, split in parts when there is room
+        self._launch("dispatch_send", (min(E, budget), max(1, budget // E)), args)
         keep = (x, topk_idx)
 
         def recv() -> None:
-            self._launch("dispatch_recv", (El, max(1, self._sms() // El)), args)
+            self._launch("dispatch_recv", (El, max(1, 2 * self._sms() // El)), args)
 
         if return_recv_hook:
             hook = lambda: (recv(), keep)[0]  # noqa: E731  (keeps the inputs alive)
@@ -336,7 +339,7 @@ class Buffer:
                     topk_idx=topk_idx.data_ptr(), topk_weights=topk_weights.data_ptr(),
                     slot_map=slot_map.data_ptr(), out_x=out.data_ptr(),
                     layout_range=layout_range.data_ptr())
-        self._launch("combine_send", (min(E, self._sms() * 4), 1), args)
+        self._launch("combine_send", (min(E, 6 * self._sms()), 1), args)
         keep = (x, topk_idx, topk_weights, slot_map, layout_range)
 
         def recv() -> None:

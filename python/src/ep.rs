@@ -109,7 +109,11 @@ fn ep_ll_launch(
     };
     let gpu = gpu_of(&s, op)?;
     if a.num_ranks as usize != s.n_pes() {
-        return Err(invalid(s.my_pe(), op, format!("num_ranks {} in a job of {} PEs", a.num_ranks, s.n_pes())));
+        return Err(invalid(
+            s.my_pe(),
+            op,
+            format!("num_ranks {} in a job of {} PEs", a.num_ranks, s.n_pes()),
+        ));
     }
     let l = LlLayout::new(
         a.max_tokens as usize,
@@ -131,8 +135,22 @@ fn ep_ll_launch(
             ));
         }
     }
+    if !(1..=pshmem_ep::MAX_TOPK as i32).contains(&a.num_topk) {
+        return Err(invalid(
+            s.my_pe(),
+            op,
+            format!("top-k {} is not 1..={}", a.num_topk, pshmem_ep::MAX_TOPK),
+        ));
+    }
     if a.msg_bytes as usize != l.msg_bytes {
-        return Err(invalid(s.my_pe(), op, format!("msg_bytes {} is not the layout's {}", a.msg_bytes, l.msg_bytes)));
+        return Err(invalid(
+            s.my_pe(),
+            op,
+            format!(
+                "msg_bytes {} is not the layout's {}",
+                a.msg_bytes, l.msg_bytes
+            ),
+        ));
     }
     let ll = kernels(&s)?;
     py.detach(|| {
@@ -150,7 +168,11 @@ fn ep_ll_clean(sig: u64, words: u64, stream: u64) -> PyResult<()> {
     let op = "ep_ll_clean";
     let gpu = gpu_of(&s, op)?;
     if gpu.offset_of(sig, (words * 8) as usize).is_none() {
-        return Err(invalid(s.my_pe(), op, "the signal words are not on the GPU symmetric heap"));
+        return Err(invalid(
+            s.my_pe(),
+            op,
+            "the signal words are not on the GPU symmetric heap",
+        ));
     }
     let ll = kernels(&s)?;
     // SAFETY: `words` words of the GPU heap (checked); a live stream of this device.

@@ -355,7 +355,8 @@ impl Pshmem {
         }
         let mut res = self
             .barrier_inner("finalize")
-            .and_then(|()| self.quiet_inner("finalize"));
+            .and_then(|()| self.quiet_inner("finalize"))
+            .and_then(|()| self.drain_gpu_rings());
         let bs = lock(&self.bs).take();
         if let Some(bs) = &bs
             && res.is_ok()
@@ -549,6 +550,19 @@ impl Pshmem {
         p.ring()
             .wait_completed(end, &self.limit())
             .map_err(|e| self.ring_err(op, e))
+    }
+
+    /// Waits (bounded) until the proxies finished what kernels published on the GPU rings, so
+    /// that no PE leaves while a peer still owes it an ack.
+    fn drain_gpu_rings(&self) -> Result<()> {
+        let Some(g) = self.gpu.get() else {
+            return Ok(());
+        };
+        for (ring, head) in g.ring_heads()? {
+            ring.wait_completed(head, &self.limit())
+                .map_err(|e| self.ring_err("finalize", e))?;
+        }
+        Ok(())
     }
 
     fn ring_err(&self, op: &'static str, e: RingError) -> Error {

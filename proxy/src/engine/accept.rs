@@ -395,7 +395,7 @@ impl Engine {
         if !q.work.is_empty()
             || self.landing.is_some()
             || width as usize > self.staging.inject
-            || self.inflight >= self.cfg.max_inflight
+            || !self.room_for(pe)
         {
             return false;
         }
@@ -405,6 +405,7 @@ impl Engine {
             Ok(()) => {
                 self.rings[ring as usize].queues[pe as usize].outstanding += 1;
                 self.inflight += 1;
+                self.pe_inflight[pe as usize] += 1;
                 if let Some(t) = &mut self.trace {
                     t.post(ring, seq, pe);
                 }

@@ -32,11 +32,12 @@ pub(super) fn keep(events: &mut Vec<Ev>, msgs: &mut Vec<Vec<u8>>, e: Event<'_>) 
 #[inline(always)]
 fn fast_done(
     rings: &mut [RingState],
-    inflight: &mut usize,
+    inflight: (&mut usize, &mut [u32]),
     trace: &mut Option<Box<Trace>>,
     f: FastOp,
 ) {
-    *inflight -= 1;
+    *inflight.0 -= 1;
+    inflight.1[f.pe as usize] -= 1;
     let ring = &mut rings[f.ring as usize];
     ring.queues[f.pe as usize].outstanding -= 1;
     let seq = ring.done.seq_from_low(f.seq_low);
@@ -53,13 +54,14 @@ impl Engine {
         let mut msgs = std::mem::take(&mut self.msgs);
         // The hottest event, a fast part's completion, is finished inside the callback (it
         // touches only the rings and the in-flight count, not the transport).
-        let (rings, inflight, trace) = (&mut self.rings, &mut self.inflight, &mut self.trace);
+        let (rings, trace) = (&mut self.rings, &mut self.trace);
+        let (inflight, pe_inflight) = (&mut self.inflight, &mut self.pe_inflight);
         let mut fast = 0;
         let res = self.t.poll(&mut |e| {
             if let Event::Done { ctx } = e
                 && let Some(f) = ctx::fast_part(ctx)
             {
-                fast_done(rings, inflight, trace, f);
+                fast_done(rings, (&mut *inflight, &mut pe_inflight[..]), trace, f);
                 fast += 1;
             } else {
                 keep(&mut events, &mut msgs, e);
@@ -135,7 +137,8 @@ impl Engine {
     pub(super) fn part_done(&mut self, part: PartRef, fetched: Option<u64>) {
         let key = match part {
             PartRef::Fast(f) => {
-                return fast_done(&mut self.rings, &mut self.inflight, &mut self.trace, f);
+                let inflight = (&mut self.inflight, &mut self.pe_inflight[..]);
+                return fast_done(&mut self.rings, inflight, &mut self.trace, f);
             }
             PartRef::Tracked(k) => k,
         };
@@ -143,6 +146,7 @@ impl Engine {
             return;
         };
         self.inflight -= 1;
+        self.pe_inflight[p.pe as usize] -= 1;
         if let Posted::IntoChunk { chunk, dst, len } = p.posted {
             let src = self.staging.chunk_ptr(chunk) as u64;
             // SAFETY: the producer keeps raw destinations valid until the operation completes,

@@ -174,7 +174,7 @@ impl Engine {
     /// Issues a transfer part by part while flow control, staging and the transport allow.
     fn issue_xfer(&mut self, r: u16, pe: u32, x: &mut Xfer) -> Issued {
         while x.issued < x.len {
-            if self.inflight >= self.cfg.max_inflight {
+            if !self.room_for(pe) {
                 return Issued::Blocked;
             }
             let step = match (self.landing.is_some(), x.dir) {
@@ -309,7 +309,7 @@ impl Engine {
         value: u64,
         width: u8,
     ) -> Issued {
-        if self.inflight >= self.cfg.max_inflight {
+        if !self.room_for(pe) {
             return Issued::Blocked;
         }
         let (off, posted) = if width as usize <= self.staging.inject {
@@ -354,7 +354,7 @@ impl Engine {
 
     /// Sends a request whose ack completes a part of `op`.
     pub(super) fn request(&mut self, r: u16, pe: u32, op: OpRef, mut req: Request) -> Issued {
-        if self.inflight >= self.cfg.max_inflight {
+        if !self.room_for(pe) {
             return Issued::Blocked;
         }
         let part = self.new_part(op, pe, r, Posted::Request);
@@ -416,6 +416,7 @@ impl Engine {
                 }
                 self.rings[ring as usize].queues[pe as usize].outstanding += 1;
                 self.inflight += 1;
+                self.pe_inflight[pe as usize] += 1;
                 Post::Done
             }
             Err(PostError::Retry) => {

@@ -125,6 +125,8 @@ pub struct Engine {
     failed: bool,
     /// Parts posted and not yet complete (bounded by `ProxyConfig::max_inflight`).
     inflight: usize,
+    /// Parts in flight per destination PE (bounded by `ProxyConfig::max_inflight_per_pe`).
+    pe_inflight: Vec<u32>,
     /// Reused buffers (no allocation per turn).
     events: Vec<Ev>,
     msgs: Vec<Vec<u8>>,
@@ -144,6 +146,14 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
+    /// Whether flow control lets one more part go to `pe` now: in flight in total and to
+    /// that PE below their limits.
+    #[inline]
+    pub(super) fn room_for(&self, pe: u32) -> bool {
+        self.inflight < self.cfg.max_inflight
+            && (self.pe_inflight[pe as usize] as usize) < self.cfg.max_inflight_per_pe
+    }
+
     pub(crate) fn new(
         mut s: ProxySetup,
         cfg: ProxyConfig,
@@ -210,6 +220,7 @@ impl Engine {
             dead_seen: 0,
             failed: false,
             inflight: 0,
+            pe_inflight: vec![0; n],
             events: Vec::new(),
             msgs: Vec::new(),
             jobs,

@@ -116,6 +116,8 @@ pub struct Gpu {
     ring: Arc<Ring>,
     /// Device address and length of the table of every GPU ring's handle (ring 0 first).
     ring_table: (u64, usize),
+    /// Every GPU ring and the device address of its reservation counter (finalize drains them).
+    rings: Vec<(Arc<Ring>, u64)>,
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     /// pshmem_k_quiet and pshmem_k_barrier_all, fetched once: with CUDA's lazy loading,
@@ -299,6 +301,11 @@ impl Gpu {
         let g = Self {
             proxies: Mutex::new(proxies),
             ring_table: (ring_table.ptr, s.rings),
+            rings: rings
+                .iter()
+                .cloned()
+                .zip(handles.iter().map(|h| h.head))
+                .collect(),
             res: Mutex::new(Some(Resources {
                 _ipc: ipc,
                 _landing: landing,
@@ -554,6 +561,19 @@ fn register(
 }
 
 impl Gpu {
+    /// Every GPU ring with the index just past what kernels have published on it so far: the
+    /// operations the proxies still owe peers (e.g. the acks of counted signals that no kernel
+    /// quieted) have finished once `completed` reaches it. Finalize waits for that.
+    pub fn ring_heads(&self) -> Result<Vec<(Arc<Ring>, u64)>> {
+        let mut v = Vec::with_capacity(self.rings.len());
+        for (ring, head_at) in &self.rings {
+            let mut head = 0u64;
+            self.sync_copy(&mut head as *mut u64 as u64, *head_at, 8, "finalize")?;
+            v.push((ring.clone(), head));
+        }
+        Ok(v)
+    }
+
     /// The device address of the table of every GPU ring's handle (`pshmem_ring_device_t`,
     /// ring 0 first: the device API's) and how many there are (`PSHMEM_GPU_RINGS`): kernels
     /// that spread their descriptors over rings take it as an argument.

@@ -72,43 +72,60 @@ __device__ __forceinline__ void write_message(uint8_t *m, const __nv_bfloat16 *r
         return;
     }
     float *scales = (float *)(payload + H);
-    for (int c = lane * 8; c < H; c += 256) {
-        int4 raw = *(const int4 *)(row + c);
-        const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&raw;
-        float v[8];
-        float amax = 0.f;
+    /* Four 16-byte loads in flight per lane before the reductions (latency, not bandwidth,
+     * bounds one warp). */
+    for (int c0 = lane * 8; c0 < H; c0 += 4 * 256) {
+        int4 raw[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            float2 f = __bfloat1622float2(h2[j]);
-            v[2 * j] = f.x;
-            v[2 * j + 1] = f.y;
-            amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+        for (int u = 0; u < 4; ++u)
+            if (c0 + u * 256 < H) raw[u] = *(const int4 *)(row + c0 + u * 256);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int c = c0 + u * 256;
+            if (c >= H) break; /* uniform across the warp: H is a multiple of 256 */
+            const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&raw[u];
+            float v[8];
+            float amax = 0.f;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                float2 f = __bfloat1622float2(h2[j]);
+                v[2 * j] = f.x;
+                v[2 * j + 1] = f.y;
+                amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+            }
+#pragma unroll
+            for (int o = 8; o >= 1; o >>= 1)
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            amax = fmaxf(amax, 1e-4f);
+            float scale_inv = amax / 448.f;
+            if (flags & PSHMEM_EP_ROUND_SCALE) scale_inv = exp2f(ceilf(log2f(scale_inv)));
+            float scale = 1.f / scale_inv;
+            uint64_t packed = 0;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                __nv_fp8x2_storage_t two = __nv_cvt_float2_to_fp8x2(
+                    make_float2(v[2 * j] * scale, v[2 * j + 1] * scale), __NV_SATFINITE,
+                    __NV_E4M3);
+                packed |= (uint64_t)two << (16 * j);
+            }
+            *(uint64_t *)(payload + c) = packed;
+            if ((lane & 15) == 0) scales[c / 128] = scale_inv;
         }
-#pragma unroll
-        for (int o = 8; o >= 1; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        amax = fmaxf(amax, 1e-4f);
-        float scale_inv = amax / 448.f;
-        if (flags & PSHMEM_EP_ROUND_SCALE) scale_inv = exp2f(ceilf(log2f(scale_inv)));
-        float scale = 1.f / scale_inv;
-        uint64_t packed = 0;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            __nv_fp8x2_storage_t two = __nv_cvt_float2_to_fp8x2(
-                make_float2(v[2 * j] * scale, v[2 * j + 1] * scale), __NV_SATFINITE, __NV_E4M3);
-            packed |= (uint64_t)two << (16 * j);
-        }
-        *(uint64_t *)(payload + c) = packed;
-        if ((lane & 15) == 0) scales[c / 128] = scale_inv;
     }
 }
 
-/* Dispatch, send phase. Grid: any number of blocks (they share the experts), PSHMEM_EP_THREADS
- * threads. Never waits for a peer (only for ring space). */
+/* Dispatch, send phase. Grid: (blocks sharing the experts, parts per expert),
+ * PSHMEM_EP_THREADS threads. Every block of an expert lists the tokens that chose it; part p
+ * writes every parts-th of their messages; the last part to finish (a done counter in this
+ * rank's own signal words) sends the batched put and the count. Never waits for a peer (only
+ * for ring space). */
 __device__ inline void dispatch_send(const pshmem_ep_ll_args_t &a) {
     __shared__ int list[PSHMEM_EP_MAX_TOKENS];
     __shared__ int wsum[PSHMEM_EP_THREADS / 32];
+    __shared__ bool last;
     const Geo g(a);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    const int part = blockIdx.y, parts = gridDim.y;
     const uint64_t len = msg_len(a);
     const __nv_bfloat16 *x = (const __nv_bfloat16 *)a.x;
     for (int e = blockIdx.x; e < g.E; e += gridDim.x) {
@@ -131,7 +148,7 @@ __device__ inline void dispatch_send(const pshmem_ep_ll_args_t &a) {
             if (k_sel >= 0) {
                 int i = before + __popc(ballot & ((1u << lane) - 1));
                 list[i] = t;
-                a.slot_map[(int64_t)t * g.K + k_sel] = i;
+                if (part == 0) a.slot_map[(int64_t)t * g.K + k_sel] = i;
             }
             count += total;
             __syncthreads();
@@ -143,7 +160,7 @@ __device__ inline void dispatch_send(const pshmem_ep_ll_args_t &a) {
         uint64_t *count_word = a.sig + (uint64_t)dl * g.N + g.me;
         const pshmem_ring_device_t *ring = ring_for(a, dl);
         const bool per_token = (a.flags & PSHMEM_EP_PER_TOKEN) != 0;
-        for (int i = warp; i < count; i += nw) {
+        for (int i = part * nw + warp; i < count; i += parts * nw) {
             int t = list[i];
             uint8_t *m = (peer ? peer : staged) + (uint64_t)i * a.msg_bytes;
             write_message(m, x + (int64_t)t * g.H, t, g.H, a.flags);
@@ -155,15 +172,25 @@ __device__ inline void dispatch_send(const pshmem_ep_ll_args_t &a) {
                                                    len, count_word, dst);
             }
         }
-        /* Every thread's stores (messages, slot_map) before thread 0's count. */
+        /* Every thread's stores (messages, slot_map, and in per-token mode the published
+         * puts) before the done count; the last part's block then sees all of them. */
         __threadfence_system();
         __syncthreads();
         if (threadIdx.x == 0) {
-            if (!peer && !per_token && count > 0)
-                pshmem_i_put_counted(ring, there, staged, (uint64_t)count * a.msg_bytes,
-                                     count_word, dst, 0, 1);
-            pshmemx_signal_counted_on(ring, count_word, (uint64_t)(-(int64_t)count - 1),
-                                      PSHMEM_SIGNAL_SET, dst);
+            unsigned long long *done =
+                (unsigned long long *)(a.sig + 2 * (uint64_t)g.E + g.El + 1 + e);
+            last = parts == 1 || atomicAdd(done, 1ull) == (unsigned long long)(parts - 1);
+            if (last && parts > 1) {
+                *done = 0;
+                __threadfence_system(); /* acquire side of the other parts' fences */
+            }
+            if (last) {
+                if (!peer && !per_token && count > 0)
+                    pshmem_i_put_counted(ring, there, staged, (uint64_t)count * a.msg_bytes,
+                                         count_word, dst, 0, 1);
+                pshmemx_signal_counted_on(ring, count_word, (uint64_t)(-(int64_t)count - 1),
+                                          PSHMEM_SIGNAL_SET, dst);
+            }
         }
         __syncthreads(); /* `list` is reused */
     }
@@ -301,22 +328,43 @@ __device__ inline void combine_recv(const pshmem_ep_ll_args_t &a) {
     }
     const uint64_t row_bytes = 2 * (uint64_t)g.H;
     __nv_bfloat16 *out = (__nv_bfloat16 *)a.out_x;
+    /* The token's rows and weights, once per token, in this warp's shared slots; then up to
+     * CHUNK rows' 16-byte vectors in flight per lane. */
+    constexpr int MAX_K = PSHMEM_EP_MAX_TOPK, CHUNK = 8;
+    __shared__ const uint8_t *rows_s[PSHMEM_EP_THREADS / 32][MAX_K];
+    __shared__ float ws_s[PSHMEM_EP_THREADS / 32][MAX_K];
+    const uint8_t **rows = rows_s[warp];
+    float *ws = ws_s[warp];
     for (int t = blockIdx.x * nw + warp; t < g.T; t += gridDim.x * nw) {
-        for (int c = lane * 8; c < g.H; c += 256) {
-            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int n = 0;
+        if (lane == 0)
             for (int k = 0; k < g.K; ++k) {
                 int64_t e = a.topk_idx[(int64_t)t * g.K + k];
                 if (e < 0) continue;
-                float w = a.topk_weights[(int64_t)t * g.K + k];
-                int slot = a.slot_map[(int64_t)t * g.K + k];
-                const uint8_t *row = a.recv + ((uint64_t)e * g.Tmax + slot) * row_bytes;
-                int4 raw = *(const int4 *)(row + 2 * (uint64_t)c);
-                const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&raw;
+                rows[n] = a.recv + ((uint64_t)e * g.Tmax + a.slot_map[(int64_t)t * g.K + k]) *
+                                       row_bytes;
+                ws[n++] = a.topk_weights[(int64_t)t * g.K + k];
+            }
+        n = __shfl_sync(0xffffffffu, n, 0);
+        __syncwarp();
+        for (int c = lane * 8; c < g.H; c += 256) {
+            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (int k0 = 0; k0 < n; k0 += CHUNK) {
+                int4 raw[CHUNK];
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    float2 f = __bfloat1622float2(h2[j]);
-                    acc[2 * j] += w * f.x;
-                    acc[2 * j + 1] += w * f.y;
+                for (int u = 0; u < CHUNK; ++u)
+                    if (k0 + u < n) raw[u] = *(const int4 *)(rows[k0 + u] + 2 * (uint64_t)c);
+#pragma unroll
+                for (int u = 0; u < CHUNK; ++u) {
+                    if (k0 + u >= n) break;
+                    const float w = ws[k0 + u];
+                    const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&raw[u];
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        float2 f = __bfloat1622float2(h2[j]);
+                        acc[2 * j] += w * f.x;
+                        acc[2 * j + 1] += w * f.y;
+                    }
                 }
             }
             int4 res;
@@ -325,6 +373,7 @@ __device__ inline void combine_recv(const pshmem_ep_ll_args_t &a) {
             for (int j = 0; j < 4; ++j) r2[j] = __floats2bfloat162_rn(acc[2 * j], acc[2 * j + 1]);
             *(int4 *)(out + (int64_t)t * g.H + c) = res;
         }
+        __syncwarp(); /* the shared slots are rewritten for the next token */
     }
 }
 

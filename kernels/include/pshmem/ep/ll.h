@@ -11,6 +11,8 @@
  *                                      outputs for this rank have landed
  *                    [2E, 2E + El)     this rank's own: recv blocks done per local expert
  *                    [2E + El]         this rank's own: combine recv blocks done
+ *                    [2E + El + 1, 3E + El + 1)  this rank's own: dispatch send blocks done
+ *                                      per destination expert
  *   send  E * Tmax * msg bytes         dispatch: the message of the i-th token sent to expert e
  *                                      at (e * Tmax + i) * msg; combine: rows of 2H bytes,
  *                                      [El][N * Tmax][H] bf16 (the zero-copy view)
@@ -32,6 +34,7 @@
 #define PSHMEM_EP_MAX_TOKENS 1024 /* Tmax limit (one shared-memory list per expert) */
 #define PSHMEM_EP_MAX_RANKS 512   /* N limit (one polling thread per source) */
 #define PSHMEM_EP_THREADS 512     /* threads per block of every LL kernel */
+#define PSHMEM_EP_MAX_TOPK 16     /* top-k limit (combine keeps a token's rows in shared memory) */
 
 /* flags */
 #define PSHMEM_EP_FP8 0x1u         /* dispatch: FP8 e4m3 + per-128-channel scales (else bf16) */

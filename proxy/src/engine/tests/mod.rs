@@ -24,6 +24,8 @@ use crate::{Health, HeapMem, ProxyConfig, ProxySetup, slab::GenSlab};
 
 const HEAP: usize = 1 << 20;
 
+mod counted;
+
 /// PEs with their engines, rings and heaps, on one in-process fabric.
 struct World {
     fabric: InProcFabric,
