@@ -44,13 +44,13 @@ for n in ${EP_SIZES:-2 4 8}; do
       flag=""; [ "$msg" = per_token ] && flag="--per-token"
       name="ep$n-$path-$msg"
       echo "== $name" | tee -a "$LOG"
-      env $envs timeout 300 "$BIN/pshmrun" -n "$n" -- "$PY" benches/ep/ll_bench.py $ARGS $flag \
+      env $envs timeout 150 "$BIN/pshmrun" -n "$n" -- "$PY" benches/ep/ll_bench.py $ARGS $flag \
         --label "$name" > "$OUT/$name.out" 2>> "$LOG" || echo "$name failed" | tee -a "$LOG"
       grep -o '{"label".*' "$OUT/$name.out" | tee -a "$LOG"
       if [ "$path" = proxy ]; then
         rm -rf "$OUT/trace-$name"; mkdir -p "$OUT/trace-$name"
-        env $envs PSHMEM_TRACE="$OUT/trace-$name/t" timeout 300 "$BIN/pshmrun" -n "$n" -- "$PY" \
-          benches/ep/ll_bench.py $ARGS $flag --only dispatch --iters 20 --warmup 0 \
+        env $envs PSHMEM_TRACE="$OUT/trace-$name/t" timeout 150 "$BIN/pshmrun" -n "$n" -- "$PY" \
+          benches/ep/ll_bench.py $ARGS $flag --only dispatch --iters 10 --warmup 0 \
           --label "$name-traced" > "$OUT/$name-traced.out" 2>> "$LOG" || echo "$name traced failed" | tee -a "$LOG"
       fi
     done

@@ -20,7 +20,8 @@ TREE="$(cd "$TREE" && pwd)"
 rm -rf "$TREE/include" "$TREE/lib"
 mkdir -p "$TREE/include/pshmem" "$TREE/lib/pkgconfig" "$TREE/lib/cmake/nvshmem"
 cp compat/nvshmem/include/nvshmem.h compat/nvshmem/include/nvshmemx.h "$TREE/include/"
-cp kernels/include/pshmem/* capi/include/pshmem/pshmem.h "$TREE/include/pshmem/"
+cp -r kernels/include/pshmem/* "$TREE/include/pshmem/"
+cp capi/include/pshmem/pshmem.h "$TREE/include/pshmem/"
 cp target/release/libpshmem.so "$TREE/lib/"
 # -lnvshmem_host links libpshmem.so itself (a linker script, found through the same -L), so
 # the program's references to the C API resolve directly.

@@ -46,8 +46,8 @@ for path in sorted(glob.glob(os.path.join(out, "ep*-*.out"))):
                     msgs += k["messages"]
             busy += d.get("busy_us", 0.0)
             total += d.get("messages", 0)
-        # The traced run: 20 dispatches per PE, no warm-up (ll_bench.py --only dispatch).
-        per = 20 * r["pes"]
+        # The traced run: 10 dispatches per PE, no warm-up (ll_bench.py --only dispatch).
+        per = 10 * r["pes"]
         r["messages_per_dispatch_per_pe"] = round(msgs / per, 1)
         # Busy time of the GPU proxies over every message they posted in that run.
         r["proxy_busy_us_per_message"] = round(busy / max(total, 1), 3)

@@ -868,10 +868,12 @@ impl Gpu {
     /// failed meanwhile.
     pub(crate) fn stop(&self) -> Result<()> {
         let ps = std::mem::take(&mut *self.proxies.lock().unwrap_or_else(|p| p.into_inner()));
-        let stopped = ps
-            .into_iter()
-            .map(|p| p.stop().map_err(Error::from))
-            .fold(Ok(()), |a: Result<()>, r| a.and(r));
+        // Every proxy stops, whatever an earlier one reported; the first error is kept.
+        let mut stopped = Ok(());
+        for p in ps {
+            let r = p.stop().map_err(Error::from);
+            stopped = stopped.and(r);
+        }
         // The device is idle for this PE (finalize's quiet and barrier came first).
         let synced = self.sync_stream("finalize");
         drop(self.res.lock().unwrap_or_else(|p| p.into_inner()).take());

@@ -46,6 +46,13 @@ __device__ __forceinline__ uint64_t msg_len(const pshmem_ep_ll_args_t &a) {
     return (a.flags & PSHMEM_EP_FP8) ? 16 + H + H / 128 * 4 : 16 + 2 * H;
 }
 
+/* The slot stride of a dispatch message in this call's layout: the message rounded up to 16
+ * bytes (an FP8 dispatch packs its slots tighter than a BF16 one, so a batched put carries no
+ * padding; the area is sized for the BF16 stride, `msg_bytes`). */
+__device__ __forceinline__ uint64_t msg_stride(const pshmem_ep_ll_args_t &a) {
+    return (msg_len(a) + 15) & ~15ull;
+}
+
 /* Waits until the 64-bit word at `p` (written by a peer, or by this GPU's proxy) is nonzero;
  * returns it (0 after a recorded error or timeout). */
 __device__ __forceinline__ uint64_t wait_nonzero(const uint64_t *p) {
@@ -154,21 +161,22 @@ __device__ inline void dispatch_send(const pshmem_ep_ll_args_t &a) {
             __syncthreads();
         }
         /* Where the messages go: the destination's receive area for (dl, this rank). */
-        uint8_t *there = a.recv + ((uint64_t)dl * g.N + g.me) * g.Tmax * a.msg_bytes;
+        const uint64_t stride = msg_stride(a);
+        uint8_t *there = a.recv + ((uint64_t)dl * g.N + g.me) * g.Tmax * stride;
         uint8_t *peer = (uint8_t *)pshmem_ptr(there, dst);
-        uint8_t *staged = a.send + (uint64_t)e * g.Tmax * a.msg_bytes;
+        uint8_t *staged = a.send + (uint64_t)e * g.Tmax * stride;
         uint64_t *count_word = a.sig + (uint64_t)dl * g.N + g.me;
         const pshmem_ring_device_t *ring = ring_for(a, dl);
         const bool per_token = (a.flags & PSHMEM_EP_PER_TOKEN) != 0;
         for (int i = part * nw + warp; i < count; i += parts * nw) {
             int t = list[i];
-            uint8_t *m = (peer ? peer : staged) + (uint64_t)i * a.msg_bytes;
+            uint8_t *m = (peer ? peer : staged) + (uint64_t)i * stride;
             write_message(m, x + (int64_t)t * g.H, t, g.H, a.flags);
             if (!peer && per_token) {
                 /* Every lane's bytes are visible system-wide before lane 0 publishes. */
                 __threadfence_system();
                 __syncwarp();
-                pshmemx_putmem_counted_nbi_warp_on(ring, there + (uint64_t)i * a.msg_bytes, m,
+                pshmemx_putmem_counted_nbi_warp_on(ring, there + (uint64_t)i * stride, m,
                                                    len, count_word, dst);
             }
         }
@@ -186,7 +194,7 @@ __device__ inline void dispatch_send(const pshmem_ep_ll_args_t &a) {
             }
             if (last) {
                 if (!peer && !per_token && count > 0)
-                    pshmem_i_put_counted(ring, there, staged, (uint64_t)count * a.msg_bytes,
+                    pshmem_i_put_counted(ring, there, staged, (uint64_t)count * stride,
                                          count_word, dst, 0, 1);
                 pshmemx_signal_counted_on(ring, count_word, (uint64_t)(-(int64_t)count - 1),
                                           PSHMEM_SIGNAL_SET, dst);
@@ -245,7 +253,7 @@ __device__ inline void dispatch_recv(const pshmem_ep_ll_args_t &a) {
         int s = 0;
         while (s + 1 < g.N && beg[s + 1] <= r) ++s;
         const int i = r - beg[s];
-        const uint8_t *m = a.recv + (((uint64_t)dl * g.N + s) * g.Tmax + i) * a.msg_bytes;
+        const uint8_t *m = a.recv + (((uint64_t)dl * g.N + s) * g.Tmax + i) * msg_stride(a);
         const int64_t row = dl * rows + r;
         if (lane == 0) a.src_info[row] = *(const int *)m;
         const int4 *src = (const int4 *)(m + 16);

@@ -21,7 +21,9 @@
  *                                      i-th token this rank sent to g)
  * A dispatch message: 16-byte header (int32 source token index, 3 reserved), then H FP8 e4m3
  * bytes and H/128 float scales (1/scale: x ~= fp8 * scale_inv), or 2H bytes of bf16.
- * msg = 16 + max(2H, H + 4H/128), rounded up to 16.
+ * A slot holds one message rounded up to 16 bytes (FP8 slots are packed tighter than BF16
+ * ones, so a batched put carries no padding); msg_bytes = 16 + max(2H, H + 4H/128), rounded
+ * up to 16, is the largest, which sizes the areas.
  *
  * The count and flag words are cleared by their consumer (the receive kernels, after every
  * block read them), so the buffer is clean for its next use with no separate launch. */
@@ -55,7 +57,7 @@ typedef struct pshmem_ep_ll_args {
     uint64_t *sig;       /* this buffer's signal words (symmetric) */
     uint8_t *send;       /* this buffer's send area (symmetric) */
     uint8_t *recv;       /* this buffer's receive area (symmetric) */
-    uint64_t msg_bytes;  /* dispatch message stride */
+    uint64_t msg_bytes;  /* largest dispatch slot (the BF16 one): sizes the areas */
     const pshmem_ring_device_t *rings; /* the GPU's ring table (Gpu::ring_table) */
     uint32_t n_rings;
     uint32_t _pad;

@@ -106,10 +106,10 @@ fn the_per_pe_limit_bounds_parts_in_flight_to_each_destination() {
     w.run(
         |w| w.completed(0) >= last,
         |w| {
-            for pe in 1..3 {
+            for (pe, p) in peak.iter_mut().enumerate().skip(1) {
                 let now = w.engines[0].pe_inflight[pe];
                 assert!(now <= 2, "{now} parts in flight to PE {pe}");
-                peak[pe] = peak[pe].max(now);
+                *p = (*p).max(now);
             }
         },
     );
