@@ -129,6 +129,9 @@ if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ]; then
     run "$BIN/pshmrun" -n $n -- "$PYBIN" python/tests/workers/ep_ll.py $q
     run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n $n -- "$PYBIN" python/tests/workers/ep_ll.py --quick
   done
+  # The benchmark's shape through the proxy with one ring per local expert (8 rings).
+  run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp PSHMEM_GPU_RINGS=8 "$BIN/pshmrun" -n 2 -- "$PYBIN" \
+    python/tests/workers/ep_ll.py --tokens 128 --hidden 7168 --experts-per-rank 8 --quick
   for n in 2 4; do
     run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=sim PSHMEM_SIM_DELAY_US=100 PSHMEM_GPU_RINGS=3 PSHMEM_GPU_PROXY_THREADS=2 \
       "$BIN/pshmrun" -n $n -- "$PYBIN" python/tests/workers/ep_ll.py --quick

@@ -99,6 +99,11 @@ for i in range(args.iters if args.only == "both" else 0):
     phase["combine_recv"].append(ev[4].elapsed_time(ev[5]) * 1000)
 
 
+# A wait that timed out leaves every later call running in the error state (fast, and wrong):
+# a run that met an error must not report figures.
+buf.check()
+
+
 def median(v):
     v = sorted(v)
     return v[len(v) // 2] if v else 0.0

@@ -1,7 +1,8 @@
-"""Merges scripts/bench-ep.sh's results into OUT/ep-ll.json and a Markdown table OUT/ep-ll.md:
+"""Merges scripts/bench-ep.sh's results into OUT/ep-ll.json, a Markdown table OUT/ep-ll.md and
+a bar chart OUT/ep-ll.svg:
 µs and GB/s per dispatch and combine for each EP size, path and message mode; on the proxy path,
-from the traced runs, the counted puts and signals each dispatch posts per PE and the proxy's
-busy time per message.
+from the traced runs, the counted puts and signals each dispatch posts per PE and the medians
+of each message's time in the proxy (ring to post) and in flight (post to completion).
 
     python benches/ep/report.py OUT
 """
@@ -36,7 +37,8 @@ for path in sorted(glob.glob(os.path.join(out, "ep*-*.out"))):
     tdir = os.path.join(out, f"trace-{name}")
     sums = glob.glob(os.path.join(tdir, "t.pshmem-gpu-proxy-*.summary.json"))
     if sums:
-        msgs = busy = total = 0.0
+        msgs = 0.0
+        queued, flight = [], []
         for s in sums:
             with open(s) as f:
                 d = json.load(f)
@@ -44,13 +46,15 @@ for path in sorted(glob.glob(os.path.join(out, "ep*-*.out"))):
                 k = d.get("per_kind", {}).get(kind)
                 if k:
                     msgs += k["messages"]
-            busy += d.get("busy_us", 0.0)
-            total += d.get("messages", 0)
+            queued.append(d["ring_to_post_us"]["median"])
+            flight.append(d["post_to_finish_us"]["median"])
         # The traced run: 10 dispatches per PE, no warm-up (ll_bench.py --only dispatch).
         per = 10 * r["pes"]
         r["messages_per_dispatch_per_pe"] = round(msgs / per, 1)
-        # Busy time of the GPU proxies over every message they posted in that run.
-        r["proxy_busy_us_per_message"] = round(busy / max(total, 1), 3)
+        # Per message, medians over the run (mean over the PEs' proxies): waiting in the proxy
+        # from ring to post, and in flight from post to completion (the target's ack).
+        r["proxy_ring_to_post_us"] = round(sum(queued) / len(queued), 1)
+        r["proxy_post_to_finish_us"] = round(sum(flight) / len(flight), 1)
     rows.append(r)
 rows.sort(key=lambda r: (r["pes"], not r["p2p"], r["messages"]))
 with open(os.path.join(out, "ep-ll.json"), "w") as f:
@@ -67,7 +71,7 @@ lines = [
     "included). Mean over ranks of each rank's median. `scripts/bench-ep.sh`.",
     "",
     "| EP | path | messages | dispatch µs | dispatch GB/s | combine µs | combine GB/s | "
-    "send/recv µs (dispatch; combine) | msgs/dispatch/PE | proxy µs/msg |",
+    "send/recv µs (dispatch; combine) | msgs/dispatch/PE | proxy: ring→post / post→finish µs |",
     "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
 ]
 for r in rows:
@@ -77,8 +81,37 @@ for r in rows:
         f"{r['combine_GBps']} | {r.get('dispatch_send_us')}/{r.get('dispatch_recv_us')}; "
         f"{r.get('combine_send_us')}/{r.get('combine_recv_us')} | "
         f"{r.get('messages_per_dispatch_per_pe', '')} | "
-        f"{r.get('proxy_busy_us_per_message', '')} |")
+        f"{r.get('proxy_ring_to_post_us', '')} / {r.get('proxy_post_to_finish_us', '')} |")
 text = "\n".join(lines) + "\n"
+
+
+def svg(rows):
+    """Bars of dispatch and combine µs per configuration (no plotting library needed)."""
+    W, bar, gap, left, top = 760, 14, 10, 230, 30
+    h = top + len(rows) * (2 * bar + gap) + 30
+    vmax = max([r["dispatch_us"] or 0 for r in rows] + [r["combine_us"] or 0 for r in rows] + [1])
+    scale = (W - left - 80) / vmax
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" '
+           f'font-family="sans-serif" font-size="11">',
+           f'<text x="10" y="18" font-size="13">LL dispatch (blue) and combine (orange), µs per '
+           f'call, {machine or "GPU"}</text>']
+    y = top
+    for r in rows:
+        name = f"EP{r['pes']} {'direct' if r['p2p'] else 'proxy'} {r['messages']}"
+        out.append(f'<text x="10" y="{y + bar + 4}">{name}</text>')
+        for k, (key, color) in enumerate((("dispatch_us", "#4472c4"), ("combine_us", "#ed7d31"))):
+            v = r[key] or 0
+            yy = y + k * bar
+            out.append(f'<rect x="{left}" y="{yy}" width="{v * scale:.1f}" height="{bar - 2}" '
+                       f'fill="{color}"/>')
+            out.append(f'<text x="{left + v * scale + 4:.1f}" y="{yy + bar - 4}">{v:.0f}</text>')
+        y += 2 * bar + gap
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+with open(os.path.join(out, "ep-ll.svg"), "w") as f:
+    f.write(svg(rows))
 with open(os.path.join(out, "ep-ll.md"), "w") as f:
     f.write(text)
 print(text)

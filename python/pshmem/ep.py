@@ -176,10 +176,17 @@ class Buffer:
             _C.ep_ll_clean(self._areas(lay, idx)["sig"], lay["sig_words"], stream.cuda_stream)
         pshmem.barrier(stream=stream)
 
+    def check(self) -> None:
+        """Raises the first error the kernels met (a wait that outlasted ``PSHMEM_OP_TIMEOUT``,
+        a failed peer, a bad address); after one, results are not to be trusted. The kernels
+        record errors instead of trapping, so call this (or ``destroy``) to learn of them."""
+        _torch().cuda.synchronize()
+        _C.ep_check()
+
     def destroy(self) -> None:
-        """Frees the buffer (collective)."""
+        """Frees the buffer (collective), after raising any error the kernels met."""
         if self._buf is not None:
-            _torch().cuda.synchronize()
+            self.check()
             pshmem.barrier()
             pshmem.free(self._buf)
             self._buf = None

@@ -179,7 +179,17 @@ fn ep_ll_clean(sig: u64, words: u64, stream: u64) -> PyResult<()> {
     unsafe { ll.clean(gpu, sig, words, raw(stream)) }.map_err(to_py)
 }
 
+/// Raises the first error a device call of this PE recorded (a wait that timed out, a peer's
+/// fault on the data path, a bad address), as the runtime's typed error; returns when none.
+#[pyfunction]
+fn ep_check(py: Python<'_>) -> PyResult<()> {
+    let s = state()?;
+    let gpu = gpu_of(&s, "ep_check")?;
+    py.detach(|| gpu.check("ep_check")).map_err(to_py)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(ep_check, m)?)?;
     m.add_function(wrap_pyfunction!(ep_ll_layout, m)?)?;
     m.add_function(wrap_pyfunction!(ep_ring_count, m)?)?;
     m.add_function(wrap_pyfunction!(ep_ll_launch, m)?)?;

@@ -234,6 +234,11 @@ for mode in modes:
     if failures:
         break
 
+try:
+    buf.check()
+except Exception as e:  # noqa: BLE001 - any device error fails the run, named
+    check(False, f"a device call failed: {e}")
+
 # clean_low_latency_buffer, then one more round must still be right.
 buf.clean_low_latency_buffer(Tmax, H, E)
 torch.cuda.synchronize()
