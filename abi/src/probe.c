@@ -1,10 +1,11 @@
-/* Reports the C side of the shared headers (pshmem/abi.h, ring.h, state.h) to the Rust tests
+/* Reports the C side of the shared headers (pshmem/abi.h, ring.h, state.h, ep/ll.h) to the Rust tests
  * that compare it with their mirrors: every size, offset and constant by name. The headers'
  * own static asserts also run here, on every build. */
 #include <stddef.h>
 #include "pshmem/abi.h"
 #include "pshmem/ring.h"
 #include "pshmem/state.h"
+#include "pshmem/ep/ll.h"
 
 struct pshmem_probe_entry {
     const char *name;
@@ -38,6 +39,7 @@ static const struct pshmem_probe_entry probe[] = {
     OFF(pshmem_ring_ctrl_t, completed), OFF(pshmem_ring_ctrl_t, error),
     VAL(PSHMEM_OP_PUT), VAL(PSHMEM_OP_GET), VAL(PSHMEM_OP_P), VAL(PSHMEM_OP_AMO),
     VAL(PSHMEM_OP_SIGNAL), VAL(PSHMEM_OP_PUT_SIGNAL), VAL(PSHMEM_OP_FENCE),
+    VAL(PSHMEM_OP_PUT_COUNTED), VAL(PSHMEM_OP_SIGNAL_COUNTED),
     VAL(PSHMEM_FLAG_RAW_LOCAL),
     VAL(PSHMEM_CTRL_MAKE(PSHMEM_OP_PUT_SIGNAL, PSHMEM_FLAG_RAW_LOCAL, PSHMEM_SIGNAL_ADD, 2)),
     VAL(PSHMEM_CTRL_COMMIT), VAL(PSHMEM_RING_COMMIT_BIT(5, 4)), VAL(PSHMEM_RING_COMMIT_BIT(9, 4)),
@@ -60,6 +62,15 @@ static const struct pshmem_probe_entry probe[] = {
     OFF(pshmem_team_device_t, sync_off), OFF(pshmem_team_device_t, epoch),
     OFF(pshmem_team_device_t, scratch), OFF(pshmem_team_device_t, scratch_bytes),
     OFF(pshmem_team_device_t, ll_off), OFF(pshmem_team_device_t, ll_seq), VAL(PSHMEM_LL_BYTES),
+    /* ep/ll.h (the MoE kernels' arguments; mirror: ep/src/lib.rs) */
+    SIZE(pshmem_ep_ll_args_t), OFF(pshmem_ep_ll_args_t, num_tokens),
+    OFF(pshmem_ep_ll_args_t, flags), OFF(pshmem_ep_ll_args_t, sig), OFF(pshmem_ep_ll_args_t, msg_bytes),
+    OFF(pshmem_ep_ll_args_t, rings), OFF(pshmem_ep_ll_args_t, n_rings), OFF(pshmem_ep_ll_args_t, x),
+    OFF(pshmem_ep_ll_args_t, topk_idx), OFF(pshmem_ep_ll_args_t, slot_map),
+    OFF(pshmem_ep_ll_args_t, out_scales), OFF(pshmem_ep_ll_args_t, layout_range),
+    OFF(pshmem_ep_ll_args_t, wait_stats), VAL(PSHMEM_EP_MAX_TOKENS), VAL(PSHMEM_EP_MAX_RANKS),
+    VAL(PSHMEM_EP_THREADS), VAL(PSHMEM_EP_MAX_TOPK), VAL(PSHMEM_EP_FP8),
+    VAL(PSHMEM_EP_ROUND_SCALE), VAL(PSHMEM_EP_PER_TOKEN), VAL(PSHMEM_EP_ZERO_COPY),
 };
 
 const struct pshmem_probe_entry *pshmem_abi_probe(size_t *n) {

@@ -305,6 +305,44 @@ impl Ll {
 mod tests {
     use super::*;
 
+    /// The Rust mirror of `pshmem_ep_ll_args_t` and the constants equal the C compiler's view.
+    #[test]
+    fn the_arguments_and_constants_match_the_c_header() {
+        use std::mem::offset_of;
+
+        use pshmem_abi::probe::value;
+        let t = "pshmem_ep_ll_args_t";
+        assert_eq!(value(&format!("sizeof {t}")), size_of::<LlArgs>() as u64);
+        for (f, off) in [
+            ("num_tokens", offset_of!(LlArgs, num_tokens)),
+            ("flags", offset_of!(LlArgs, flags)),
+            ("sig", offset_of!(LlArgs, sig)),
+            ("msg_bytes", offset_of!(LlArgs, msg_bytes)),
+            ("rings", offset_of!(LlArgs, rings)),
+            ("n_rings", offset_of!(LlArgs, n_rings)),
+            ("x", offset_of!(LlArgs, x)),
+            ("topk_idx", offset_of!(LlArgs, topk_idx)),
+            ("slot_map", offset_of!(LlArgs, slot_map)),
+            ("out_scales", offset_of!(LlArgs, out_scales)),
+            ("layout_range", offset_of!(LlArgs, layout_range)),
+            ("wait_stats", offset_of!(LlArgs, wait_stats)),
+        ] {
+            assert_eq!(value(&format!("{t}.{f}")), off as u64, "{t}.{f}");
+        }
+        for (name, v) in [
+            ("PSHMEM_EP_MAX_TOKENS", MAX_TOKENS as u64),
+            ("PSHMEM_EP_MAX_RANKS", MAX_RANKS as u64),
+            ("PSHMEM_EP_THREADS", u64::from(THREADS)),
+            ("PSHMEM_EP_MAX_TOPK", MAX_TOPK as u64),
+            ("PSHMEM_EP_FP8", u64::from(flags::FP8)),
+            ("PSHMEM_EP_ROUND_SCALE", u64::from(flags::ROUND_SCALE)),
+            ("PSHMEM_EP_PER_TOKEN", u64::from(flags::PER_TOKEN)),
+            ("PSHMEM_EP_ZERO_COPY", u64::from(flags::ZERO_COPY)),
+        ] {
+            assert_eq!(value(name), v, "{name}");
+        }
+    }
+
     #[test]
     fn fatbin_is_embedded() {
         assert_eq!(&KERNELS[..4], &[0x50, 0xed, 0x55, 0xba]);
