@@ -211,12 +211,9 @@ class Buffer:
         ``recv_count[El]`` int32 rows per local expert; ``hook()`` runs the receive phase when
         ``return_recv_hook=True`` (else it is a no-op)."""
         torch = _torch()
-        self._check_ll("low_latency_dispatch")
+        self._begin("low_latency_dispatch", async_finish, return_recv_hook)
         if use_ue8m0:
             raise NotImplementedError("pshmem.ep: UE8M0 scales are not provided")
-        if async_finish and return_recv_hook:
-            raise InvalidArgument("low_latency_dispatch: async_finish and return_recv_hook "
-                                  "are mutually exclusive")
         if x.dim() != 2 or x.dtype != torch.bfloat16 or not x.is_cuda or not x.is_contiguous():
             raise InvalidArgument("low_latency_dispatch: x must be a contiguous CUDA bf16 "
                                   "tensor [tokens, hidden]")
@@ -272,14 +269,25 @@ class Buffer:
         def recv() -> None:
             self._launch("dispatch_recv", (El, max(1, 2 * self._sms() // El)), args)
 
-        if return_recv_hook:
-            hook = lambda: (recv(), keep)[0]  # noqa: E731  (keeps the inputs alive)
-        else:
-            recv()
-            hook = lambda: None  # noqa: E731
+        hook = self._hook(recv, keep, return_recv_hook)
         handle = (src_info, layout_range, tmax, H, E, slot_map)
         out = (recv_x, scales) if use_fp8 else recv_x
         return out, recv_count, handle, _event(async_finish, (x, topk_idx)), hook
+
+    def _begin(self, op: str, async_finish: bool, return_recv_hook: bool) -> None:
+        self._check_ll(op)
+        if async_finish and return_recv_hook:
+            raise InvalidArgument(f"{op}: async_finish and return_recv_hook are mutually "
+                                  "exclusive")
+
+    @staticmethod
+    def _hook(recv: Callable[[], None], keep: tuple, deferred: bool) -> Callable[[], None]:
+        """The receive phase now (returning a no-op hook), or as the hook (which keeps the
+        inputs alive until it runs)."""
+        if deferred:
+            return lambda: (recv(), keep)[0]
+        recv()
+        return lambda: None
 
     def _check_handle(self, op: str, handle: Any) -> tuple:
         if not isinstance(handle, tuple) or len(handle) != 6:
@@ -306,12 +314,9 @@ class Buffer:
         ``out[t] = sum_k topk_weights[t,k] * y[t,k]`` in FP32, bf16 out. Returns
         ``(combined_x, event, hook)``."""
         torch = _torch()
-        self._check_ll("low_latency_combine")
+        self._begin("low_latency_combine", async_finish, return_recv_hook)
         if use_logfmt:
             raise NotImplementedError("pshmem.ep: LogFMT combine is not provided")
-        if async_finish and return_recv_hook:
-            raise InvalidArgument("low_latency_combine: async_finish and return_recv_hook "
-                                  "are mutually exclusive")
         src_info, layout_range, tmax, H, E, slot_map = self._check_handle(
             "low_latency_combine", handle)
         N = self.group_size
@@ -353,11 +358,7 @@ class Buffer:
             blocks = max(1, min((T + 15) // 16, self._sms()))
             self._launch("combine_recv", (blocks, 1), args)
 
-        if return_recv_hook:
-            hook = lambda: (recv(), keep)[0]  # noqa: E731
-        else:
-            recv()
-            hook = lambda: None  # noqa: E731
+        hook = self._hook(recv, keep, return_recv_hook)
         return out, _event(async_finish, keep), hook
 
     # ---- the normal (high-throughput) mode: not provided yet -------------------------------
