@@ -27,9 +27,17 @@ Ctrl-C and end with :class:`Timeout` after ``PSHMEM_OP_TIMEOUT``. Errors are sub
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
-from . import _pshmem as _C
+# CUDA's lazy loading (torch's default) loads a kernel at its first launch, which may wait for
+# the kernels running in the context; a kernel waiting for data that this PE's proxy lands
+# (in the same context) then deadlocks with any first launch until PSHMEM_OP_TIMEOUT. Eager
+# loading unless the user chose otherwise; it takes effect if CUDA is not initialized yet (the
+# runtime warns at GPU init when lazy loading is on and the proxy is in use).
+os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
+
+from . import _pshmem as _C  # noqa: E402
 from ._pshmem import (
     BootstrapError,
     CollectiveMismatch,

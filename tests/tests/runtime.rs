@@ -363,6 +363,15 @@ fn the_host_staged_gpu_path_matches_the_direct_path_over_tcp_and_the_reordering_
         assert_eq!(ops(n, &staged("tcp")), direct, "{n} PEs, staged over tcp");
         assert_eq!(ops(n, &staged("sim")), direct, "{n} PEs, staged over sim");
     }
+    // Several rings per PE (counted puts from three threads, one ring each) through the
+    // landing slots of the reordering fabric.
+    let mut env = staged("sim");
+    env.push(("PSHMEM_RINGS", "4"));
+    assert_eq!(
+        ops(4, &env),
+        ops(4, &[("PSHMEM_PROVIDER", "tcp")]),
+        "staged over sim with 4 rings"
+    );
     // Several tcp endpoints: staged chunks take turns over the rails.
     let mut env = staged("tcp");
     env.push(("PSHMEM_RAILS", "3"));

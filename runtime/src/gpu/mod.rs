@@ -189,6 +189,7 @@ impl Gpu {
             .map_err(|e| cu(me, "binding the context")(driver("cuCtxSetCurrent")(e)))?;
         let heap = DevAlloc::new(&ctx, s.heap_len).map_err(cu(me, "allocating the GPU heap"))?;
         let (peers, ipc) = open_peers(&s, &ctx, &heap)?;
+        warn_if_lazy(me, &peers);
 
         // Device-side bookkeeping: peer table, result cells and owners, barrier epoch, error.
         let peer_off = 0usize;
@@ -441,6 +442,31 @@ fn peer_accessible(ctx: &CudaContext, bus: &CStr) -> bool {
                 || (sys::cuDeviceCanAccessPeer(&mut can, ctx.cu_device(), pdev)
                     == sys::CUresult::CUDA_SUCCESS
                     && can == 1))
+    }
+}
+
+/// CUDA's lazy loading (the default since 12.2) loads a kernel at its first launch, and that
+/// load may wait for the context's running kernels: a kernel of the application that waits
+/// for data only this PE's proxy can land (the proxy copies and launches in the same context)
+/// then deadlocks with the first launch of any other kernel, until PSHMEM_OP_TIMEOUT. (Seen on
+/// the H100 with the MoE benchmark through the proxy; the runtime's own kernels are fetched at
+/// init for the same reason.) Warn when some peer is reached through the proxy.
+fn warn_if_lazy(me: usize, peers: &[u64]) {
+    let through_proxy = peers.iter().enumerate().any(|(pe, &b)| pe != me && b == 0);
+    let mut mode = sys::CUmoduleLoadingMode::CU_MODULE_EAGER_LOADING;
+    // SAFETY: an out-pointer to a live value; the driver is loaded (a context exists).
+    let rc = unsafe { sys::cuModuleGetLoadingMode(&mut mode) };
+    if through_proxy
+        && rc == sys::CUresult::CUDA_SUCCESS
+        && mode == sys::CUmoduleLoadingMode::CU_MODULE_LAZY_LOADING
+    {
+        tracing::warn!(
+            "PE {me}: CUDA lazy module loading is on and some peers are reached through the \
+             proxy: a kernel waiting on a peer can deadlock with the first launch of another \
+             kernel in this process (until PSHMEM_OP_TIMEOUT); set CUDA_MODULE_LOADING=EAGER \
+             (the pshmem Python package does unless it is set), or launch every kernel once \
+             before such waits"
+        );
     }
 }
 
