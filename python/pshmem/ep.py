@@ -156,7 +156,7 @@ class Buffer:
     def _areas(self, lay: dict, idx: int) -> dict:
         base = self._buf.data_ptr() + idx * lay["buffer_bytes"]
         return {"sig": base, "send": base + lay["send_offset"],
-                "recv": base + lay["recv_offset"], "msg_bytes": lay["msg_bytes"]}
+                "recv": base + lay["recv_offset"]}
 
     def _check_ll(self, op: str) -> None:
         if not self.low_latency_mode:

@@ -82,7 +82,7 @@ fn ep_ll_launch(
     let k = Kernel::from_name(kernel)
         .ok_or_else(|| invalid(s.my_pe(), op, format!("no LL kernel {kernel:?}")))?;
     let get = |n: &str| args.get(n).copied().unwrap_or(0);
-    let a = LlArgs {
+    let mut a = LlArgs {
         num_tokens: get("num_tokens") as i32,
         max_tokens: get("max_tokens") as i32,
         hidden: get("hidden") as i32,
@@ -93,7 +93,6 @@ fn ep_ll_launch(
         sig: get("sig") as u64,
         send: get("send") as u64,
         recv: get("recv") as u64,
-        msg_bytes: get("msg_bytes") as u64,
         x: get("x") as u64,
         topk_idx: get("topk_idx") as u64,
         topk_weights: get("topk_weights") as u64,
@@ -142,16 +141,8 @@ fn ep_ll_launch(
             format!("top-k {} is not 1..={}", a.num_topk, pshmem_ep::MAX_TOPK),
         ));
     }
-    if a.msg_bytes as usize != l.msg_bytes {
-        return Err(invalid(
-            s.my_pe(),
-            op,
-            format!(
-                "msg_bytes {} is not the layout's {}",
-                a.msg_bytes, l.msg_bytes
-            ),
-        ));
-    }
+    // The slot size follows from the shape: the layout's, not the caller's.
+    a.msg_bytes = l.msg_bytes as u64;
     let ll = kernels(&s)?;
     py.detach(|| {
         // SAFETY: the buffer's ranges lie in the GPU heap (checked); the tensors are live

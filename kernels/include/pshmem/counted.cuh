@@ -101,12 +101,4 @@ __device__ inline void pshmemx_signal_counted(uint64_t *sig, uint64_t v, int op,
     pshmemx_signal_counted_on(NULL, sig, v, op, pe);
 }
 
-/* Quiet on ring `r` (NULL: ring 0): every operation published on it so far has finished. */
-__device__ inline void pshmemx_quiet_on(const pshmem_ring_device_t *r) {
-    if (r == NULL) r = &pshmem_dstate.ring;
-    if (r->capacity == 0) return;
-    uint64_t err = pshmem_ring_quiet(r);
-    if (err) pshmem_i_record(err);
-}
-
 #endif /* PSHMEM_COUNTED_CUH */

@@ -136,12 +136,6 @@ def slow(what, t0):
     if dt > 5:
         print(f"[PE {me}] slow: op {OPS[0]} {what} took {dt:.1f} s, started at "
               f"{t0 % 1000:.3f}", flush=True)
-        lay = buf._layout(Tmax, H, E)
-        for b in (0, 1):
-            base = b * lay["buffer_bytes"]
-            w = buf._buf[base:base + (2 * E + El + 1) * 8].view(torch.int64).tolist()
-            print(f"[PE {me}] buffer {b} counts {w[:E]} flags {w[E:2 * E]} done {w[2 * E:]}",
-                  flush=True)
 
 
 def run(mode, x, topk_idx, topk_weights):
