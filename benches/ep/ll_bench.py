@@ -29,6 +29,8 @@ p.add_argument("--per-token", action="store_true", help="one message per token (
 p.add_argument("--bf16", action="store_true", help="BF16 dispatch (else FP8)")
 p.add_argument("--only", choices=["dispatch", "both"], default="both")
 p.add_argument("--label", default="")
+p.add_argument("--pause", choices=["barrier+sleep", "barrier", "sleep", "none"],
+               default="barrier+sleep", help="what precedes each timed call (diagnosis)")
 args = p.parse_args()
 
 local = int(os.environ.get("PSHMEM_LOCAL_RANK", "0"))
@@ -50,9 +52,17 @@ disp, comb = [], []
 # A GPU-side pause after each barrier (about 2 ms): the host enqueues the calls while the GPU
 # waits, so the events measure the kernels (and the wait for peers), not Python's launch cost.
 SLEEP = int(4e6)
+
+
+def pause():
+    if "barrier" in args.pause:
+        pshmem.barrier(stream=stream)
+    if "sleep" in args.pause:
+        torch.cuda._sleep(SLEEP)
+
+
 for i in range(args.warmup + args.iters):
-    pshmem.barrier(stream=stream)
-    torch.cuda._sleep(SLEEP)  # the launches below queue up meanwhile: events time the GPU
+    pause()  # the launches below queue up meanwhile: events time the GPU
     e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
     e0.record()
     recv_x, count, handle, _, _ = buf.low_latency_dispatch(x, topk_idx, T, E, use_fp8=use_fp8)
@@ -74,8 +84,7 @@ for i in range(args.warmup + args.iters):
 # The phases apart (the receive hook): send and receive kernels of dispatch and combine.
 phase = {"dispatch_send": [], "dispatch_recv": [], "combine_send": [], "combine_recv": []}
 for i in range(args.iters if args.only == "both" else 0):
-    pshmem.barrier(stream=stream)
-    torch.cuda._sleep(SLEEP)
+    pause()
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(6)]
     ev[0].record()
     recv_x, count, handle, _, hook = buf.low_latency_dispatch(x, topk_idx, T, E, use_fp8=use_fp8,
@@ -85,8 +94,7 @@ for i in range(args.iters if args.only == "both" else 0):
     ev[2].record()
     y = recv_x[0].float().view(El, N * T, H // 128, 128).mul(
         recv_x[1].unsqueeze(-1)).view(El, N * T, H).to(torch.bfloat16) if use_fp8 else recv_x
-    pshmem.barrier(stream=stream)
-    torch.cuda._sleep(SLEEP)
+    pause()
     ev[3].record()
     _, _, hook = buf.low_latency_combine(y, topk_idx, topk_w, handle, return_recv_hook=True)
     ev[4].record()

@@ -122,6 +122,11 @@ class Buffer:
         self._buf = pshmem.zeros(nbytes, dtype=torch.uint8, device="cuda")
         self._idx = 0
         self._layouts: dict = {}
+        # The kernels' module is loaded here, while nothing runs: a load waits for running
+        # kernels and holds the driver meanwhile, so a first dispatch queued behind a barrier
+        # waiting on the proxy would stall every PE until PSHMEM_OP_TIMEOUT.
+        if low_latency_mode:
+            _C.ep_load()
 
     # ---- sizes and configuration -----------------------------------------------------------
 

@@ -170,6 +170,16 @@ fn ep_ll_clean(sig: u64, words: u64, stream: u64) -> PyResult<()> {
     unsafe { ll.clean(gpu, sig, words, raw(stream)) }.map_err(to_py)
 }
 
+/// Loads the MoE kernels' module now (`Buffer` does at construction). Loading a module may
+/// wait for the context's running kernels while holding the driver's lock; loaded at the first
+/// dispatch instead, behind a barrier kernel waiting for a peer reached through the proxy, it
+/// blocked this PE's proxy (same context) until the barrier timed out.
+#[pyfunction]
+fn ep_load(py: Python<'_>) -> PyResult<()> {
+    let s = state()?;
+    py.detach(|| kernels(&s).map(|_| ()))
+}
+
 /// Raises the first error a device call of this PE recorded (a wait that timed out, a peer's
 /// fault on the data path, a bad address), as the runtime's typed error; returns when none.
 #[pyfunction]
@@ -181,6 +191,7 @@ fn ep_check(py: Python<'_>) -> PyResult<()> {
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ep_check, m)?)?;
+    m.add_function(wrap_pyfunction!(ep_load, m)?)?;
     m.add_function(wrap_pyfunction!(ep_ll_layout, m)?)?;
     m.add_function(wrap_pyfunction!(ep_ring_count, m)?)?;
     m.add_function(wrap_pyfunction!(ep_ll_launch, m)?)?;

@@ -11,12 +11,14 @@ use pshmem_abi::{AMO_WIDE, AmoOp};
 use pshmem_proxy::{DeviceError, DeviceMem};
 
 use super::mem::HostAlloc;
-use crate::cuda::{check, driver, record};
+use crate::cuda::{CudaError, check, driver, record};
 
 /// This PE's GPU heap as its proxy reaches it.
 pub(super) struct CudaDeviceMem {
     pub(super) ctx: Arc<CudaContext>,
-    stream: Option<Arc<CudaStream>>,
+    stream: Arc<CudaStream>,
+    /// Whether the context is current on the proxy thread (bound at its first use).
+    bound: bool,
     amo: CudaFunction,
     heap: (u64, u64),
     /// Pinned host cell the AMO kernel writes the old value to.
@@ -26,36 +28,94 @@ pub(super) struct CudaDeviceMem {
 }
 
 impl CudaDeviceMem {
+    /// Built during initialization, before the application can launch a kernel: the stream,
+    /// the first copy and the first AMO launch are made here, synchronized, so that whatever
+    /// the driver does on first use (stream set-up, loading the AMO kernel under lazy loading)
+    /// is never done while an application kernel spins waiting for this proxy.
     pub(super) fn new(
         ctx: Arc<CudaContext>,
         amo: CudaFunction,
         heap: (u64, u64),
         result: HostAlloc,
-    ) -> Self {
-        Self {
+    ) -> Result<Self, CudaError> {
+        ctx.bind_to_thread()
+            .map_err(driver("binding the context"))?;
+        let stream = ctx
+            .new_stream()
+            .map_err(driver("creating the proxy's stream"))?;
+        let mut d = Self {
             ctx,
-            stream: None,
+            stream,
+            bound: false,
             amo,
             heap,
             result,
             pinned: Vec::new(),
-        }
+        };
+        // A read of the heap's first word, by copy and by the AMO kernel (a fetch changes
+        // nothing): both paths the proxy uses, each synchronized.
+        let mut word = 0u64;
+        // SAFETY: 8 bytes at the heap's base (the heap is at least one page) into a live local.
+        unsafe { d.copy_on_stream(&mut word as *mut u64 as u64, heap.0, 8) }?;
+        d.amo_on_stream(heap.0, AmoOp::Fetch, true, 0, 0)?;
+        Ok(d)
     }
 
-    fn stream(&mut self) -> Result<Arc<CudaStream>, DeviceError> {
-        if let Some(s) = &self.stream {
-            return Ok(s.clone());
+    /// The proxy's stream, with the context made current on the calling thread the first time.
+    fn stream(&mut self) -> Result<Arc<CudaStream>, CudaError> {
+        if !self.bound {
+            self.ctx
+                .bind_to_thread()
+                .map_err(driver("binding the context"))?;
+            self.bound = true;
         }
-        // First use, on the proxy thread: bind the context there.
-        self.ctx
-            .bind_to_thread()
-            .map_err(driver("binding the context"))?;
-        let s = self
-            .ctx
-            .new_stream()
-            .map_err(driver("creating the proxy's stream"))?;
-        self.stream = Some(s.clone());
-        Ok(s)
+        Ok(self.stream.clone())
+    }
+
+    /// # Safety
+    /// As [`DeviceMem::copy`].
+    unsafe fn copy_on_stream(&mut self, dst: u64, src: u64, len: usize) -> Result<(), CudaError> {
+        let s = self.stream.cu_stream();
+        // SAFETY: the caller guarantees both ranges; unified addressing lets the driver infer
+        // each side's kind; the stream is synchronized before returning.
+        let rc = unsafe { sys::cuMemcpyAsync(dst, src, len, s) };
+        check(rc, "cuMemcpyAsync")?;
+        // SAFETY: a plain synchronization of our own stream.
+        let rc = unsafe { sys::cuStreamSynchronize(s) };
+        check(rc, "cuStreamSynchronize")?;
+        Ok(())
+    }
+
+    fn amo_on_stream(
+        &mut self,
+        addr: u64,
+        op: AmoOp,
+        wide: bool,
+        operand: u64,
+        compare: u64,
+    ) -> Result<u64, CudaError> {
+        let sub = u32::from(op.code() | if wide { AMO_WIDE } else { 0 });
+        let dev_result = self.result.device_ptr()?;
+        let mut b = self.stream.launch_builder(&self.amo);
+        b.arg(&addr)
+            .arg(&sub)
+            .arg(&operand)
+            .arg(&compare)
+            .arg(&dev_result);
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: pshmem_k_amo(u64, u32, u64, u64, u64*): the address is inside the heap and
+        // aligned (checked by the proxy, or the heap's base); the result cell is pinned and
+        // device-mapped.
+        unsafe { b.launch(cfg) }.map_err(driver("launching the AMO kernel"))?;
+        self.stream
+            .synchronize()
+            .map_err(driver("the AMO kernel"))?;
+        // SAFETY: the kernel finished (stream synchronized); the cell is 8 aligned bytes.
+        Ok(unsafe { std::ptr::read_volatile(self.result.ptr.cast::<u64>()) })
     }
 }
 
@@ -68,15 +128,9 @@ impl DeviceMem for CudaDeviceMem {
         if len == 0 {
             return Ok(());
         }
-        let s = self.stream()?;
-        // SAFETY: the caller guarantees both ranges; unified addressing lets the driver infer
-        // each side's kind; the stream is synchronized before returning.
-        let rc = unsafe { sys::cuMemcpyAsync(dst, src, len, s.cu_stream()) };
-        check(rc, "cuMemcpyAsync")?;
-        // SAFETY: a plain synchronization of our own stream.
-        let rc = unsafe { sys::cuStreamSynchronize(s.cu_stream()) };
-        check(rc, "cuStreamSynchronize")?;
-        Ok(())
+        self.stream()?;
+        // SAFETY: forwarded.
+        Ok(unsafe { self.copy_on_stream(dst, src, len) }?)
     }
 
     fn amo(
@@ -87,26 +141,8 @@ impl DeviceMem for CudaDeviceMem {
         operand: u64,
         compare: u64,
     ) -> Result<u64, DeviceError> {
-        let s = self.stream()?;
-        let sub = u32::from(op.code() | if wide { AMO_WIDE } else { 0 });
-        let dev_result = self.result.device_ptr()?;
-        let mut b = s.launch_builder(&self.amo);
-        b.arg(&addr)
-            .arg(&sub)
-            .arg(&operand)
-            .arg(&compare)
-            .arg(&dev_result);
-        let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (1, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: pshmem_k_amo(u64, u32, u64, u64, u64*): the address is inside the heap and
-        // aligned (checked by the proxy); the result cell is pinned and device-mapped.
-        unsafe { b.launch(cfg) }.map_err(driver("launching the AMO kernel"))?;
-        s.synchronize().map_err(driver("the AMO kernel"))?;
-        // SAFETY: the kernel finished (stream synchronized); the cell is 8 aligned bytes.
-        Ok(unsafe { std::ptr::read_volatile(self.result.ptr.cast::<u64>()) })
+        self.stream()?;
+        Ok(self.amo_on_stream(addr, op, wide, operand, compare)?)
     }
 
     unsafe fn pin(&mut self, ptr: *mut u8, len: usize) {

@@ -445,12 +445,13 @@ fn peer_accessible(ctx: &CudaContext, bus: &CStr) -> bool {
     }
 }
 
-/// CUDA's lazy loading (the default since 12.2) loads a kernel at its first launch, and that
-/// load may wait for the context's running kernels: a kernel of the application that waits
-/// for data only this PE's proxy can land (the proxy copies and launches in the same context)
-/// then deadlocks with the first launch of any other kernel, until PSHMEM_OP_TIMEOUT. (Seen on
-/// the H100 with the MoE benchmark through the proxy; the runtime's own kernels are fetched at
-/// init for the same reason.) Warn when some peer is reached through the proxy.
+/// CUDA's lazy loading (the default since 12.2) loads a kernel at its first launch, and a load
+/// may wait for the context's running kernels while holding the driver: a kernel of the
+/// application that waits for data only this PE's proxy can land (the proxy copies and launches
+/// in the same context) then stalls with the first launch of any other kernel, until
+/// PSHMEM_OP_TIMEOUT. (A module load does the same: seen on the H100 when the MoE kernels were
+/// loaded at the first dispatch, behind a barrier through the proxy; the runtime's own kernels
+/// are fetched at init for this reason.) Warn when some peer is reached through the proxy.
 fn warn_if_lazy(me: usize, peers: &[u64]) {
     let through_proxy = peers.iter().enumerate().any(|(pe, &b)| pe != me && b == 0);
     let mut mode = sys::CUmoduleLoadingMode::CU_MODULE_EAGER_LOADING;
@@ -496,7 +497,8 @@ fn start_proxy(
     let remotes: Vec<RemoteMrId> = pshmem_transport::exchange_mr(t.as_mut(), s.bs, reg.mr)
         .map_err(terr("exchanging GPU heap registrations"))?;
     let result = HostAlloc::pinned(ctx, 64).map_err(cu(me, "allocating the AMO result cell"))?;
-    let dev = CudaDeviceMem::new(ctx.clone(), amo, (heap.ptr, s.heap_len as u64), result);
+    let dev = CudaDeviceMem::new(ctx.clone(), amo, (heap.ptr, s.heap_len as u64), result)
+        .map_err(cu(me, "preparing the proxy's stream and AMO kernel"))?;
     let proxy = Proxy::spawn(
         format!("pshmem-gpu-proxy-{me}.{thread}"),
         ProxySetup {
@@ -662,8 +664,9 @@ impl Gpu {
     }
 
     /// Loads an embedded fatbin and fills its `pshmem_dstate`, so its kernels can use the
-    /// device API. Fetch the module's functions before launching kernels that wait on peers:
-    /// with CUDA's lazy loading, fetching one while such a kernel runs can stall the context.
+    /// device API. Load (and fetch the functions) before any kernel that waits on peers can
+    /// run: a load may wait for running kernels while holding the driver, and this PE's proxy
+    /// needs the driver to land what such a kernel waits for (stalls until the timeout).
     pub fn load(&self, fatbin: &[u8]) -> Result<Arc<CudaModule>> {
         let _live = self.live("load")?;
         let m = cuda::load(&self.ctx, fatbin).map_err(|e| self.cuda("loading a module", e))?;
