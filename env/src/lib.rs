@@ -322,7 +322,15 @@ pub const TORCHRUN_VARS: &[(&str, &str)] = &[
         "CUDA_MPS_PIPE_DIRECTORY",
         "where the CUDA MPS check looks for the control daemon (default /tmp/nvidia-mps)",
     ),
+    (
+        EFA_DEVICE_RDMA,
+        "libfabric's efa provider: 1 lets the NIC read and write GPU memory; pshmrun sets it to 1 \
+         for its ranks when unset, and the transport warns when efa runs without it",
+    ),
 ];
+
+/// libfabric's switch for EFA's device RDMA (GPU memory read and written by the NIC).
+pub const EFA_DEVICE_RDMA: &str = "FI_EFA_USE_DEVICE_RDMA";
 
 impl EnvVar {
     /// The raw value if set and not empty (ours, else the NVSHMEM variable it falls back to).

@@ -52,6 +52,29 @@ fn sets_rank_variables_and_prefixes_lines() {
 }
 
 #[test]
+fn lets_efa_reach_gpu_memory_unless_told_otherwise() {
+    let script = "echo efa=$FI_EFA_USE_DEVICE_RDMA";
+    let (out, _) = pshmrun(&["-n", "1", "--", "sh", "-c", script]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("[0] efa=1"),
+        "{}",
+        text(&out.stdout)
+    );
+    // A value the user set is kept.
+    let out = Command::new(PSHMRUN)
+        .args(["-n", "1", "--", "sh", "-c", script])
+        .env("FI_EFA_USE_DEVICE_RDMA", "0")
+        .output()
+        .expect("run pshmrun");
+    assert!(
+        text(&out.stdout).contains("[0] efa=0"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
 fn emulated_hosts_split_local_ranks() {
     let (out, _) = pshmrun(&[
         "-n",

@@ -539,10 +539,33 @@ fn register(
         && ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
             .is_ok_and(|v| v == 1);
-    let everywhere =
-        s.bs.allgather(&[u8::from(dmabuf)])?
-            .iter()
-            .all(|v| v.first() == Some(&1));
+    let votes = s.bs.allgather(&[u8::from(dmabuf)])?;
+    let everywhere = votes.iter().all(|v| v.first() == Some(&1));
+    if !everywhere && t.caps().gpu_memory {
+        // The fabric can take GPU memory, yet the heap goes through host staging: say why,
+        // loudly (a silent fallback costs an order of magnitude on the data path).
+        let refused: Vec<usize> = (0..votes.len())
+            .filter(|&p| votes[p].first() != Some(&1))
+            .collect();
+        tracing::warn!(
+            "PE {me}: the GPU heap is not registered with the NIC (DMA-BUF); every PE goes \
+             through host staging. Refused by PE(s) {refused:?}; here: DMA-BUF registration \
+             {} (libfabric ≥ 1.20 at run time), the GPU's DMA-BUF support {}",
+            if t.caps().dmabuf {
+                "offered"
+            } else {
+                "not offered"
+            },
+            if ctx
+                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
+                .is_ok_and(|v| v == 1)
+            {
+                "present"
+            } else {
+                "absent"
+            }
+        );
+    }
     if everywhere {
         let fd = export_dmabuf(heap.ptr, s.heap_len).map_err(cu(me, "exporting the GPU heap"))?;
         // SAFETY: a view of the GPU heap for the transport's bookkeeping; the proxy never

@@ -231,6 +231,11 @@ fn start(args: &Args, port: u16, secret: u64) -> Result<Ranks, String> {
             .env(env::BOOTSTRAP_ADDR.name, format!("127.0.0.1:{port}"))
             .env(env::JOB_SECRET.name, format!("{secret:016x}"))
             .env(env::LAUNCHER_PID.name, me.to_string())
+            // EFA: let the NIC reach GPU memory (libfabric's efa provider; others ignore it).
+            .env(
+                env::EFA_DEVICE_RDMA,
+                std::env::var(env::EFA_DEVICE_RDMA).unwrap_or_else(|_| "1".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -68,6 +68,10 @@ pub struct OfiConfig {
     /// Ask for native fabric atomics. Off by default: proxyshmem applies remote AMOs in the
     /// target's proxy, and asking can cost ordering (rxm's software atomics drop WAW/SAW).
     pub native_atomics: bool,
+    /// Writes with immediate data one peer may have in flight to this PE (the proxy's
+    /// per-destination limit): completion queues are sized for all peers' (see
+    /// [`cq_entries`]).
+    pub incoming_per_peer: usize,
 }
 
 impl OfiConfig {
@@ -88,6 +92,10 @@ impl OfiConfig {
             max_send: 4096,
             stripe_min: 256 << 10,
             native_atomics: false,
+            incoming_per_peer: env::PROXY_MAX_INFLIGHT_PER_PE
+                .opt_usize()
+                .map_err(bad)?
+                .unwrap_or(DEFAULT_INCOMING_PER_PEER),
         })
     }
 }
@@ -450,11 +458,14 @@ impl OfiTransport {
             cfg.domains.clone()
         };
         let cap = cfg.max_outstanding;
+        // Every peer may have its in-flight limit of writes with immediate data outstanding to
+        // this PE, each needing a completion entry here.
+        let incoming = n.saturating_sub(1) * cfg.incoming_per_peer;
         let mut rails = Vec::with_capacity(cfg.rails);
         for r in 0..cfg.rails {
             let want = &domain_names[r % domain_names.len()];
             let (info, _) = discover(prov, node, version, cfg.native_atomics)?;
-            rails.push(Rail::open(info, want, cfg, cap)?);
+            rails.push(Rail::open(info, want, cfg, cap, incoming)?);
         }
         let i = rails[0].info.iter().next().expect("non-empty");
         let tx = i.tx_attr();
@@ -490,7 +501,12 @@ impl OfiTransport {
                 i.domain(),
                 cfg.rails
             ),
-            fabric: format!("libfabric {}", i.provider()),
+            // EFA's two fabrics speak different protocols: every PE must use the same one.
+            fabric: if i.provider().starts_with("efa") {
+                format!("libfabric {} ({})", i.provider(), i.fabric())
+            } else {
+                format!("libfabric {}", i.provider())
+            },
             ordered: order & need == need && cfg.rails == 1,
             delivery_complete: dc,
             native_atomics,
@@ -964,17 +980,89 @@ impl OfiTransport {
     }
 }
 
+/// Which of fi_getinfo's entries a rail opens, from each entry's (provider, fabric, domain):
+/// the wanted domain's (any domain when none matches); for EFA, the "efa-direct" fabric when
+/// offered — libfabric ≥ 1.22 offers two fabrics on every EFA device, "efa" (its own RDM
+/// protocol over SRD) and "efa-direct" (the device's RDMA and write-with-immediate only: all
+/// proxyshmem uses, without the protocol layer) — else the provider's first.
+pub(crate) fn pick_entry(entries: &[(String, String, String)], want_domain: &str) -> usize {
+    let mut idx: Vec<usize> = (0..entries.len())
+        .filter(|&i| entries[i].2 == want_domain)
+        .collect();
+    if idx.is_empty() {
+        idx = (0..entries.len()).collect();
+    }
+    idx.iter()
+        .copied()
+        .find(|&i| entries[i].0.starts_with("efa") && entries[i].1 == EFA_DIRECT)
+        .or_else(|| idx.first().copied())
+        .unwrap_or(0)
+}
+
+/// [`OfiConfig::incoming_per_peer`] when `PSHMEM_PROXY_MAX_INFLIGHT_PER_PE` is unset.
+pub const DEFAULT_INCOMING_PER_PEER: usize = 256;
+
+/// The fabric of EFA devices without the efa provider's own protocol (libfabric ≥ 1.22).
+pub const EFA_DIRECT: &str = "efa-direct";
+
+/// Completion-queue entries for a rail: its own operations and posted receives, plus one per
+/// write with immediate data that peers may have in flight to it (each consumes an entry at
+/// the target; an overrun loses completions on EFA). `incoming` is that bound.
+pub(crate) fn cq_entries(cap: usize, recv_buffers: usize, incoming: usize) -> usize {
+    cap + recv_buffers + 256 + incoming
+}
+
 impl Rail {
-    fn open(info: InfoList, want_domain: &str, cfg: &OfiConfig, cap: usize) -> Result<Self> {
-        let entry: InfoRef<'_> = info
+    fn open(
+        info: InfoList,
+        want_domain: &str,
+        cfg: &OfiConfig,
+        cap: usize,
+        incoming: usize,
+    ) -> Result<Self> {
+        let all: Vec<InfoRef<'_>> = info.iter().collect();
+        let keys: Vec<(String, String, String)> = all
             .iter()
-            .find(|i| i.domain() == want_domain)
-            .or_else(|| info.iter().next())
-            .expect("non-empty");
+            .map(|i| (i.provider(), i.fabric(), i.domain()))
+            .collect();
+        let entry = all[pick_entry(&keys, want_domain)];
+        if entry.provider().starts_with("efa")
+            && std::env::var(env::EFA_DEVICE_RDMA).ok().as_deref() != Some("1")
+        {
+            tracing::warn!(
+                "efa: {} is not 1: the NIC may not read or write GPU memory (GPU heaps then \
+                 fail to register or go through host staging); pshmrun sets it, other launchers \
+                 should export {}=1",
+                env::EFA_DEVICE_RDMA,
+                env::EFA_DEVICE_RDMA
+            );
+        }
+        if entry.provider().starts_with("efa") && entry.fabric() != EFA_DIRECT {
+            tracing::warn!(
+                "efa: the {EFA_DIRECT} fabric is not offered (libfabric {:#x}; it needs 1.22 and \
+                 a device with RDMA write): using fabric {:?}, with the efa provider's own \
+                 protocol on the data path",
+                fabric::runtime_version(),
+                entry.fabric()
+            );
+        }
         let mr_mode = entry.domain_attr().mr_mode as u64;
         let fab = Fabric::open(entry)?;
         let domain = Domain::open(&fab, entry)?;
-        let cq = Cq::open(&domain, cap + cfg.recv_buffers + 256)?;
+        let cq = match Cq::open(&domain, cq_entries(cap, cfg.recv_buffers, incoming)) {
+            Ok(cq) => cq,
+            Err(e) if incoming > 0 => {
+                tracing::warn!(
+                    "a completion queue of {} entries (room for {incoming} incoming writes with \
+                     immediate data) was refused ({e}); using {}: with more writes in flight to \
+                     this PE than that, completions can be lost",
+                    cq_entries(cap, cfg.recv_buffers, incoming),
+                    cq_entries(cap, cfg.recv_buffers, 0)
+                );
+                Cq::open(&domain, cq_entries(cap, cfg.recv_buffers, 0))?
+            }
+            Err(e) => return Err(e),
+        };
         let av = Av::open(&domain, 64)?;
         let ep = Endpoint::open(&domain, entry, &cq, &av)?;
         let internal_len = cap * (SCRATCH + cfg.max_send) + cfg.recv_buffers * cfg.max_send;
@@ -1122,6 +1210,22 @@ impl Transport for OfiTransport {
                     base: mem.ptr.cast(),
                     device,
                 },
+                MemKind::Cuda {
+                    dmabuf_fd: Some(_), ..
+                } => {
+                    tracing::warn!(
+                        "registering GPU memory by address, not by its DMA-BUF: libfabric {:#x} \
+                         at run time is older than 1.20 (the NIC then needs the peer-memory \
+                         kernel module)",
+                        fabric::runtime_version()
+                    );
+                    MrSource::Addr {
+                        ptr: mem.ptr.cast(),
+                        len: mem.len,
+                        iface,
+                        device,
+                    }
+                }
                 _ => MrSource::Addr {
                     ptr: mem.ptr.cast(),
                     len: mem.len,
@@ -1456,5 +1560,53 @@ impl Transport for OfiTransport {
             };
             self.deferred.push(OwnedEvent::Failed(rec.ctx, error));
         }
+    }
+}
+
+#[cfg(test)]
+mod entry_tests {
+    use super::*;
+
+    fn e(p: &str, f: &str, d: &str) -> (String, String, String) {
+        (p.into(), f.into(), d.into())
+    }
+
+    #[test]
+    fn efa_direct_is_preferred_on_the_wanted_domain() {
+        // libfabric ≥ 1.22 lists both fabrics for every EFA device.
+        let list = [
+            e("efa", "efa", "rdmap16s27-rdm"),
+            e("efa", "efa-direct", "rdmap16s27-rdm"),
+            e("efa", "efa", "rdmap32s27-rdm"),
+            e("efa", "efa-direct", "rdmap32s27-rdm"),
+        ];
+        assert_eq!(pick_entry(&list, "rdmap32s27-rdm"), 3);
+        assert_eq!(pick_entry(&list, "rdmap16s27-rdm"), 1);
+        // An unknown domain: the first efa-direct entry.
+        assert_eq!(pick_entry(&list, "nope"), 1);
+    }
+
+    #[test]
+    fn without_efa_direct_the_providers_first_entry_of_the_domain() {
+        let old = [e("efa", "efa", "a"), e("efa", "efa", "b")];
+        assert_eq!(pick_entry(&old, "b"), 1);
+        assert_eq!(pick_entry(&old, "c"), 0);
+        // Other providers never switch fabric, whatever the names.
+        let tcp = [
+            e("tcp;ofi_rxm", "10.0.0.0/24", "eth0"),
+            e("tcp;ofi_rxm", "efa-direct", "eth0"),
+        ];
+        assert_eq!(pick_entry(&tcp, "eth0"), 0);
+    }
+
+    #[test]
+    fn completion_queues_leave_room_for_every_peers_immediates() {
+        let cfg = OfiConfig::from_env(Some("tcp")).expect("config");
+        let local = cq_entries(1024, 256, 0);
+        // 64 PEs, each with its per-destination limit in flight to this one.
+        let n = 64;
+        let want = cq_entries(1024, 256, (n - 1) * cfg.incoming_per_peer);
+        assert_eq!(want - local, 63 * cfg.incoming_per_peer);
+        assert!(cfg.incoming_per_peer >= 1);
     }
 }
