@@ -66,6 +66,25 @@ fn collectives_on_2_and_3_pes_agree_on_every_path() {
     }
 }
 
+/// EFA's capabilities on the reordering fabric (gated signals, AMOs in the proxy).
+const SIM_EFA: &[(&str, &str)] = &[
+    ("PSHMEM_DISABLE_P2P", "1"),
+    ("PSHMEM_PROVIDER", "sim"),
+    ("PSHMEM_SIM_DELAY_US", "100"),
+    ("PSHMEM_SIM_PROFILE", "efa"),
+];
+
+#[test]
+fn collectives_agree_on_the_efa_profile() {
+    for n in [2, 4] {
+        assert_eq!(
+            coll(n, false, SIM_EFA),
+            coll(n, false, DIRECT),
+            "{n} PEs: the efa profile differs"
+        );
+    }
+}
+
 #[test]
 fn collectives_on_1_4_and_8_pes() {
     coll(1, true, DIRECT);

@@ -401,3 +401,42 @@ fn a_dead_peer_fails_waits_on_the_host_staged_gpu_path_within_5s() {
         killed_peer(phase, &staged("tcp"));
     }
 }
+
+/// EFA's capabilities on the reordering fabric (`PSHMEM_SIM_PROFILE=efa`: no native atomics, no
+/// 64-bit remote CQ data, 32-byte inject, 8 KiB sends): put-with-signal, fence and counted
+/// signals run gated, AMOs in the target's proxy; the host heap and a registered GPU heap give
+/// the direct path's bytes at 2 and 4 PEs.
+#[test]
+fn the_proxy_paths_match_the_direct_path_on_the_efa_profile() {
+    for n in [2, 4] {
+        let direct = ops(n, &[("PSHMEM_PROVIDER", "tcp")]);
+        let mut env = proxied("sim");
+        env.push(("PSHMEM_SIM_PROFILE", "efa"));
+        assert_eq!(ops(n, &env), direct, "{n} PEs, host heap, efa profile");
+        env.push(("PSHMEM_EMULATE_GPU_HEAP", "registered"));
+        assert_eq!(
+            ops(n, &env),
+            direct,
+            "{n} PEs, registered heap, efa profile"
+        );
+    }
+}
+
+/// The host-staged GPU path needs 64-bit remote CQ data: on the efa profile it refuses at
+/// init, naming the reason, instead of hanging or corrupting.
+#[test]
+fn the_host_staged_gpu_path_refuses_the_efa_profile_with_a_clear_error() {
+    let mut env = staged("sim");
+    env.push(("PSHMEM_SIM_PROFILE", "efa"));
+    let res = job(2, &["rt-ops"], &env).launch().wait();
+    assert!(
+        res.iter().all(|r| !r.ok()),
+        "staged over the efa profile started"
+    );
+    assert!(
+        res.iter()
+            .any(|r| r.stderr.contains("needs writes with remote CQ data")),
+        "no reason given:\n{}",
+        res.iter().map(|r| r.to_string()).collect::<String>()
+    );
+}

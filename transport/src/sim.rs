@@ -50,6 +50,19 @@ pub struct SimConfig {
     pub max_delay: Duration,
     /// Modelled link bandwidth into each PE, bytes per second (0 = unlimited).
     pub bandwidth: f64,
+    /// Whose capabilities it offers.
+    pub profile: SimProfile,
+}
+
+/// The capabilities the simulated fabric offers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SimProfile {
+    /// Everything: native atomics, 64-bit remote CQ data, 64-byte inject, 4 KiB sends.
+    #[default]
+    Full,
+    /// EFA's (fi_efa(7)): no native atomics, remote CQ data of 4 bytes only (so none of the
+    /// 64-bit kind proxyshmem uses: writes with data are refused), 32-byte inject, 8 KiB sends.
+    Efa,
 }
 
 impl SimConfig {
@@ -61,6 +74,10 @@ impl SimConfig {
             reorder: env::SIM_REORDER.bool().map_err(bad)?,
             max_delay: env::SIM_DELAY_US.micros().map_err(bad)?,
             bandwidth: gbps.max(0.0) * 1e9,
+            profile: match env::SIM_PROFILE.checked().map_err(bad)?.as_str() {
+                "efa" => SimProfile::Efa,
+                _ => SimProfile::Full,
+            },
         })
     }
 }
@@ -71,6 +88,7 @@ impl Default for SimConfig {
             reorder: true,
             max_delay: Duration::ZERO,
             bandwidth: 0.0,
+            profile: SimProfile::Full,
         }
     }
 }
@@ -326,14 +344,17 @@ impl SimTransport {
                 .spawn(move || acceptor(shared, listener, tx))
                 .map_err(io_err("sim: spawn"))?;
         }
+        let efa = (cfg.profile == SimProfile::Efa).then_some(());
         let caps = Caps {
             fabric: format!(
-                "simulated fabric ({})",
-                if cfg.reorder { "unordered" } else { "ordered" }
+                "simulated fabric ({}{})",
+                if cfg.reorder { "unordered" } else { "ordered" },
+                if efa.is_some() { ", efa profile" } else { "" }
             ),
             name: format!(
-                "simulated fabric ({}, delay ≤ {:?}, {})",
+                "simulated fabric ({}{}, delay ≤ {:?}, {})",
                 if cfg.reorder { "unordered" } else { "ordered" },
+                if efa.is_some() { ", efa profile" } else { "" },
                 cfg.max_delay,
                 if cfg.bandwidth > 0.0 {
                     format!("{:.1} GB/s", cfg.bandwidth / 1e9)
@@ -343,13 +364,13 @@ impl SimTransport {
             ),
             ordered: !cfg.reorder,
             delivery_complete: true,
-            native_atomics: true,
+            native_atomics: efa.is_none(),
             gpu_memory: false,
             dmabuf: false,
-            remote_cq_data: true,
-            inject_size: 64,
+            remote_cq_data: efa.is_none(),
+            inject_size: efa.map_or(64, |_| 32),
             max_msg_size: 1 << 34,
-            max_send_size: 4096,
+            max_send_size: efa.map_or(4096, |_| 8192),
             max_outstanding: 4096,
             manual_progress: false,
             rails: 1,
@@ -942,6 +963,13 @@ impl Transport for SimTransport {
         data: u64,
         ctx: u64,
     ) -> Result<(), PostError> {
+        if !self.caps.remote_cq_data {
+            return Err(TransportError::Unsupported {
+                op: "a write with 64-bit remote CQ data",
+                transport: self.caps.name.clone(),
+            }
+            .into());
+        }
         self.rma(Kind::WriteData, pe, local, remote, len, data, ctx)
     }
 
@@ -966,6 +994,13 @@ impl Transport for SimTransport {
         compare: u64,
         ctx: u64,
     ) -> Result<(), PostError> {
+        if !self.caps.native_atomics {
+            return Err(TransportError::Unsupported {
+                op: "a native atomic",
+                transport: self.caps.name.clone(),
+            }
+            .into());
+        }
         self.check_peer(pe, "atomic")?;
         let w = width.bytes();
         if remote.offset % w as u64 != 0 {

@@ -47,6 +47,7 @@ pub fn open(bs: &Bootstrap, w: &Which) -> Result<Box<dyn Transport>, TransportEr
                 reorder: w.reorder != 0,
                 max_delay: Duration::from_micros(w.delay_us),
                 bandwidth: 0.0,
+                ..SimConfig::default()
             },
         )?),
         p => {
