@@ -1214,9 +1214,10 @@ impl Transport for OfiTransport {
                     dmabuf_fd: Some(_), ..
                 } => {
                     tracing::warn!(
-                        "registering GPU memory by address, not by its DMA-BUF: libfabric {:#x} \
-                         at run time is older than 1.20 (the NIC then needs the peer-memory \
-                         kernel module)",
+                        "registering GPU memory by address, not by its DMA-BUF: DMA-BUF \
+                         registration is not offered here (it needs libfabric 1.20 at run time, \
+                         this is {:#x}, and a provider taking GPU memory); the NIC then needs \
+                         the peer-memory kernel module",
                         fabric::runtime_version()
                     );
                     MrSource::Addr {
