@@ -31,6 +31,14 @@ fn proxied(provider: &'static str) -> Vec<(&'static str, &'static str)> {
     v
 }
 
+/// Through the proxy over the reordering fabric with EFA's capabilities (gated signals, AMOs in
+/// the target's proxy).
+fn proxied_efa() -> Vec<(&'static str, &'static str)> {
+    let mut v = proxied("sim");
+    v.push(("PSHMEM_SIM_PROFILE", "efa"));
+    v
+}
+
 /// Runs `rt-ops` and returns each rank's digest, checking that every part passed.
 fn ops(n: usize, env: &[(&str, &str)]) -> Vec<String> {
     let res = job(n, &["rt-ops"], env).launch().wait();
@@ -135,6 +143,7 @@ fn bad_arguments_and_use_after_finalize_are_typed_errors() {
         proxied("tcp"),
         vec![("PSHMEM_PROVIDER", "tcp")],
         proxied("sim"),
+        proxied_efa(),
     ] {
         let res = job(2, &["rt-errors"], &env).launch().wait();
         assert_all_ok(&res);
@@ -214,6 +223,7 @@ fn a_dead_peer_fails_barrier_quiet_and_wait_within_5s_on_the_direct_path() {
 fn a_dead_peer_fails_barrier_quiet_and_wait_within_5s_on_the_simulated_fabric() {
     for phase in ["barrier", "quiet", "wait"] {
         killed_peer(phase, &proxied("sim"));
+        killed_peer(phase, &proxied_efa());
     }
 }
 
@@ -254,6 +264,7 @@ fn a_barrier_timeout_names_the_pes_that_have_not_arrived() {
     late_peers("sleep", &proxied("tcp"), arrived);
     late_peers("stop", &proxied("tcp"), "PEs 2, 3 did not answer");
     late_peers("sleep", &proxied("sim"), arrived);
+    late_peers("sleep", &proxied_efa(), arrived);
 }
 
 /// A blocking put that times out (its target stopped, behind a proxy) ends the data path: the
@@ -410,8 +421,7 @@ fn a_dead_peer_fails_waits_on_the_host_staged_gpu_path_within_5s() {
 fn the_proxy_paths_match_the_direct_path_on_the_efa_profile() {
     for n in [2, 4] {
         let direct = ops(n, &[("PSHMEM_PROVIDER", "tcp")]);
-        let mut env = proxied("sim");
-        env.push(("PSHMEM_SIM_PROFILE", "efa"));
+        let mut env = proxied_efa();
         assert_eq!(ops(n, &env), direct, "{n} PEs, host heap, efa profile");
         env.push(("PSHMEM_EMULATE_GPU_HEAP", "registered"));
         assert_eq!(
