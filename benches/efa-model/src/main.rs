@@ -264,7 +264,7 @@ fn svg(proj: &[Projection], cal: &[CalRow]) -> String {
         .map(|p| p.dispatch_us)
         .fold(100.0, f64::max)
         * 1.1;
-    let x = |ep: usize| l + (ep as f64).log2().mul_add(1.0, -4.0) / 2.0 * (w - l - 20.0);
+    let x = |ep: usize| l + ((ep as f64).log2() - 4.0) / 2.0 * (w - l - 20.0);
     let y = |us: f64| h - b - us / ymax * (h - b - 20.0);
     let colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"];
     let mut s = format!(

@@ -14,8 +14,6 @@ pub struct Outcome {
     /// The operation's time as the benchmarks report it: the mean over GPUs of each GPU's
     /// own (its receive kernel finished), µs.
     pub us: f64,
-    /// The median GPU's, µs.
-    pub p50_us: f64,
     /// The slowest GPU's, µs.
     pub max_us: f64,
     /// Network messages sent per GPU.
@@ -203,7 +201,6 @@ pub fn simulate(f: &Fabric, sys: &System, r: &Routing, op: Op) -> Outcome {
     Outcome {
         us: done.iter().sum::<f64>() / done.len().max(1) as f64,
         max_us: done.last().copied().unwrap_or(0.0),
-        p50_us: done.get(done.len() / 2).copied().unwrap_or(0.0),
         msgs_per_gpu: (msgs.len() + extra) as f64 / n as f64,
         mb_per_gpu: bytes as f64 / n as f64 / 1e6,
     }

@@ -534,11 +534,10 @@ fn register(
             source: Box::new(source),
         }
     };
-    let dmabuf = t.caps().gpu_memory
-        && t.caps().dmabuf
-        && ctx
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
-            .is_ok_and(|v| v == 1);
+    let gpu_dmabuf = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
+        .is_ok_and(|v| v == 1);
+    let dmabuf = t.caps().gpu_memory && t.caps().dmabuf && gpu_dmabuf;
     let votes = s.bs.allgather(&[u8::from(dmabuf)])?;
     let everywhere = votes.iter().all(|v| v.first() == Some(&1));
     if !everywhere && t.caps().gpu_memory {
@@ -556,14 +555,7 @@ fn register(
             } else {
                 "not offered"
             },
-            if ctx
-                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
-                .is_ok_and(|v| v == 1)
-            {
-                "present"
-            } else {
-                "absent"
-            }
+            if gpu_dmabuf { "present" } else { "absent" }
         );
     }
     if everywhere {

@@ -502,7 +502,7 @@ impl OfiTransport {
                 cfg.rails
             ),
             // EFA's two fabrics speak different protocols: every PE must use the same one.
-            fabric: if i.provider().starts_with("efa") {
+            fabric: if is_efa(&i.provider()) {
                 format!("libfabric {} ({})", i.provider(), i.fabric())
             } else {
                 format!("libfabric {}", i.provider())
@@ -994,13 +994,18 @@ pub(crate) fn pick_entry(entries: &[(String, String, String)], want_domain: &str
     }
     idx.iter()
         .copied()
-        .find(|&i| entries[i].0.starts_with("efa") && entries[i].1 == EFA_DIRECT)
+        .find(|&i| is_efa(&entries[i].0) && entries[i].1 == EFA_DIRECT)
         .or_else(|| idx.first().copied())
         .unwrap_or(0)
 }
 
 /// [`OfiConfig::incoming_per_peer`] when `PSHMEM_PROXY_MAX_INFLIGHT_PER_PE` is unset.
 pub const DEFAULT_INCOMING_PER_PEER: usize = 256;
+
+/// Whether `provider` is libfabric's EFA provider (alone or under a utility provider).
+fn is_efa(provider: &str) -> bool {
+    provider.starts_with("efa")
+}
 
 /// The fabric of EFA devices without the efa provider's own protocol (libfabric ≥ 1.22).
 pub const EFA_DIRECT: &str = "efa-direct";
@@ -1026,9 +1031,8 @@ impl Rail {
             .map(|i| (i.provider(), i.fabric(), i.domain()))
             .collect();
         let entry = all[pick_entry(&keys, want_domain)];
-        if entry.provider().starts_with("efa")
-            && std::env::var(env::EFA_DEVICE_RDMA).ok().as_deref() != Some("1")
-        {
+        let efa = is_efa(&entry.provider());
+        if efa && std::env::var(env::EFA_DEVICE_RDMA).ok().as_deref() != Some("1") {
             tracing::warn!(
                 "efa: {} is not 1: the NIC may not read or write GPU memory (GPU heaps then \
                  fail to register or go through host staging); pshmrun sets it, other launchers \
@@ -1037,7 +1041,7 @@ impl Rail {
                 env::EFA_DEVICE_RDMA
             );
         }
-        if entry.provider().starts_with("efa") && entry.fabric() != EFA_DIRECT {
+        if efa && entry.fabric() != EFA_DIRECT {
             tracing::warn!(
                 "efa: the {EFA_DIRECT} fabric is not offered (libfabric {:#x}; it needs 1.22 and \
                  a device with RDMA write): using fabric {:?}, with the efa provider's own \
@@ -1195,6 +1199,22 @@ impl Transport for OfiTransport {
             .position(Option::is_none)
             .unwrap_or(self.regions.len());
         let mut mrs = Vec::with_capacity(self.rails.len());
+        if matches!(
+            mem.kind,
+            MemKind::Cuda {
+                dmabuf_fd: Some(_),
+                ..
+            }
+        ) && !self.caps.dmabuf
+        {
+            tracing::warn!(
+                "registering GPU memory by address, not by its DMA-BUF: DMA-BUF \
+                 registration is not offered here (it needs libfabric 1.20 at run time, \
+                 this is {:#x}, and a provider taking GPU memory); the NIC then needs the \
+                 peer-memory kernel module",
+                fabric::runtime_version()
+            );
+        }
         for rail in &mut self.rails {
             let key = rail.next_key;
             rail.next_key += 1;
@@ -1210,23 +1230,6 @@ impl Transport for OfiTransport {
                     base: mem.ptr.cast(),
                     device,
                 },
-                MemKind::Cuda {
-                    dmabuf_fd: Some(_), ..
-                } => {
-                    tracing::warn!(
-                        "registering GPU memory by address, not by its DMA-BUF: DMA-BUF \
-                         registration is not offered here (it needs libfabric 1.20 at run time, \
-                         this is {:#x}, and a provider taking GPU memory); the NIC then needs \
-                         the peer-memory kernel module",
-                        fabric::runtime_version()
-                    );
-                    MrSource::Addr {
-                        ptr: mem.ptr.cast(),
-                        len: mem.len,
-                        iface,
-                        device,
-                    }
-                }
                 _ => MrSource::Addr {
                     ptr: mem.ptr.cast(),
                     len: mem.len,
