@@ -241,7 +241,7 @@ vars! {
     SIM_BANDWIDTH_GBPS = ("PSHMEM_SIM_BANDWIDTH_GBPS", "0", Kind::Number, between(0.0, 100000.0), "transport",
         "Simulated fabric: modelled link bandwidth in GB/s (0 = unlimited).");
     SIM_PROFILE = ("PSHMEM_SIM_PROFILE", "", Kind::Choice(&["", "efa"]), ANY, "transport",
-        "Capabilities of the simulated fabric: default, or efa (EFA's: no native atomics, no 64-bit remote CQ data, 32-byte inject, 8 KiB sends; unordered unless PSHMEM_SIM_REORDER=0).");
+        "Capabilities of the simulated fabric: default, or efa (EFA's: no native atomics, 4-byte remote CQ data (the immediate), 32-byte inject, 8 KiB sends; unordered unless PSHMEM_SIM_REORDER=0).");
     SYMMETRIC_SIZE = ("PSHMEM_SYMMETRIC_SIZE", "1073741824", Kind::Size, between(65536.0, 17592186044416.0), "runtime",
         "Bytes reserved for the symmetric heap of each PE (suffixes K, M, G accepted).");
     DISABLE_P2P = ("PSHMEM_DISABLE_P2P", "0", Kind::Bool, ANY, "runtime",
@@ -266,6 +266,8 @@ vars! {
         "Most transport operations a proxy thread keeps in flight; the rest wait in its queues (flow control towards the provider).");
     PROXY_MAX_INFLIGHT_PER_PE = ("PSHMEM_PROXY_MAX_INFLIGHT_PER_PE", "256", Kind::Count, between(1.0, 65536.0), "proxy",
         "Most transport operations one proxy thread keeps in flight to one destination PE (a burst to one peer waits in the proxy, traffic to the others moves on).");
+    STRONG_SIGNALS = ("PSHMEM_STRONG_SIGNALS", "0", Kind::Bool, ANY, "proxy",
+        "On unordered fabrics with remote CQ data (EFA, shm, several rails): 1 makes every signal (signal, put-with-signal) from one PE to another apply only after every put and p that the same ring issued to that PE before it landed, and in the order issued (a sequence number, held at the target). 0: a put-with-signal's signal waits only for its own data (the NVSHMEM rule; order other puts with a fence).");
     TRACE = ("PSHMEM_TRACE", "", Kind::Path, ANY, "proxy",
         "Path prefix of the proxy trace: each proxy thread keeps every operation's arrival, posts and finish, and writes PATH.<thread>.json (Chrome trace; opens in Perfetto) and PATH.<thread>.summary.json when it stops. Empty: no trace.");
     PROXY_CPU = ("PSHMEM_PROXY_CPU", "", Kind::CpuList, ANY, "proxy",

@@ -261,6 +261,10 @@ pub struct ProxyConfig {
     /// Most transport operations in flight per proxy thread to one destination PE (bounds a
     /// burst to one peer, e.g. a MoE dispatch's, so traffic to the others keeps moving).
     pub max_inflight_per_pe: usize,
+    /// Strong signals (`PSHMEM_STRONG_SIGNALS`; tagged signal mode only): a signal waits for
+    /// every put and `p` its ring issued to that PE before it, and a PE's signals are applied
+    /// at the target in the order issued.
+    pub strong_signals: bool,
     /// Where to write the thread's trace (`PSHMEM_TRACE`; see [`trace`]), if anywhere.
     pub trace: Option<std::path::PathBuf>,
 }
@@ -277,6 +281,7 @@ impl Default for ProxyConfig {
             drain_limit: Duration::from_secs(5),
             max_inflight: 256,
             max_inflight_per_pe: 256,
+            strong_signals: false,
             trace: None,
         }
     }

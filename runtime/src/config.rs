@@ -60,6 +60,7 @@ impl Config {
             drain_limit: Duration::from_secs(5),
             max_inflight: env::PROXY_MAX_INFLIGHT.usize()?.max(1),
             max_inflight_per_pe: env::PROXY_MAX_INFLIGHT_PER_PE.usize()?.max(1),
+            strong_signals: env::STRONG_SIGNALS.bool()?,
             trace: Some(env::TRACE.value())
                 .filter(|p| !p.is_empty())
                 .map(std::path::PathBuf::from),

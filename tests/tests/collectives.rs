@@ -66,7 +66,8 @@ fn collectives_on_2_and_3_pes_agree_on_every_path() {
     }
 }
 
-/// EFA's capabilities on the reordering fabric (gated signals, AMOs in the proxy).
+/// EFA's capabilities on the reordering fabric (signals counted through 32-bit immediates, AMOs
+/// in the proxy).
 const SIM_EFA: &[(&str, &str)] = &[
     ("PSHMEM_DISABLE_P2P", "1"),
     ("PSHMEM_PROVIDER", "sim"),

@@ -31,8 +31,8 @@ fn proxied(provider: &'static str) -> Vec<(&'static str, &'static str)> {
     v
 }
 
-/// Through the proxy over the reordering fabric with EFA's capabilities (gated signals, AMOs in
-/// the target's proxy).
+/// Through the proxy over the reordering fabric with EFA's capabilities (signals counted through
+/// tags in 32-bit immediates, AMOs in the target's proxy).
 fn proxied_efa() -> Vec<(&'static str, &'static str)> {
     let mut v = proxied("sim");
     v.push(("PSHMEM_SIM_PROFILE", "efa"));
@@ -413,10 +413,11 @@ fn a_dead_peer_fails_waits_on_the_host_staged_gpu_path_within_5s() {
     }
 }
 
-/// EFA's capabilities on the reordering fabric (`PSHMEM_SIM_PROFILE=efa`: no native atomics, no
-/// 64-bit remote CQ data, 32-byte inject, 8 KiB sends): put-with-signal, fence and counted
-/// signals run gated, AMOs in the target's proxy; the host heap and a registered GPU heap give
-/// the direct path's bytes at 2 and 4 PEs.
+/// EFA's capabilities on the reordering fabric (`PSHMEM_SIM_PROFILE=efa`: no native atomics,
+/// 4-byte remote CQ data, 32-byte inject, 8 KiB sends): put-with-signal and counted signals are
+/// counted at the target through tags in the 32-bit immediate (the fabric refuses wider data),
+/// AMOs run in the target's proxy; the host heap and a registered GPU heap give the direct
+/// path's bytes at 2 and 4 PEs, with and without strong signals.
 #[test]
 fn the_proxy_paths_match_the_direct_path_on_the_efa_profile() {
     for n in [2, 4] {
@@ -429,10 +430,16 @@ fn the_proxy_paths_match_the_direct_path_on_the_efa_profile() {
             direct,
             "{n} PEs, registered heap, efa profile"
         );
+        env.push(("PSHMEM_STRONG_SIGNALS", "1"));
+        assert_eq!(
+            ops(n, &env),
+            direct,
+            "{n} PEs, registered heap, efa profile, strong signals"
+        );
     }
 }
 
-/// The host-staged GPU path needs 64-bit remote CQ data: on the efa profile it refuses at
+/// The host-staged GPU path needs 8 bytes of remote CQ data: on the efa profile it refuses at
 /// init, naming the reason, instead of hanging or corrupting.
 #[test]
 fn the_host_staged_gpu_path_refuses_the_efa_profile_with_a_clear_error() {
@@ -445,7 +452,7 @@ fn the_host_staged_gpu_path_refuses_the_efa_profile_with_a_clear_error() {
     );
     assert!(
         res.iter()
-            .any(|r| r.stderr.contains("needs writes with remote CQ data")),
+            .any(|r| r.stderr.contains("needs writes with 8 bytes of remote CQ data")),
         "no reason given:\n{}",
         res.iter().map(|r| r.to_string()).collect::<String>()
     );

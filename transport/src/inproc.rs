@@ -36,8 +36,8 @@ pub struct InProcConfig {
     pub land_delay: u32,
     /// A completion reaches the initiator 0..=`completion_delay` ticks after its landing.
     pub completion_delay: u32,
-    /// Offer writes with remote CQ data.
-    pub remote_cq_data: bool,
+    /// Bytes of remote CQ data a write carries (0: none offered; 4 as on EFA; 8).
+    pub cq_data_size: usize,
     /// Payloads up to this size are copied at post.
     pub inject_size: usize,
     /// Largest message.
@@ -53,7 +53,7 @@ impl Default for InProcConfig {
             reorder: true,
             land_delay: 3,
             completion_delay: 3,
-            remote_cq_data: true,
+            cq_data_size: 8,
             inject_size: 64,
             max_send_size: 4096,
             max_outstanding: 64,
@@ -180,7 +180,7 @@ impl InProcFabric {
             native_atomics: false,
             gpu_memory: false,
             dmabuf: false,
-            remote_cq_data: cfg.remote_cq_data,
+            cq_data_size: cfg.cq_data_size,
             inject_size: cfg.inject_size,
             max_msg_size: usize::MAX,
             max_send_size: cfg.max_send_size,
@@ -476,13 +476,7 @@ impl Transport for InProcTransport {
         data: u64,
         ctx: u64,
     ) -> Result<(), PostError> {
-        if !self.caps.remote_cq_data {
-            return Err(TransportError::Unsupported {
-                op: "write with remote CQ data",
-                transport: self.caps.name.clone(),
-            }
-            .into());
-        }
+        self.caps.check_cq_data(data)?;
         // SAFETY: forwarded.
         unsafe { self.write_inner(pe, local, remote, len, Some(data), ctx) }
     }

@@ -29,7 +29,7 @@ impl InstantTransport {
             native_atomics: true,
             gpu_memory: true,
             dmabuf: false,
-            remote_cq_data: true,
+            cq_data_size: 8,
             inject_size: 64,
             max_msg_size: usize::MAX,
             max_send_size: 4096,

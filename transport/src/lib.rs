@@ -126,8 +126,9 @@ pub struct Caps {
     pub gpu_memory: bool,
     /// GPU memory can be registered by DMA-BUF fd (FI_HMEM and libfabric ≥ 1.20 at run time).
     pub dmabuf: bool,
-    /// Writes carrying 64-bit remote completion data are offered (`write_data`).
-    pub remote_cq_data: bool,
+    /// Bytes of remote completion data a write can carry (`write_data`): 0 (not offered), 4
+    /// (EFA's immediate data) or 8.
+    pub cq_data_size: usize,
     /// Largest payload sent inline.
     pub inject_size: usize,
     /// Largest single message.
@@ -140,6 +141,30 @@ pub struct Caps {
     pub manual_progress: bool,
     /// Endpoints striped per PE.
     pub rails: usize,
+}
+
+impl Caps {
+    /// Whether a write may carry `data` as its remote completion data: `Unsupported` when the
+    /// transport offers none, `InvalidArgument` when `data` is wider than what it carries
+    /// (a caller that packs more bits than [`Caps::cq_data_size`] would lose them silently).
+    pub fn check_cq_data(&self, data: u64) -> Result<()> {
+        if self.cq_data_size == 0 {
+            return Err(TransportError::Unsupported {
+                op: "a write with remote CQ data",
+                transport: self.name.clone(),
+            });
+        }
+        if self.cq_data_size < 8 && data >> (8 * self.cq_data_size) != 0 {
+            return Err(TransportError::InvalidArgument {
+                op: "a write with remote CQ data",
+                reason: format!(
+                    "{data:#x} does not fit the {} bytes of remote CQ data that {} carries",
+                    self.cq_data_size, self.name
+                ),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// What polling reports.
@@ -405,4 +430,40 @@ pub fn open_from_env_on(bs: &Bootstrap, domains: &[String]) -> Result<Box<dyn Tr
     };
     establish(t.as_mut(), bs)?;
     Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps(cq_data_size: usize) -> Caps {
+        Caps {
+            name: "test".into(),
+            fabric: "test".into(),
+            ordered: false,
+            delivery_complete: true,
+            native_atomics: false,
+            gpu_memory: false,
+            dmabuf: false,
+            cq_data_size,
+            inject_size: 32,
+            max_msg_size: 1 << 30,
+            max_send_size: 8192,
+            max_outstanding: 64,
+            manual_progress: false,
+            rails: 1,
+        }
+    }
+
+    #[test]
+    fn remote_cq_data_must_fit_its_width() {
+        assert!(matches!(
+            caps(0).check_cq_data(0),
+            Err(TransportError::Unsupported { .. })
+        ));
+        assert!(caps(4).check_cq_data(u64::from(u32::MAX)).is_ok());
+        let e = caps(4).check_cq_data(1 << 32).expect_err("33 bits in 4 bytes");
+        assert!(e.to_string().contains("does not fit the 4 bytes"), "{e}");
+        assert!(caps(8).check_cq_data(u64::MAX).is_ok());
+    }
 }

@@ -60,8 +60,8 @@ pub enum SimProfile {
     /// Everything: native atomics, 64-bit remote CQ data, 64-byte inject, 4 KiB sends.
     #[default]
     Full,
-    /// EFA's (fi_efa(7)): no native atomics, remote CQ data of 4 bytes only (so none of the
-    /// 64-bit kind proxyshmem uses: writes with data are refused), 32-byte inject, 8 KiB sends.
+    /// EFA's (fi_efa(7)): no native atomics, remote CQ data of 4 bytes (EFA's immediate data: a
+    /// write whose data is wider is refused), 32-byte inject, 8 KiB sends.
     Efa,
 }
 
@@ -367,7 +367,7 @@ impl SimTransport {
             native_atomics: efa.is_none(),
             gpu_memory: false,
             dmabuf: false,
-            remote_cq_data: efa.is_none(),
+            cq_data_size: efa.map_or(8, |_| 4),
             inject_size: efa.map_or(64, |_| 32),
             max_msg_size: 1 << 34,
             max_send_size: efa.map_or(4096, |_| 8192),
@@ -963,13 +963,7 @@ impl Transport for SimTransport {
         data: u64,
         ctx: u64,
     ) -> Result<(), PostError> {
-        if !self.caps.remote_cq_data {
-            return Err(TransportError::Unsupported {
-                op: "a write with 64-bit remote CQ data",
-                transport: self.caps.name.clone(),
-            }
-            .into());
-        }
+        self.caps.check_cq_data(data)?;
         self.rma(Kind::WriteData, pe, local, remote, len, data, ctx)
     }
 

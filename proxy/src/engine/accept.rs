@@ -4,12 +4,13 @@
 //! posted ([`super::issue`]) and in the signal mode.
 
 use pshmem_abi::error as code;
-use pshmem_ring::{Desc, Local, RawSlot, layout::ctrl_op, layout::op};
+use pshmem_ring::{Desc, Local, RawSlot, SignalOp, layout::ctrl_op, layout::op};
 use pshmem_transport::PostError;
 
 use super::{
     Engine, SignalMode,
-    ctx::{Ctx, FastOp, PartRef, TagData},
+    ctx::{Ctx, FastOp, PartRef},
+    tags::{Round, Tag},
     work::{Dir, Issued, Op, OpRef, Work, Xfer},
 };
 
@@ -26,7 +27,7 @@ impl Engine {
         let mut bad = None;
         let res = cons.poll(batch, |idx, slots| {
             let seq = self.rings[r].done.push(idx + slots.len() as u64);
-            if bad.is_none() && self.p_fast(r as u16, seq, slots) {
+            if bad.is_none() && !self.strong && self.p_fast(r as u16, seq, slots) {
                 return;
             }
             match Desc::decode(slots) {
@@ -86,7 +87,13 @@ impl Engine {
                 remote,
                 local,
                 len,
-            } => self.accept_xfer(ring, seq, pe, Dir::Put, remote, local, len, None),
+            } => {
+                // Strong signals: every put carries its ring's epoch tag toward the PE, so the
+                // next signal there can wait for it.
+                if let Some(tag) = self.epoch_tag(ring, pe) {
+                    self.accept_xfer(ring, seq, pe, Dir::Put, remote, local, len, tag);
+                }
+            }
             Desc::Get {
                 pe,
                 remote,
@@ -100,7 +107,7 @@ impl Engine {
                 len,
                 sig,
             } => {
-                if let Some(tag) = self.counted_tag(ring, pe, sig, false) {
+                if let Some(tag) = self.counted_tag(ring, pe, sig) {
                     self.accept_xfer(ring, seq, pe, Dir::Put, remote, local, len, tag);
                 }
             }
@@ -110,22 +117,15 @@ impl Engine {
                 value,
                 op: sop,
             } => {
-                // Tagged: the target applies it once it counted the writes of this round.
-                // Gated (staged path, or no remote CQ data): after everything before it to
-                // that PE from this ring completed. Ordered: behind them on the same path.
-                if let Some(tag) = self.counted_tag(ring, pe, remote, true) {
-                    if self.mode == SignalMode::Gated {
-                        self.enqueue(ring, pe, Work::Gate);
-                    }
-                    let w = Work::Signal {
-                        op: OpRef::Fast(seq),
-                        remote,
-                        value,
-                        sop,
-                        tag,
-                    };
-                    self.enqueue(ring, pe, w);
-                }
+                // Tagged: the target applies it once it counted the writes of this round
+                // (the round closes here; the next counted put opens another). Gated (staged
+                // path, or no remote CQ data): after everything before it to that PE from
+                // this ring completed. Ordered: behind them on the same path.
+                let tag = match self.mode {
+                    SignalMode::Tagged => self.itags.close(ring, pe, Round::Counted(remote)),
+                    _ => None,
+                };
+                self.enqueue_signal(ring, pe, seq, (remote, value, sop), tag, true);
             }
             Desc::P { .. } | Desc::Amo { .. } | Desc::Signal { .. } => {
                 self.accept_single(ring, seq, d)
@@ -143,9 +143,12 @@ impl Engine {
                 value,
                 width,
             } => {
-                if self.post_p_now(ring, seq, pe, remote, value, width) {
+                if !self.strong && self.post_p_now(ring, seq, pe, remote, value, width) {
                     return;
                 }
+                let Some(tag) = self.epoch_tag(ring, pe) else {
+                    return;
+                };
                 // A staged `p` is a store request; an RMA one beyond the inject size needs a
                 // chunk, which a tracked part frees.
                 let single = self.landing.is_some() || width as usize <= self.staging.inject;
@@ -155,6 +158,7 @@ impl Engine {
                     remote,
                     value,
                     width,
+                    tag,
                 };
                 (pe, w)
             }
@@ -187,17 +191,42 @@ impl Engine {
                 value,
                 op: sop,
             } => {
-                let op = OpRef::Fast(seq);
-                let w = Work::Signal {
-                    op,
-                    remote,
-                    value,
-                    sop,
-                    tag: None,
+                // Strong: it waits for the ring's epoch toward the PE, which it closes (tagged
+                // mode), or for everything before it to complete (gated mode; a put-with-signal
+                // has that gate anyway).
+                let tag = if self.strong {
+                    self.itags.close(ring, pe, Round::Epoch)
+                } else {
+                    None
                 };
-                (pe, w)
+                return self.enqueue_signal(ring, pe, seq, (remote, value, sop), tag, false);
             }
             _ => unreachable!("not a single-part operation: {d:?}"),
+        };
+        self.enqueue(ring, pe, w);
+    }
+
+    /// Queues signal `seq` (counted, or plain) behind a gate where the mode needs one: gated
+    /// mode, for a counted signal, or a plain one under strong signals.
+    fn enqueue_signal(
+        &mut self,
+        ring: u16,
+        pe: u32,
+        seq: u64,
+        (remote, value, sop): (u64, u64, SignalOp),
+        tag: Option<Tag>,
+        counted: bool,
+    ) {
+        if self.mode == SignalMode::Gated && (counted || self.cfg.strong_signals) {
+            self.enqueue(ring, pe, Work::Gate);
+        }
+        let w = Work::Signal {
+            op: OpRef::Fast(seq),
+            remote,
+            value,
+            sop,
+            tag,
+            strong: self.strong && !counted,
         };
         self.enqueue(ring, pe, w);
     }
@@ -216,31 +245,50 @@ impl Engine {
         self.finish_op(ring, seq);
     }
 
-    /// In tagged mode, the tag of a counted put (or, with `signal`, of the counted signal
-    /// that closes the round, which then moves on) for the signal word `sig` on `pe`:
-    /// `Some(None)` in the other modes; `None` after a fault (a word beyond the tag's reach).
-    fn counted_tag(&mut self, ring: u16, pe: u32, sig: u64, signal: bool) -> Option<Option<u64>> {
+    /// In tagged mode, the tag of a counted put to the signal word `sig` on `pe` (its round's,
+    /// opened by the first put of the round): `Some(None)` in the other modes; `None` after a
+    /// fault (no tag left).
+    fn counted_tag(&mut self, ring: u16, pe: u32, sig: u64) -> Option<Option<Tag>> {
         if self.mode != SignalMode::Tagged {
             return Some(None);
         }
-        let round = self.rounds.entry((ring, pe, sig)).or_default();
-        let tag = TagData::counted_tag(sig, *round);
-        if signal {
-            *round = round.wrapping_add(1);
+        self.shared_tag(ring, pe, Round::Counted(sig))
+    }
+
+    /// With strong signals, the tag of ring `ring`'s current epoch toward `pe`: `Some(None)`
+    /// without them; `None` after a fault (no tag left).
+    fn epoch_tag(&mut self, ring: u16, pe: u32) -> Option<Option<Tag>> {
+        if !self.strong {
+            return Some(None);
         }
-        if tag.is_none() {
-            self.fault(
-                code::OP_FAILED,
-                Some(pe as usize),
-                format!(
-                    "PE {}: a counted signal word at heap offset {sig:#x} of PE {pe} is beyond \
-                     the 512 GiB that a counted tag can name",
-                    self.me
-                ),
-            );
-            return None;
+        self.shared_tag(ring, pe, Round::Epoch)
+    }
+
+    fn shared_tag(&mut self, ring: u16, pe: u32, round: Round) -> Option<Option<Tag>> {
+        match self.itags.shared(ring, pe, round) {
+            Some(t) => Some(Some(t)),
+            None => {
+                self.out_of_tags(pe);
+                None
+            }
         }
-        Some(tag)
+    }
+
+    /// Every tag toward `pe` is held by a round or signal in flight: the job fails (not a
+    /// wait: a tag comes back only when a signal's ack does, which this very queue may hold).
+    fn out_of_tags(&mut self, pe: u32) {
+        self.fault(
+            code::OP_FAILED,
+            Some(pe as usize),
+            format!(
+                "PE {}: {} signals and counted rounds toward PE {pe} are in flight, the most \
+                 that the {}-byte remote CQ data of {} can tell apart",
+                self.me,
+                self.itags.capacity(),
+                self.caps.cq_data_size,
+                self.caps.name
+            ),
+        );
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -253,7 +301,7 @@ impl Engine {
         remote: u64,
         local: Local,
         len: u64,
-        tag: Option<u64>,
+        tag: Option<Tag>,
     ) {
         if len == 0 {
             self.finish_op(ring, seq);
@@ -298,11 +346,24 @@ impl Engine {
             return;
         };
         let op = self.new_op(ring, seq, 0);
-        let tag = (self.mode == SignalMode::Tagged).then(|| {
-            let t = self.next_tag;
-            self.next_tag = TagData::next_tag(t);
-            t
-        });
+        // Tagged: its data carries a tag of its own, or (strong) its ring's epoch tag, which
+        // the signal then closes.
+        let (data_tag, sig_tag) = match self.mode {
+            SignalMode::Tagged if self.strong => {
+                let Some(t) = self.epoch_tag(ring, pe) else {
+                    return;
+                };
+                (t, self.itags.close(ring, pe, Round::Epoch))
+            }
+            SignalMode::Tagged => match self.itags.alloc(pe) {
+                Some(id) => {
+                    let t = Tag { id, shared: false };
+                    (Some(t), Some(t))
+                }
+                None => return self.out_of_tags(pe),
+            },
+            _ => (None, None),
+        };
         let x = Xfer {
             dir: Dir::Put,
             op,
@@ -310,7 +371,7 @@ impl Engine {
             local,
             len,
             issued: 0,
-            tag,
+            tag: data_tag,
             last: false,
         };
         self.enqueue(ring, pe, Work::Xfer(x));
@@ -322,7 +383,8 @@ impl Engine {
             remote: sig,
             value,
             sop,
-            tag,
+            tag: sig_tag,
+            strong: self.strong,
         };
         self.enqueue(ring, pe, w);
     }
@@ -400,7 +462,7 @@ impl Engine {
             return false;
         }
         let ctx = Ctx::Part(PartRef::Fast(FastOp::new(ring, pe, seq))).encode();
-        let r = self.write_value(pe, self.staging.scratch, remote, value, width, ctx);
+        let r = self.write_value(pe, self.staging.scratch, (remote, value, width), None, ctx);
         match r {
             Ok(()) => {
                 self.rings[ring as usize].queues[pe as usize].outstanding += 1;

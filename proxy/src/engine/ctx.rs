@@ -316,76 +316,129 @@ pub(crate) fn job(word: u64) -> Option<u64> {
 
 // ---- remote CQ data ---------------------------------------------------------------------------
 
-/// Bits of a put-with-signal tag (unordered transports with remote CQ data).
-pub(crate) const TAG_BITS: u32 = 40;
-const TAG: Field = Field {
-    shift: 0,
-    bits: TAG_BITS,
+/// How much remote CQ data a transport's writes carry: the layout of a tagged write's word.
+///
+/// | width | source PE | tag |
+/// | --- | --- | --- |
+/// | 8 bytes (verbs, tcp, the default simulated fabric) | bits 32..56 | bits 0..32 |
+/// | 4 bytes (EFA, the simulated `efa` profile) | bits 18..32 | bits 0..18 |
+///
+/// The tag names a counter at the target (the writes a signal waits for). It is assigned by
+/// the initiator from a per-target pool and recycled when the signal's ack comes back, so it
+/// only has to tell apart the rounds in flight between one pair of PEs (2^18 on EFA), not
+/// name a heap word; the count the target waits for, and the signal's sequence number, travel
+/// in the signal's request, never in the immediate. A job of more PEs than the source field
+/// holds (16384 on EFA) is refused at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ImmWidth {
+    /// 32-bit immediate data (EFA).
+    Four,
+    /// 64-bit remote CQ data.
+    Eight,
+}
+
+const TAG8_ID: Field = Field { shift: 0, bits: 32 };
+const TAG8_SRC: Field = Field {
+    shift: 32,
+    bits: FAST_PE.bits,
 };
-const TAG_SRC: Field = Field {
-    shift: TAG_BITS,
-    bits: 64 - TAG_BITS,
+const TAG4_ID: Field = Field { shift: 0, bits: 18 };
+const TAG4_SRC: Field = Field {
+    shift: 18,
+    bits: 14,
 };
-/// A tag's top bit: set, the tag is a counted put's (below); clear, a put-with-signal's
-/// running number.
-const TAG_COUNTED: Field = Field {
-    shift: TAG_BITS - 1,
-    bits: 1,
-};
-/// A counted put's tag: its signal word (heap offset / 8) and the round of that word, so that
-/// writes of the next round that land before this round's signal are not counted for it.
-const COUNTED_WORD: Field = Field { shift: 0, bits: 36 };
-const COUNTED_ROUND: Field = Field { shift: 36, bits: 3 };
 const LANDING_SLOT: Field = Field { shift: 0, bits: 32 };
 const LANDING_GROUP: Field = Field {
     shift: 32,
     bits: FAST_PE.bits,
 };
+/// A signal request's `tag` word: the tag of the writes it waits for, and (strong signals) its
+/// sequence number among the signals from its PE (0: applied in any order).
+const SIGNAL_TAG: Field = Field { shift: 0, bits: 32 };
+const SIGNAL_SEQ: Field = Field {
+    shift: 32,
+    bits: 32,
+};
 const _: () = {
-    assert!(TAG.before(TAG_SRC) && TAG_SRC.end() == 64 && TAG_SRC.bits >= FAST_PE.bits);
-    assert!(COUNTED_WORD.before(COUNTED_ROUND) && COUNTED_ROUND.before(TAG_COUNTED));
-    assert!(TAG_COUNTED.end() == TAG.end());
+    assert!(TAG8_ID.before(TAG8_SRC) && TAG8_SRC.end() <= 64);
+    assert!(TAG4_ID.before(TAG4_SRC) && TAG4_SRC.end() == 32);
+    assert!(TAG8_ID.bits >= TAG4_ID.bits && TAG8_ID.bits <= SIGNAL_TAG.bits);
     assert!(LANDING_SLOT.before(LANDING_GROUP) && LANDING_GROUP.end() <= 64);
+    assert!(SIGNAL_TAG.before(SIGNAL_SEQ) && SIGNAL_SEQ.end() == 64);
 };
 
-/// The remote CQ data of a write of put-with-signal's data: the initiator and its tag (the
-/// target counts these writes per (source, tag) before it applies the signal).
+impl ImmWidth {
+    /// The width of a transport offering `bytes` of remote CQ data; `None` below 4.
+    pub(crate) fn of(bytes: usize) -> Option<Self> {
+        match bytes {
+            0..4 => None,
+            4..8 => Some(Self::Four),
+            _ => Some(Self::Eight),
+        }
+    }
+
+    fn fields(self) -> (Field, Field) {
+        match self {
+            Self::Four => (TAG4_SRC, TAG4_ID),
+            Self::Eight => (TAG8_SRC, TAG8_ID),
+        }
+    }
+
+    /// Bits of a tag.
+    pub(crate) fn tag_bits(self) -> u32 {
+        self.fields().1.bits
+    }
+
+    /// Most PEs whose writes a target can tell apart.
+    pub(crate) fn max_pes(self) -> usize {
+        1 << self.fields().0.bits
+    }
+}
+
+/// The remote CQ data of a tagged write: the initiator and its tag (the target counts these
+/// writes per (source, tag) before it applies the signal waiting for them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct TagData {
-    /// The initiating PE.
+    /// The initiating PE (below [`ImmWidth::max_pes`]).
     pub src: u32,
-    /// The put-with-signal's tag (below 2^[`TAG_BITS`]).
-    pub tag: u64,
+    /// The tag (below 2^[`ImmWidth::tag_bits`]).
+    pub tag: u32,
 }
 
 impl TagData {
-    /// The put-with-signal tag after `tag`, wrapping below the counted bit.
-    pub(crate) fn next_tag(tag: u64) -> u64 {
-        tag.wrapping_add(1) & (TAG.mask() >> 1)
+    pub(crate) fn encode(self, w: ImmWidth) -> u64 {
+        let (src, id) = w.fields();
+        src.put(self.src.into()) | id.put(self.tag.into())
     }
 
-    /// The tag of counted puts for the signal word at heap offset `sig` in round `round`
-    /// (modulo 8); `None` when the offset does not fit (heaps beyond 512 GiB).
-    pub(crate) fn counted_tag(sig: u64, round: u8) -> Option<u64> {
-        let word = sig / 8;
-        (word <= COUNTED_WORD.mask()).then(|| {
-            TAG_COUNTED.put(1) | COUNTED_ROUND.put(u64::from(round) & 7) | COUNTED_WORD.put(word)
-        })
-    }
-
-    /// Whether `tag` is a counted put's.
-    pub(crate) fn is_counted(tag: u64) -> bool {
-        TAG_COUNTED.get(tag) == 1
-    }
-
-    pub(crate) fn encode(self) -> u64 {
-        TAG_SRC.put(self.src.into()) | TAG.put(self.tag)
-    }
-
-    pub(crate) fn decode(data: u64) -> Self {
+    pub(crate) fn decode(data: u64, w: ImmWidth) -> Self {
+        let (src, id) = w.fields();
         Self {
-            src: TAG_SRC.get(data) as u32,
-            tag: TAG.get(data),
+            src: src.get(data) as u32,
+            tag: id.get(data) as u32,
+        }
+    }
+}
+
+/// A signal request's `tag` word: the writes it waits for and its place in its source's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SignalTag {
+    /// The tag of the writes it waits for.
+    pub tag: u32,
+    /// Its sequence number among the strong signals from its PE to this one, from 1; 0 for a
+    /// signal applied as soon as its writes landed.
+    pub seq: u32,
+}
+
+impl SignalTag {
+    pub(crate) fn encode(self) -> u64 {
+        SIGNAL_TAG.put(self.tag.into()) | SIGNAL_SEQ.put(self.seq.into())
+    }
+
+    pub(crate) fn decode(word: u64) -> Self {
+        Self {
+            tag: SIGNAL_TAG.get(word) as u32,
+            seq: SIGNAL_SEQ.get(word) as u32,
         }
     }
 }
@@ -506,26 +559,33 @@ mod tests {
 
     #[test]
     fn remote_data_round_trips() {
-        for src in [0, 1, MAX_PES as u32 - 1] {
-            for tag in [0, 1, (1 << TAG_BITS) - 1] {
-                let d = TagData { src, tag };
-                assert_eq!(TagData::decode(d.encode()), d);
+        for w in [ImmWidth::Four, ImmWidth::Eight] {
+            let (pes, tags) = (w.max_pes() as u32, 1u32 << w.tag_bits());
+            for src in [0, 1, pes - 1] {
+                for tag in [0, 1, tags - 1] {
+                    let d = TagData { src, tag };
+                    let word = d.encode(w);
+                    assert_eq!(TagData::decode(word, w), d);
+                    if w == ImmWidth::Four {
+                        assert!(word <= u64::from(u32::MAX), "{d:?} fits 32 bits");
+                    }
+                }
             }
-            for slot in [0, 1, u32::MAX] {
-                let d = LandingData { group: src, slot };
+        }
+        assert_eq!(ImmWidth::Four.max_pes(), 16384);
+        assert_eq!(ImmWidth::Eight.max_pes(), MAX_PES);
+        assert_eq!(ImmWidth::of(0), None);
+        assert_eq!(ImmWidth::of(4), Some(ImmWidth::Four));
+        assert_eq!(ImmWidth::of(8), Some(ImmWidth::Eight));
+        for slot in [0, 1, u32::MAX] {
+            for group in [0, 1, MAX_PES as u32 - 1] {
+                let d = LandingData { group, slot };
                 assert_eq!(LandingData::decode(d.encode()), d);
             }
         }
-        assert_eq!(TagData::next_tag((1 << (TAG_BITS - 1)) - 1), 0);
-        assert!(!TagData::is_counted(TagData::next_tag(12345)));
-        let t = TagData::counted_tag(8 << 35, 9).expect("fits");
-        assert!(TagData::is_counted(t));
-        assert_ne!(t, TagData::counted_tag(8 << 35, 10).expect("fits"));
-        assert_eq!(
-            t,
-            TagData::counted_tag(8 << 35, 1).expect("fits"),
-            "rounds wrap at 8"
-        );
-        assert!(TagData::counted_tag(8 << 36, 0).is_none());
+        for (tag, seq) in [(0, 0), (1, 1), (u32::MAX, u32::MAX), (5, 0)] {
+            let s = SignalTag { tag, seq };
+            assert_eq!(SignalTag::decode(s.encode()), s);
+        }
     }
 }

@@ -10,7 +10,8 @@ use pshmem_transport::{LocalRef, PostError, RemoteRef};
 use super::{
     Engine,
     accept::MAX_PART,
-    ctx::{Ctx, FastOp, PartRef, SlabKey, TagData},
+    ctx::{Ctx, FastOp, PartRef, SignalTag, SlabKey, TagData},
+    tags::Tag,
     work::{Dir, Issued, OpRef, Part, Posted, Work, Xfer},
 };
 use crate::wire::{self, Request, RequestKind};
@@ -116,13 +117,14 @@ impl Engine {
                 remote,
                 value,
                 width,
+                tag,
             } => match self.landing {
                 Some(_) => {
-                    let req =
+                    let mut req =
                         Request::new(*remote, *value, 0, RequestKind::Store { width: *width });
-                    self.request(r, pe, *op, req)
+                    self.request(r, pe, *op, &mut req)
                 }
-                None => self.issue_p(r, pe, *op, *remote, *value, *width),
+                None => self.issue_p(r, pe, *op, (*remote, *value, *width), *tag),
             },
             Work::Amo {
                 op,
@@ -136,7 +138,8 @@ impl Engine {
                     op: *aop,
                     wide: *wide,
                 };
-                self.request(r, pe, *op, Request::new(*remote, *operand, *compare, kind))
+                let mut req = Request::new(*remote, *operand, *compare, kind);
+                self.request(r, pe, *op, &mut req)
             }
             Work::Signal {
                 op,
@@ -144,26 +147,38 @@ impl Engine {
                 value,
                 sop,
                 tag,
+                strong,
             } => {
                 // A tagged signal is applied once the target counted every data write: its
-                // put's parts, or the counted puts of its round (all issued: they were ahead
-                // of it in this queue).
+                // put's parts, or the writes of its counted round or strong epoch (all
+                // issued: they were ahead of it in this queue).
                 let expect = match (*tag, *op) {
-                    (Some(t), _) if TagData::is_counted(t) => {
-                        self.counted.get(&(r, pe, t)).copied().unwrap_or(0)
-                    }
+                    (Some(t), _) if t.shared => self.itags.written(pe, t.id),
                     (Some(_), OpRef::Slab(k)) => self.ops.get(k).map_or(0, |o| o.data_parts),
                     _ => 0,
                 };
+                // A strong signal's sequence number is taken only if the request goes out:
+                // the target waits for every number in turn.
+                let seq = if *strong {
+                    self.itags.peek_seq(pe)
+                } else {
+                    0
+                };
                 let kind = RequestKind::Signal { op: *sop, expect };
                 let mut req = Request::new(*remote, *value, 0, kind);
-                req.tag = tag.unwrap_or(0);
-                let issued = self.request(r, pe, *op, req);
-                if issued == Issued::All
-                    && let Some(t) = tag
-                    && TagData::is_counted(*t)
-                {
-                    self.counted.remove(&(r, pe, *t));
+                req.tag = SignalTag {
+                    tag: tag.map_or(0, |t| t.id),
+                    seq,
+                }
+                .encode();
+                let issued = self.request(r, pe, *op, &mut req);
+                if issued == Issued::All {
+                    if *strong {
+                        self.itags.take_seq(pe);
+                    }
+                    if let Some(t) = tag {
+                        self.itags.sent(pe, t.id, req.id);
+                    }
                 }
                 issued
             }
@@ -187,9 +202,9 @@ impl Engine {
                 Some(n) => {
                     x.issued += n;
                     if let Some(t) = x.tag
-                        && TagData::is_counted(t)
+                        && t.shared
                     {
-                        *self.counted.entry((r, pe, t)).or_default() += 1;
+                        self.itags.wrote(pe, t.id);
                     }
                     if x.dir == Dir::Put
                         && let OpRef::Slab(k) = x.op
@@ -267,7 +282,11 @@ impl Engine {
         let res = unsafe {
             match x.tag {
                 Some(tag) => {
-                    let data = TagData { src: self.me, tag }.encode();
+                    let data = TagData {
+                        src: self.me,
+                        tag: tag.id,
+                    }
+                    .encode(self.imm);
                     self.t
                         .write_data(pe as usize, lref, rref, n as usize, data, ctx)
                 }
@@ -305,9 +324,8 @@ impl Engine {
         r: u16,
         pe: u32,
         op: OpRef,
-        remote: u64,
-        value: u64,
-        width: u8,
+        (remote, value, width): (u64, u64, u8),
+        tag: Option<Tag>,
     ) -> Issued {
         if !self.room_for(pe) {
             return Issued::Blocked;
@@ -321,21 +339,34 @@ impl Engine {
             (self.staging.chunk_offset(ch), Posted::FromChunk(ch))
         };
         let part = self.new_part(op, pe, r, posted);
-        let res = self.write_value(pe, off, remote, value, width, Ctx::Part(part).encode());
-        self.posted(res, part, pe, "p").issued()
+        let ctx = Ctx::Part(part).encode();
+        let data = tag.map(|t| {
+            TagData {
+                src: self.me,
+                tag: t.id,
+            }
+            .encode(self.imm)
+        });
+        let res = self.write_value(pe, off, (remote, value, width), data, ctx);
+        let issued = self.posted(res, part, pe, "p").issued();
+        if issued == Issued::All
+            && let Some(t) = tag
+        {
+            self.itags.wrote(pe, t.id);
+        }
+        issued
     }
 
     /// Writes the low `width` bytes of `value` to `remote` on `pe`, from staging memory at
     /// `off` (the scratch area, copied at post, or a chunk the caller holds until completion;
-    /// either holds at least 8 bytes).
+    /// either holds at least 8 bytes), with remote CQ data `data` if given.
     #[inline]
     pub(super) fn write_value(
         &mut self,
         pe: u32,
         off: usize,
-        remote: u64,
-        value: u64,
-        width: u8,
+        (remote, value, width): (u64, u64, u8),
+        data: Option<u64>,
         ctx: u64,
     ) -> Result<(), PostError> {
         self.staging.buf[off..off + 8].copy_from_slice(&value.to_le_bytes());
@@ -349,17 +380,23 @@ impl Engine {
         };
         // SAFETY: the value is in our staging memory: injected at post, or in a chunk held
         // until the write completes.
-        unsafe { self.t.write(pe as usize, lref, rref, width as usize, ctx) }
+        unsafe {
+            match data {
+                Some(d) => self.t.write_data(pe as usize, lref, rref, width as usize, d, ctx),
+                None => self.t.write(pe as usize, lref, rref, width as usize, ctx),
+            }
+        }
     }
 
     /// Sends a request whose ack completes a part of `op`.
-    pub(super) fn request(&mut self, r: u16, pe: u32, op: OpRef, mut req: Request) -> Issued {
+    /// Fills in `req.id` (the caller may keep it: its ack carries it back).
+    pub(super) fn request(&mut self, r: u16, pe: u32, op: OpRef, req: &mut Request) -> Issued {
         if !self.room_for(pe) {
             return Issued::Blocked;
         }
         let part = self.new_part(op, pe, r, Posted::Request);
         req.id = Ctx::Part(part).encode();
-        let msg = wire::encode_request(self.me, &req);
+        let msg = wire::encode_request(self.me, req);
         let res = self.t.send(pe as usize, &msg, Ctx::Request(part).encode());
         self.posted(res, part, pe, "request").issued()
     }

@@ -38,10 +38,12 @@ mod home;
 mod issue;
 mod serve;
 pub(crate) mod staged;
+pub(crate) mod tags;
 #[cfg(test)]
 mod tests;
 mod work;
 
+use ctx::ImmWidth;
 use exclusive::JobSlot;
 use home::DeviceHeap;
 use staged::Landing;
@@ -57,8 +59,8 @@ use crate::{
 pub enum SignalMode {
     /// Delivery is ordered per peer: nothing to do.
     Ordered,
-    /// Unordered, with remote CQ data: data writes carry a tag; the target applies the signal
-    /// after every tagged write landed. Fence gates the PE's queue.
+    /// Unordered, with remote CQ data (8 bytes, or EFA's 4): data writes carry a tag; the
+    /// target applies the signal after every tagged write landed. Fence gates the PE's queue.
     Tagged,
     /// Unordered, without remote CQ data (or the host-staged path, where an operation finishes
     /// only when the target acked it): the signal, and anything after a fence, waits for the
@@ -71,7 +73,7 @@ impl SignalMode {
     pub fn for_caps(caps: &Caps) -> Option<Self> {
         if caps.ordered {
             Some(Self::Ordered)
-        } else if caps.remote_cq_data {
+        } else if ImmWidth::of(caps.cq_data_size).is_some() {
             Some(Self::Tagged)
         } else if caps.delivery_complete {
             Some(Self::Gated)
@@ -106,15 +108,19 @@ pub struct Engine {
     /// (ring, PE) queues with work, in round-robin order.
     active: VecDeque<(u16, u32)>,
     mode: SignalMode,
-    /// Tagged writes and parked signals per (source PE, tag).
-    tags: HashMap<(u32, u64), TagState>,
-    next_tag: u64,
-    /// Counted puts (tagged mode): data writes issued per (ring, PE, tag) since that tag's
-    /// counted signal, which tells the target how many to wait for.
-    counted: HashMap<(u16, u32, u64), u32>,
-    /// The round of each counted signal word per (ring, PE, word offset): bumped by every
-    /// counted signal, carried in the tag (modulo 8).
-    rounds: HashMap<(u16, u32, u64), u8>,
+    /// The layout of tagged writes' remote CQ data (tagged mode).
+    imm: ImmWidth,
+    /// Strong signals are in effect (asked for, in tagged mode).
+    strong: bool,
+    /// Target side: tagged writes and parked signals per (source PE, tag).
+    tags: HashMap<(u32, u32), TagState>,
+    /// Target side: strong signals ready but waiting for an earlier one from their source.
+    order: tags::Order<crate::wire::Request>,
+    /// Reused: the strong signals to apply now.
+    ready: Vec<crate::wire::Request>,
+    /// Initiator side: the tags in use toward each PE, and the counted rounds and strong
+    /// epochs that hold them.
+    itags: tags::Tags,
     acks: HashMap<u32, Vec<Ack>>,
     /// Messages that met back-pressure, in order: (PE, bytes, context).
     outbox: VecDeque<(u32, Vec<u8>, u64)>,
@@ -167,6 +173,7 @@ impl Engine {
         let n = s.transport.n_pes();
         let host_staged = s.device.is_some() && !s.device_registered;
         let mut mode = Self::check_setup(&caps, me, n, s.rings.len(), host_staged)?;
+        let imm = ImmWidth::of(caps.cq_data_size).unwrap_or(ImmWidth::Eight);
         let mut staging = Staging::register(s.transport.as_mut(), &cfg, &caps, host_staged, me)?;
         let mut device = s.device.take().map(DeviceHeap::new);
         let mut landing = None;
@@ -208,10 +215,12 @@ impl Engine {
             parts: GenSlab::new(),
             active: VecDeque::new(),
             mode,
+            imm,
+            strong: cfg.strong_signals && mode == SignalMode::Tagged,
             tags: HashMap::new(),
-            next_tag: 1,
-            counted: HashMap::new(),
-            rounds: HashMap::new(),
+            order: tags::Order::default(),
+            ready: Vec::new(),
+            itags: tags::Tags::new(n, imm.tag_bits()),
             acks: HashMap::new(),
             outbox: VecDeque::new(),
             health,
@@ -277,13 +286,26 @@ impl Engine {
                 ),
             });
         }
-        if host_staged && !caps.remote_cq_data {
+        if host_staged && caps.cq_data_size < 8 {
             return Err(ProxyError::Limits {
                 pe: me,
                 what: format!(
-                    "the host-staged GPU path needs writes with remote CQ data, which {} does \
-                     not offer",
-                    caps.name
+                    "the host-staged GPU path needs writes with 8 bytes of remote CQ data, and \
+                     {} carries {}",
+                    caps.name, caps.cq_data_size
+                ),
+            });
+        }
+        if let (SignalMode::Tagged, Some(w)) = (mode, ImmWidth::of(caps.cq_data_size))
+            && n > w.max_pes()
+        {
+            return Err(ProxyError::Limits {
+                pe: me,
+                what: format!(
+                    "{n} PEs: the {} bytes of remote CQ data of {} name at most {} source PEs",
+                    caps.cq_data_size,
+                    caps.name,
+                    w.max_pes()
                 ),
             });
         }

@@ -8,7 +8,7 @@ use pshmem_transport::PostError;
 
 use super::{
     Engine,
-    ctx::{Ctx, TagData},
+    ctx::{Ctx, SignalTag, TagData},
 };
 use crate::{
     mem::MemError,
@@ -22,6 +22,8 @@ impl Engine {
             Ok(Message::Request { src, req }) => self.serve(src, req),
             Ok(Message::Acks { src, acks }) => {
                 for a in acks {
+                    // A signal's ack gives its tag back (the target forgot it before acking).
+                    self.itags.acked(a.id);
                     if a.status != Status::Ok {
                         self.fault(
                             code::OP_FAILED,
@@ -56,13 +58,13 @@ impl Engine {
                 let r = self.heap_amo(req.offset, wide, op, req.operand, req.compare);
                 self.ack(src, req.id, r);
             }
-            RequestKind::Signal { expect: 0, .. } => self.apply_signal(src, &req),
+            RequestKind::Signal { expect: 0, .. } => self.signal_ready(src, req),
             RequestKind::Signal { expect, .. } => {
-                let key = (src, req.tag);
+                let key = (src, SignalTag::decode(req.tag).tag);
                 let st = self.tags.entry(key).or_default();
                 if st.arrived >= expect {
                     self.tags.remove(&key);
-                    self.apply_signal(src, &req);
+                    self.signal_ready(src, req);
                 } else {
                     st.signal = Some(req);
                 }
@@ -82,6 +84,21 @@ impl Engine {
         }
     }
 
+    /// A signal's writes have all landed: apply it, unless it is a strong signal and an earlier
+    /// one from its source has not been applied (then it waits for that one).
+    fn signal_ready(&mut self, src: u32, req: Request) {
+        let seq = SignalTag::decode(req.tag).seq;
+        if seq == 0 {
+            return self.apply_signal(src, &req);
+        }
+        let mut now = std::mem::take(&mut self.ready);
+        self.order.ready(src, seq, req, &mut now);
+        for r in now.drain(..) {
+            self.apply_signal(src, &r);
+        }
+        self.ready = now;
+    }
+
     /// Applies a signal request and acks it.
     fn apply_signal(&mut self, src: u32, req: &Request) {
         if let RequestKind::Signal { op, .. } = req.kind {
@@ -92,7 +109,7 @@ impl Engine {
 
     /// A tagged write landed: apply its signal if it was the last one awaited.
     pub(super) fn tagged_write(&mut self, data: u64) {
-        let d = TagData::decode(data);
+        let d = TagData::decode(data, self.imm);
         let key = (d.src, d.tag);
         let st = self.tags.entry(key).or_default();
         st.arrived += 1;
@@ -101,7 +118,7 @@ impl Engine {
             Some(Request { kind: RequestKind::Signal { expect, .. }, .. }) if st.arrived >= expect
         );
         if ready && let Some(req) = self.tags.remove(&key).and_then(|s| s.signal) {
-            self.apply_signal(d.src, &req);
+            self.signal_ready(d.src, req);
         }
     }
 

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use pshmem_ring::{AmoOp, Completions, Consumer, Local, SignalOp};
 use pshmem_transport::MrId;
 
-use super::ctx::SlabKey;
+use super::{ctx::SlabKey, tags::Tag};
 use crate::wire::Request;
 
 /// The operation a work item or part belongs to.
@@ -41,8 +41,9 @@ pub(super) struct Xfer {
     pub len: u64,
     /// Bytes issued so far.
     pub issued: u64,
-    /// Put-with-signal's tag (tagged signal mode): every data write carries it.
-    pub tag: Option<u64>,
+    /// The tag every data write carries (tagged signal mode): its put-with-signal's, its
+    /// counted round's, or its strong epoch's.
+    pub tag: Option<Tag>,
     /// The operation's last work item (false: a signal follows).
     pub last: bool,
 }
@@ -56,6 +57,8 @@ pub(super) enum Work {
         remote: u64,
         value: u64,
         width: u8,
+        /// Its strong epoch's tag (strong signals).
+        tag: Option<Tag>,
     },
     Amo {
         op: OpRef,
@@ -70,7 +73,10 @@ pub(super) enum Work {
         remote: u64,
         value: u64,
         sop: SignalOp,
-        tag: Option<u64>,
+        /// The tag of the writes it waits for (tagged mode), if any.
+        tag: Option<Tag>,
+        /// Applied in issue order at the target (strong signals).
+        strong: bool,
     },
     /// Passes once everything issued before it to this PE has completed.
     Gate,

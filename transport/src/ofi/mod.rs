@@ -512,7 +512,7 @@ impl OfiTransport {
             native_atomics,
             gpu_memory,
             dmabuf: gpu_memory && version >= sys::FI_VERSION(1, 20),
-            remote_cq_data: i.domain_attr().cq_data_size >= 8,
+            cq_data_size: i.domain_attr().cq_data_size.min(8),
             inject_size: tx.inject_size,
             max_msg_size: i.ep_attr().max_msg_size,
             max_send_size: cfg.max_send,
@@ -1332,13 +1332,7 @@ impl Transport for OfiTransport {
         data: u64,
         ctx: u64,
     ) -> Result<(), PostError> {
-        if !self.caps.remote_cq_data {
-            return Err(TransportError::Unsupported {
-                op: "write with remote CQ data",
-                transport: self.caps.name.clone(),
-            }
-            .into());
-        }
+        self.caps.check_cq_data(data)?;
         // SAFETY: forwarded contract.
         unsafe { self.rma(true, pe, local, remote, len, Some(data), ctx) }
     }

@@ -74,6 +74,8 @@ fn counted_signals_never_show_before_any_of_their_puts() {
                     assert_eq!(w.word(1, sig(k)), want, "seed {seed}, {mode:?}");
                     w.fill(1, sig(k), &0u64.to_le_bytes());
                 }
+                // Each round's tags went back with its signals' acks.
+                assert_eq!(w.engines[0].itags.in_use(1), 0, "seed {seed}, {mode:?}");
             }
         }
     }

@@ -25,6 +25,7 @@ use crate::{Health, HeapMem, ProxyConfig, ProxySetup, slab::GenSlab};
 const HEAP: usize = 1 << 20;
 
 mod counted;
+mod strong;
 
 /// PEs with their engines, rings and heaps, on one in-process fabric.
 struct World {
@@ -170,19 +171,20 @@ fn pattern(i: usize, len: usize) -> Vec<u8> {
     (0..len).map(|j| (i * 131 + j * 7 + 1) as u8).collect()
 }
 
-/// The fabric in each signal mode: unordered with remote CQ data (tagged signals), unordered
-/// without (gates), ordered.
-fn modes(seed: u64) -> [(SignalMode, InProcConfig); 3] {
+/// The fabric in each signal mode: unordered with 8 bytes of remote CQ data (tagged signals),
+/// with EFA's 4 (tagged, the 32-bit layout), without (gates), ordered.
+fn modes(seed: u64) -> [(SignalMode, InProcConfig); 4] {
     let base = InProcConfig {
         seed,
         ..InProcConfig::default()
     };
     [
         (SignalMode::Tagged, base.clone()),
+        (SignalMode::Tagged, efa_width(seed)),
         (
             SignalMode::Gated,
             InProcConfig {
-                remote_cq_data: false,
+                cq_data_size: 0,
                 ..base.clone()
             },
         ),
@@ -195,6 +197,15 @@ fn modes(seed: u64) -> [(SignalMode, InProcConfig); 3] {
             },
         ),
     ]
+}
+
+/// The unordered fabric with 4 bytes of remote CQ data, as EFA's.
+fn efa_width(seed: u64) -> InProcConfig {
+    InProcConfig {
+        seed,
+        cq_data_size: 4,
+        ..InProcConfig::default()
+    }
 }
 
 /// A part's slab slot reused 2^28 times gets a generation with bit 28 set. The send of a
@@ -269,6 +280,8 @@ fn put_with_signal_never_shows_the_signal_before_its_data() {
             for i in 0..bufs.len() {
                 assert_eq!(w.word(1, sig(i)), i as u64 + 1, "seed {seed}, {mode:?}");
             }
+            // Every signal was acked: every tag went back.
+            assert_eq!(w.engines[0].itags.in_use(1), 0, "seed {seed}, {mode:?}");
         }
     }
 }

@@ -1,0 +1,263 @@
+//! The initiator's side of tagged signals (the tagged signal mode): which tags are in use
+//! toward each target, which counted round or strong epoch holds which tag, how many writes
+//! each tag has carried, and which signal request will give its tag back.
+//!
+//! A tag names, at the target, the counter of the writes one signal waits for. Tags are
+//! assigned here per target PE and recycled when the signal's ack comes back: by then the
+//! target has applied the signal and forgotten the tag (it forgets it when it applies the
+//! signal, and acks after that). So the immediate only tells apart the rounds in flight between
+//! two PEs, whatever the heap size — which is what lets the whole scheme fit EFA's 32-bit
+//! immediate data (see [`super::ctx::ImmWidth`] for the bits).
+
+use std::collections::{HashMap, HashSet};
+
+/// A tag's use on the initiator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Tag {
+    /// The tag carried by the writes (below 2^[`super::ctx::ImmWidth::tag_bits`]).
+    pub id: u32,
+    /// Shared by several operations (a counted round, or a strong epoch): the writes are
+    /// counted per tag rather than per operation.
+    pub shared: bool,
+}
+
+/// What a shared tag gathers: the counted puts to one signal word, or (strong signals) every
+/// write from one ring to one PE since that ring's last signal to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Round {
+    /// Counted puts to the signal word at this heap offset.
+    Counted(u64),
+    /// Everything since the last strong signal.
+    Epoch,
+}
+
+/// The tags of one initiator (one proxy thread).
+#[derive(Debug)]
+pub(crate) struct Tags {
+    /// Tags per target (2^bits).
+    per_pe: u64,
+    /// The next tag to try, per target.
+    next: Vec<u32>,
+    /// Tags in use per target.
+    live: Vec<HashSet<u32>>,
+    /// The open shared tag of each (ring, PE, round).
+    open: HashMap<(u16, u32, Round), u32>,
+    /// Writes posted per (PE, shared tag) so far: what its signal tells the target to wait for.
+    writes: HashMap<(u32, u32), u32>,
+    /// Tagged signal requests in flight by request id: the (PE, tag) their ack gives back.
+    signals: HashMap<u64, (u32, u32)>,
+    /// Strong signals sent per target (their sequence numbers, from 1).
+    strong_seq: Vec<u32>,
+}
+
+impl Tags {
+    /// Tags of `bits` bits toward each of `n` PEs.
+    pub(crate) fn new(n: usize, bits: u32) -> Self {
+        Self {
+            per_pe: 1u64 << bits,
+            next: vec![0; n],
+            live: (0..n).map(|_| HashSet::new()).collect(),
+            open: HashMap::new(),
+            writes: HashMap::new(),
+            signals: HashMap::new(),
+            strong_seq: vec![0; n],
+        }
+    }
+
+    /// Tags per target.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.per_pe
+    }
+
+    /// A free tag toward `pe`; `None` when every tag toward it is in use.
+    pub(crate) fn alloc(&mut self, pe: u32) -> Option<u32> {
+        let live = &mut self.live[pe as usize];
+        if live.len() >= self.per_pe as usize {
+            return None;
+        }
+        // Bounded: at least one of the `per_pe` values is free.
+        loop {
+            let t = self.next[pe as usize];
+            // Below `per_pe` (at most 2^32), so the sum cannot overflow in u64.
+            self.next[pe as usize] = ((u64::from(t) + 1) % self.per_pe) as u32;
+            if live.insert(t) {
+                return Some(t);
+            }
+        }
+    }
+
+    /// The open tag of `round` from ring `ring` to `pe`, opened now if none is; `None` when
+    /// no tag is free.
+    pub(crate) fn shared(&mut self, ring: u16, pe: u32, round: Round) -> Option<Tag> {
+        let id = match self.open.get(&(ring, pe, round)) {
+            Some(&id) => id,
+            None => {
+                let id = self.alloc(pe)?;
+                self.open.insert((ring, pe, round), id);
+                id
+            }
+        };
+        Some(Tag { id, shared: true })
+    }
+
+    /// Closes `round` from ring `ring` to `pe` (its signal is being accepted): the tag its
+    /// signal waits on, `None` if nothing was put in it (the signal waits for nothing).
+    pub(crate) fn close(&mut self, ring: u16, pe: u32, round: Round) -> Option<Tag> {
+        self.open
+            .remove(&(ring, pe, round))
+            .map(|id| Tag { id, shared: true })
+    }
+
+    /// A write carrying shared tag `id` was posted to `pe`.
+    pub(crate) fn wrote(&mut self, pe: u32, id: u32) {
+        *self.writes.entry((pe, id)).or_default() += 1;
+    }
+
+    /// The writes posted with shared tag `id` to `pe` (its signal is being issued).
+    pub(crate) fn written(&self, pe: u32, id: u32) -> u32 {
+        self.writes.get(&(pe, id)).copied().unwrap_or(0)
+    }
+
+    /// The signal waiting on tag `id` of `pe` was sent with request id `request`: its ack
+    /// gives the tag back.
+    pub(crate) fn sent(&mut self, pe: u32, id: u32, request: u64) {
+        self.writes.remove(&(pe, id));
+        self.signals.insert(request, (pe, id));
+    }
+
+    /// An ack for request `id` came back: frees the tag its signal held, if it held one.
+    #[inline]
+    pub(crate) fn acked(&mut self, request: u64) {
+        if self.signals.is_empty() {
+            return;
+        }
+        if let Some((pe, id)) = self.signals.remove(&request) {
+            self.live[pe as usize].remove(&id);
+        }
+    }
+
+    /// The next strong signal's sequence number toward `pe` (1, 2, … wrapping past 0, which
+    /// means "unordered"), taken by [`Tags::take_seq`] once its request went out.
+    pub(crate) fn peek_seq(&self, pe: u32) -> u32 {
+        self.strong_seq[pe as usize].wrapping_add(1).max(1)
+    }
+
+    /// The strong signal numbered [`Tags::peek_seq`] went out to `pe`.
+    pub(crate) fn take_seq(&mut self, pe: u32) {
+        self.strong_seq[pe as usize] = self.peek_seq(pe);
+    }
+
+    /// Tags in use toward `pe` (tests).
+    #[cfg(test)]
+    pub(crate) fn in_use(&self, pe: u32) -> usize {
+        self.live[pe as usize].len()
+    }
+}
+
+/// The target's side of strong signals: the next sequence number expected from each source,
+/// and the signals that are ready (their writes landed) but wait for an earlier one.
+#[derive(Debug)]
+pub(crate) struct Order<T> {
+    next: HashMap<u32, u32>,
+    held: HashMap<(u32, u32), T>,
+}
+
+impl<T> Default for Order<T> {
+    fn default() -> Self {
+        Self {
+            next: HashMap::new(),
+            held: HashMap::new(),
+        }
+    }
+}
+
+impl<T> Order<T> {
+    /// Signal `seq` from `src` is ready: returns the signals to apply now, in order (it and
+    /// those held behind it), or nothing if an earlier one has not been applied yet.
+    pub(crate) fn ready(&mut self, src: u32, seq: u32, signal: T, out: &mut Vec<T>) {
+        let next = self.next.entry(src).or_insert(1);
+        if seq != *next {
+            self.held.insert((src, seq), signal);
+            return;
+        }
+        out.push(signal);
+        let mut s = seq;
+        loop {
+            s = s.wrapping_add(1).max(1);
+            match self.held.remove(&(src, s)) {
+                Some(t) => out.push(t),
+                None => break,
+            }
+        }
+        *next = s;
+    }
+
+    /// Signals held for an earlier one.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.held.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_are_recycled_only_after_their_ack() {
+        let mut t = Tags::new(2, 2);
+        let a: Vec<u32> = (0..4).map(|_| t.alloc(1).expect("free")).collect();
+        assert_eq!(a, [0, 1, 2, 3]);
+        assert_eq!(t.alloc(1), None, "all four in use");
+        assert_eq!(t.alloc(0), Some(0), "another PE's tags are separate");
+        t.sent(1, 2, 99);
+        assert_eq!(t.alloc(1), None, "sent but not acked");
+        t.acked(98);
+        assert_eq!(t.alloc(1), None, "another request's ack frees nothing");
+        t.acked(99);
+        assert_eq!(t.alloc(1), Some(2));
+        assert_eq!(t.in_use(1), 4);
+    }
+
+    #[test]
+    fn rounds_share_a_tag_until_closed() {
+        let mut t = Tags::new(1, 4);
+        let r = Round::Counted(64);
+        let a = t.shared(0, 0, r).expect("free");
+        assert_eq!(t.shared(0, 0, r), Some(a));
+        assert_ne!(t.shared(1, 0, r), Some(a), "another ring's round");
+        assert_ne!(t.shared(0, 0, Round::Epoch), Some(a));
+        t.wrote(0, a.id);
+        t.wrote(0, a.id);
+        assert_eq!(t.close(0, 0, r), Some(a));
+        assert_eq!(t.written(0, a.id), 2);
+        assert_eq!(t.close(0, 0, r), None, "closed");
+        let b = t.shared(0, 0, r).expect("free");
+        assert_ne!(a, b, "the next round's tag differs while the first is in use");
+        t.sent(0, a.id, 7);
+        assert_eq!(t.written(0, a.id), 0, "its count went with the signal");
+    }
+
+    #[test]
+    fn strong_signals_apply_in_sequence() {
+        let mut o = Order::default();
+        let mut out = Vec::new();
+        o.ready(3, 2, 'b', &mut out);
+        o.ready(3, 3, 'c', &mut out);
+        assert!(out.is_empty());
+        assert_eq!(o.held(), 2);
+        o.ready(4, 1, 'x', &mut out);
+        assert_eq!(out, ['x'], "sources are independent");
+        out.clear();
+        o.ready(3, 1, 'a', &mut out);
+        assert_eq!(out, ['a', 'b', 'c']);
+        assert_eq!(o.held(), 0);
+        let mut t = Tags::new(1, 1);
+        assert_eq!(t.peek_seq(0), 1);
+        assert_eq!(t.peek_seq(0), 1, "peeking takes nothing");
+        t.take_seq(0);
+        assert_eq!(t.peek_seq(0), 2);
+        t.strong_seq[0] = u32::MAX;
+        assert_eq!(t.peek_seq(0), 1, "wraps past 0");
+    }
+}
