@@ -451,8 +451,9 @@ fn the_host_staged_gpu_path_refuses_the_efa_profile_with_a_clear_error() {
         "staged over the efa profile started"
     );
     assert!(
-        res.iter()
-            .any(|r| r.stderr.contains("needs writes with 8 bytes of remote CQ data")),
+        res.iter().any(|r| r
+            .stderr
+            .contains("needs writes with 8 bytes of remote CQ data")),
         "no reason given:\n{}",
         res.iter().map(|r| r.to_string()).collect::<String>()
     );

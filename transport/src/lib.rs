@@ -462,7 +462,9 @@ mod tests {
             Err(TransportError::Unsupported { .. })
         ));
         assert!(caps(4).check_cq_data(u64::from(u32::MAX)).is_ok());
-        let e = caps(4).check_cq_data(1 << 32).expect_err("33 bits in 4 bytes");
+        let e = caps(4)
+            .check_cq_data(1 << 32)
+            .expect_err("33 bits in 4 bytes");
         assert!(e.to_string().contains("does not fit the 4 bytes"), "{e}");
         assert!(caps(8).check_cq_data(u64::MAX).is_ok());
     }

@@ -159,11 +159,7 @@ impl Engine {
                 };
                 // A strong signal's sequence number is taken only if the request goes out:
                 // the target waits for every number in turn.
-                let seq = if *strong {
-                    self.itags.peek_seq(pe)
-                } else {
-                    0
-                };
+                let seq = if *strong { self.itags.peek_seq(pe) } else { 0 };
                 let kind = RequestKind::Signal { op: *sop, expect };
                 let mut req = Request::new(*remote, *value, 0, kind);
                 req.tag = SignalTag {
@@ -382,7 +378,9 @@ impl Engine {
         // until the write completes.
         unsafe {
             match data {
-                Some(d) => self.t.write_data(pe as usize, lref, rref, width as usize, d, ctx),
+                Some(d) => self
+                    .t
+                    .write_data(pe as usize, lref, rref, width as usize, d, ctx),
                 None => self.t.write(pe as usize, lref, rref, width as usize, ctx),
             }
         }

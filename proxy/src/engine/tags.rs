@@ -233,7 +233,10 @@ mod tests {
         assert_eq!(t.written(0, a.id), 2);
         assert_eq!(t.close(0, 0, r), None, "closed");
         let b = t.shared(0, 0, r).expect("free");
-        assert_ne!(a, b, "the next round's tag differs while the first is in use");
+        assert_ne!(
+            a, b,
+            "the next round's tag differs while the first is in use"
+        );
         t.sent(0, a.id, 7);
         assert_eq!(t.written(0, a.id), 0, "its count went with the signal");
     }

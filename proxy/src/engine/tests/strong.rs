@@ -71,16 +71,28 @@ fn violations(fab: InProcConfig, strong: bool) -> usize {
         let v = w.word(1, sig);
         let mut ok = v >= seen;
         seen = seen.max(v);
-        for j in 0..v as usize {
-            ok &= w.bytes(1, dst(j), len) == bufs[j] && w.word(1, pword(j)) == j as u64 + 1;
+        for (j, b) in bufs.iter().enumerate().take(v as usize) {
+            ok &= w.bytes(1, dst(j), len) == *b && w.word(1, pword(j)) == j as u64 + 1;
         }
         bad += usize::from(!ok);
     };
     w.run(|w| w.completed(0) >= last, check);
     if strong {
-        assert_eq!(w.word(1, sig), rounds as u64, "the last signal is the last applied");
-        assert_eq!(w.engines[0].itags.in_use(1), 0, "every epoch's tag went back");
-        assert_eq!(w.engines[1].order.held(), 0, "nothing left held at the target");
+        assert_eq!(
+            w.word(1, sig),
+            rounds as u64,
+            "the last signal is the last applied"
+        );
+        assert_eq!(
+            w.engines[0].itags.in_use(1),
+            0,
+            "every epoch's tag went back"
+        );
+        assert_eq!(
+            w.engines[1].order.held(),
+            0,
+            "nothing left held at the target"
+        );
     }
     bad
 }
