@@ -174,6 +174,12 @@ impl Engine {
         let host_staged = s.device.is_some() && !s.device_registered;
         let mut mode = Self::check_setup(&caps, me, n, s.rings.len(), host_staged)?;
         let imm = ImmWidth::of(caps.cq_data_size).unwrap_or(ImmWidth::Eight);
+        tracing::debug!(
+            "PE {me}: proxy on {}: {mode:?} signals, {} bytes of remote CQ data, strong signals {}",
+            caps.name,
+            caps.cq_data_size,
+            cfg.strong_signals
+        );
         let mut staging = Staging::register(s.transport.as_mut(), &cfg, &caps, host_staged, me)?;
         let mut device = s.device.take().map(DeviceHeap::new);
         let mut landing = None;

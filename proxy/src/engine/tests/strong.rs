@@ -4,83 +4,97 @@
 
 use super::*;
 
-/// Ten rounds of (put, `p`, then a signal or a put-with-signal setting one word to the
-/// round's number) from PE 0 to PE 1. Returns the turns at which the target showed a signal
-/// before an earlier write, or a smaller signal after a larger one.
+const LEN: usize = 7_000;
+const ROUNDS: usize = 10;
+const SIG: u64 = 500 * 1024;
+
+fn dst(i: usize) -> u64 {
+    (4096 + 16 * 1024 * i) as u64
+}
+
+fn pword(i: usize) -> u64 {
+    (400 * 1024 + 8 * i) as u64
+}
+
+/// Publishes round `i` on PE 0's ring: a put of `buf` (from the heap or raw memory), a `p`, then
+/// a signal (even rounds) or a put-with-signal of `small` (odd ones) setting `SIG` to `i + 1`.
+/// Returns the index past it.
+fn push_round(w: &World, i: usize, buf: &[u8], small: &[u8]) -> u64 {
+    // Half from the heap (one RMA part), half from raw memory (staged, 2 parts).
+    let local = if i % 2 == 0 {
+        let src = 256 * 1024 + dst(i);
+        w.fill(0, src, buf);
+        Local::Heap(src)
+    } else {
+        Local::Raw(buf.as_ptr() as u64)
+    };
+    let put = Desc::Put {
+        pe: 1,
+        remote: dst(i),
+        local,
+        len: buf.len() as u64,
+    };
+    w.push(0, put);
+    let value = i as u64 + 1;
+    let p = Desc::P {
+        pe: 1,
+        remote: pword(i),
+        value,
+        width: 8,
+    };
+    w.push(0, p);
+    let d = if i % 2 == 0 {
+        Desc::Signal {
+            pe: 1,
+            remote: SIG,
+            value,
+            op: SignalOp::Set,
+        }
+    } else {
+        Desc::PutSignal {
+            pe: 1,
+            remote: (450 * 1024 + 64 * i) as u64,
+            local: Local::Raw(small.as_ptr() as u64),
+            len: small.len() as u64,
+            sig: SIG,
+            value,
+            op: SignalOp::Set,
+        }
+    };
+    w.push(0, d)
+}
+
+/// `ROUNDS` rounds of (put, `p`, signal or put-with-signal) from PE 0 to PE 1. Returns the turns
+/// at which the target showed a signal before an earlier write, or a smaller signal after a
+/// larger one.
 fn violations(fab: InProcConfig, strong: bool) -> usize {
     let pcfg = ProxyConfig {
         strong_signals: strong,
         ..cfg()
     };
     let mut w = World::new(2, fab, pcfg);
-    let len = 7_000;
-    let rounds = 10;
-    let bufs: Vec<Vec<u8>> = (0..rounds).map(|i| pattern(i + 50, len)).collect();
-    let small: Vec<Vec<u8>> = (0..rounds).map(|i| pattern(i + 90, 48)).collect();
-    let dst = |i: usize| (4096 + 16 * 1024 * i) as u64;
-    let pword = |i: usize| (400 * 1024 + 8 * i) as u64;
-    let sig = 500 * 1024;
+    let bufs: Vec<Vec<u8>> = (0..ROUNDS).map(|i| pattern(i + 50, LEN)).collect();
+    let small: Vec<Vec<u8>> = (0..ROUNDS).map(|i| pattern(i + 90, 48)).collect();
     let mut last = 0;
-    for i in 0..rounds {
-        // Half from the heap (one RMA part), half from raw memory (staged, 2 parts).
-        let local = if i % 2 == 0 {
-            let src = 256 * 1024 + dst(i);
-            w.fill(0, src, &bufs[i]);
-            Local::Heap(src)
-        } else {
-            Local::Raw(bufs[i].as_ptr() as u64)
-        };
-        let put = Desc::Put {
-            pe: 1,
-            remote: dst(i),
-            local,
-            len: len as u64,
-        };
-        w.push(0, put);
-        let p = Desc::P {
-            pe: 1,
-            remote: pword(i),
-            value: i as u64 + 1,
-            width: 8,
-        };
-        w.push(0, p);
-        let value = i as u64 + 1;
-        let d = if i % 2 == 0 {
-            Desc::Signal {
-                pe: 1,
-                remote: sig,
-                value,
-                op: SignalOp::Set,
-            }
-        } else {
-            Desc::PutSignal {
-                pe: 1,
-                remote: (450 * 1024 + 64 * i) as u64,
-                local: Local::Raw(small[i].as_ptr() as u64),
-                len: 48,
-                sig,
-                value,
-                op: SignalOp::Set,
-            }
-        };
-        last = w.push(0, d);
+    for i in 0..ROUNDS {
+        last = push_round(&w, i, &bufs[i], &small[i]);
     }
     let mut bad = 0;
     let mut seen = 0;
     let check = |w: &World| {
-        let v = w.word(1, sig);
+        let v = w.word(1, SIG);
         let mut ok = v >= seen;
         seen = seen.max(v);
         for (j, b) in bufs.iter().enumerate().take(v as usize) {
-            ok &= w.bytes(1, dst(j), len) == *b && w.word(1, pword(j)) == j as u64 + 1;
+            ok &= w.bytes(1, dst(j), LEN) == *b && w.word(1, pword(j)) == j as u64 + 1;
         }
         bad += usize::from(!ok);
     };
     w.run(|w| w.completed(0) >= last, check);
     if strong {
         assert_eq!(
-            w.word(1, sig),
-            rounds as u64,
+            w.word(1, SIG),
+            ROUNDS as u64,
             "the last signal is the last applied"
         );
         assert_eq!(
