@@ -167,3 +167,126 @@ pub fn host_plan(local_size: usize, proxy_threads: usize, gpus: bool) -> HostPla
         warnings,
     }
 }
+
+/// The NIC domains (rails) for local rank `local_rank` driving GPU `gpu` (an index into
+/// [`HostPlan::gpus`]; the CUDA ordinal when no topology file is in force): the rails placement
+/// gave that PE when it placed it on this GPU (PEs sharing a GPU start on different NICs), else
+/// every NIC of that GPU at its closest distance. Empty when the GPU is unknown to the plan.
+pub fn gpu_rails(plan: &HostPlan, local_rank: usize, gpu: usize) -> Vec<String> {
+    let name = |i: usize| plan.nics[i].name.clone();
+    if let Some(pe) = plan.placement.pes.get(local_rank)
+        && pe.gpu == Some(gpu)
+        && !pe.nics.is_empty()
+    {
+        return pe.nics.iter().map(|&i| name(i)).collect();
+    }
+    let Some(g) = plan.placement.gpus.iter().find(|g| g.gpu == gpu) else {
+        return Vec::new();
+    };
+    let best = g.nics.first().map(|&(_, d)| d);
+    g.nics
+        .iter()
+        .filter(|&&(_, d)| Some(d) == best)
+        .map(|&(i, _)| name(i))
+        .collect()
+}
+
+/// The rails of a GPU proxy: [`gpu_rails`] of this host's plan when the provider in force is an
+/// RDMA one (its domains are NICs); otherwise none (the provider's default domain).
+pub fn gpu_proxy_rails(local_size: usize, local_rank: usize, gpu: usize, me: usize) -> Vec<String> {
+    let plan = host_plan(local_size, 1, true);
+    match plan.provider.as_deref() {
+        Some(p) if is_rdma(p) => {
+            let rails = gpu_rails(&plan, local_rank, gpu);
+            if rails.is_empty() {
+                tracing::warn!(
+                    "PE {me}: placement found no NIC for GPU {gpu}: its proxy uses the \
+                     provider's first domain"
+                );
+            } else {
+                tracing::info!("PE {me}: GPU {gpu}'s proxy stripes over {rails:?}");
+            }
+            rails
+        }
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plan of a topology file's host, as `host_plan` makes it there: its GPUs and RDMA NICs.
+    fn plan_of(file: &str, local_size: usize) -> HostPlan {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("topology/tests/topologies")
+            .join(file);
+        let machine = Machine::discover(Some(&path));
+        assert!(!machine.fallback, "{file}: {:?}", machine.warnings);
+        let gpus: Vec<PciAddr> = machine.gpus().map(|g| g.addr).collect();
+        let nics: Vec<NicRef> = machine
+            .nics()
+            .filter(|d| d.kind == DeviceKind::Nic { rdma: true })
+            .map(|d| NicRef {
+                name: d.os_names[0].clone(),
+                addr: Some(d.addr),
+            })
+            .collect();
+        let placement = place(&PlacementInput {
+            machine: &machine,
+            gpus: gpus.clone(),
+            nics: nics.clone(),
+            local_size,
+            proxy_threads: 1,
+            app_cpus: Vec::new(),
+        });
+        HostPlan {
+            machine,
+            cuda: Err(CudaError::Unusable("test".into())),
+            provider: Some("efa".into()),
+            domains: Vec::new(),
+            nics,
+            gpus,
+            placement,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// p5en: each GPU's proxy stripes over the 2 EFA NICs below its switch; p5: over 4. No NIC
+    /// serves two GPUs.
+    #[test]
+    fn gpu_proxies_stripe_over_their_gpus_nics() {
+        for (file, per) in [("p5en.48xlarge.xml", 2), ("p5.48xlarge.xml", 4)] {
+            let plan = plan_of(file, 8);
+            let mut seen = std::collections::HashSet::new();
+            for gpu in 0..8 {
+                let rails = gpu_rails(&plan, gpu, gpu);
+                assert_eq!(rails.len(), per, "{file}: GPU {gpu}: {rails:?}");
+                for r in rails {
+                    assert!(seen.insert(r.clone()), "{file}: {r} on two GPUs");
+                }
+            }
+        }
+    }
+
+    /// Two PEs per GPU (16 on 8 GPUs) start on different NICs of their GPU; a PE whose device
+    /// differs from what placement assumed (PSHMEM_CUDA_DEVICE) gets that GPU's NICs.
+    #[test]
+    fn pes_sharing_a_gpu_use_its_nics_in_different_orders() {
+        let plan = plan_of("p5en.48xlarge.xml", 16);
+        let (a, b) = (gpu_rails(&plan, 3, 3), gpu_rails(&plan, 11, 3));
+        assert_eq!(a.len(), 2);
+        let (mut sa, mut sb) = (a.clone(), b.clone());
+        sa.sort();
+        sb.sort();
+        assert_eq!(sa, sb, "the same GPU's NICs");
+        assert_ne!(a[0], b[0], "the two PEs start on different NICs");
+        let other = gpu_rails(&plan, 3, 5);
+        assert_eq!(other.len(), 2);
+        assert!(
+            other.iter().all(|r| !a.contains(r)),
+            "GPU 5's NICs, not GPU 3's"
+        );
+        assert!(gpu_rails(&plan, 0, 99).is_empty(), "an unknown GPU");
+    }
+}

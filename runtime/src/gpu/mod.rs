@@ -249,13 +249,17 @@ impl Gpu {
             function("pshmem_k_barrier_all")?,
         );
         let threads = s.proxy_threads.min(s.rings).max(1);
+        // On an RDMA provider, every proxy thread stripes over the NICs placement put next to
+        // this GPU (2 on p5en, 4 on p5), so its traffic never crosses a PCIe switch.
+        let rails =
+            crate::placement::gpu_proxy_rails(s.bs.local_size(), s.bs.local_rank(), ordinal, me);
         let mut proxies = Vec::with_capacity(threads);
         let mut landing = Vec::new();
         let mut dmabuf = Vec::new();
         for t in 0..threads {
             let mine: Vec<Arc<Ring>> = rings.iter().skip(t).step_by(threads).cloned().collect();
             let amo = function("pshmem_k_amo")?;
-            let (proxy, reg) = start_proxy(&s, &ctx, &heap, ordinal, t, mine, amo)?;
+            let (proxy, reg) = start_proxy(&s, &ctx, &heap, (ordinal, &rails), t, mine, amo)?;
             proxies.push(proxy);
             landing.extend(reg.landing);
             dmabuf.extend(reg.dmabuf);
@@ -471,14 +475,15 @@ fn warn_if_lazy(me: usize, peers: &[u64]) {
     }
 }
 
-/// Opens proxy thread `thread`'s transport, registers the heap (DMA-BUF, where every PE can) or
+/// Opens proxy thread `thread`'s transport (on `rails`, when placement chose NICs for this
+/// GPU), registers the heap (DMA-BUF, where every PE can) or
 /// a landing area of the host-staged path, and starts the thread on its GPU rings.
 #[allow(clippy::too_many_arguments)]
 fn start_proxy(
     s: &GpuSetup<'_>,
     ctx: &Arc<CudaContext>,
     heap: &DevAlloc,
-    ordinal: usize,
+    (ordinal, rails): (usize, &[String]),
     thread: usize,
     rings: Vec<Arc<Ring>>,
     amo: CudaFunction,
@@ -491,7 +496,7 @@ fn start_proxy(
             source: Box::new(source),
         }
     };
-    let mut t = pshmem_transport::open_from_env_on(s.bs, &[])
+    let mut t = pshmem_transport::open_from_env_on(s.bs, rails)
         .map_err(terr("opening the GPU proxy's transport"))?;
     let reg = register(s, ctx, heap, ordinal, t.as_mut())?;
     let remotes: Vec<RemoteMrId> = pshmem_transport::exchange_mr(t.as_mut(), s.bs, reg.mr)
