@@ -331,7 +331,16 @@ pub const TORCHRUN_VARS: &[(&str, &str)] = &[
         "libfabric's efa provider: 1 lets the NIC read and write GPU memory; pshmrun sets it to 1 \
          for its ranks when unset, and the transport warns when efa runs without it",
     ),
+    (
+        CUDA_MODULE_LOADING,
+        "CUDA's module loading: pshmrun sets EAGER for its ranks when unset (a lazily loaded kernel \
+         can deadlock with a kernel waiting on a peer that only this process's proxy can serve), \
+         and the runtime warns when it finds LAZY with peers behind the proxy",
+    ),
 ];
+
+/// CUDA's module-loading mode (EAGER or LAZY).
+pub const CUDA_MODULE_LOADING: &str = "CUDA_MODULE_LOADING";
 
 /// libfabric's switch for EFA's device RDMA (GPU memory read and written by the NIC).
 pub const EFA_DEVICE_RDMA: &str = "FI_EFA_USE_DEVICE_RDMA";

@@ -52,6 +52,28 @@ fn sets_rank_variables_and_prefixes_lines() {
 }
 
 #[test]
+fn loads_cuda_modules_eagerly_unless_told_otherwise() {
+    let script = "echo loading=$CUDA_MODULE_LOADING";
+    let (out, _) = pshmrun(&["-n", "1", "--", "sh", "-c", script]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("[0] loading=EAGER"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = Command::new(PSHMRUN)
+        .args(["-n", "1", "--", "sh", "-c", script])
+        .env("CUDA_MODULE_LOADING", "LAZY")
+        .output()
+        .expect("run pshmrun");
+    assert!(
+        text(&out.stdout).contains("[0] loading=LAZY"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
 fn lets_efa_reach_gpu_memory_unless_told_otherwise() {
     let script = "echo efa=$FI_EFA_USE_DEVICE_RDMA";
     let (out, _) = pshmrun(&["-n", "1", "--", "sh", "-c", script]);

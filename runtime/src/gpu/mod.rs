@@ -469,7 +469,7 @@ fn warn_if_lazy(me: usize, peers: &[u64]) {
             "PE {me}: CUDA lazy module loading is on and some peers are reached through the \
              proxy: a kernel waiting on a peer can deadlock with the first launch of another \
              kernel in this process (until PSHMEM_OP_TIMEOUT); set CUDA_MODULE_LOADING=EAGER \
-             (the pshmem Python package does unless it is set), or launch every kernel once \
+             (pshmrun and the pshmem Python package do unless it is set), or launch every kernel once \
              before such waits"
         );
     }

@@ -236,6 +236,13 @@ fn start(args: &Args, port: u16, secret: u64) -> Result<Ranks, String> {
                 env::EFA_DEVICE_RDMA,
                 std::env::var(env::EFA_DEVICE_RDMA).unwrap_or_else(|_| "1".into()),
             )
+            // CUDA: load every kernel at module load, not at its first launch (a first launch
+            // waits for the context's running kernels, one of which may wait on a peer that
+            // only this process's proxy can serve: a deadlock until PSHMEM_OP_TIMEOUT).
+            .env(
+                env::CUDA_MODULE_LOADING,
+                std::env::var(env::CUDA_MODULE_LOADING).unwrap_or_else(|_| "EAGER".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
