@@ -3,6 +3,8 @@
 # each test prints a SKIP line saying why. Builds first when run from a checkout with cargo;
 # on a GPU machine without Rust, pass the folder of prebuilt binaries.
 # Usage: scripts/gpu-test.sh [BIN_DIR] [OUT_DIR]    (defaults: target/release, gpu-test-out)
+# GPU_TEST_PARTS selects parts (default all: "ring ops perf nvshmem python ep"), so that a run
+# can be split across machines' time limits; the MPS checks always run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN="${1:-target/release}"
@@ -17,6 +19,8 @@ LOG="$OUT/gpu-tests.log"
 # Never let NVLink multicast objects be created on the shared GPU hosts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 fail=0
+PARTS=" ${GPU_TEST_PARTS:-ring ops perf nvshmem python ep} "
+want() { [[ "$PARTS" == *" $1 "* ]]; }
 run() {
   echo "== $*" | tee -a "$LOG"
   "$@" 2>&1 | tee -a "$LOG"
@@ -45,27 +49,31 @@ if [ "$NGPU" -eq 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
 fi
 # >= 10^7 descriptors from every warp of 132 blocks x 8 warps, through a 1024-slot ring.
 [ -n "${MPS_DIR:-}" ] && run "$BIN/pshmem-gpu-tests" mps-check
-run "$BIN/pshmem-gpu-tests" ring-stress --blocks 132 --threads 256 --per-warp 10000 --slots 1024
-run "$BIN/pshmem-gpu-tests" ring-rate --blocks 132 --threads 128 --per-warp 4000
-run "$BIN/pshmem-gpu-tests" ring-rate --blocks 1 --threads 32 --per-warp 200000
-run "$BIN/pshmem-gpu-tests" mailbox --iters 20000
-run "$BIN/pshmem-gpu-tests" ring-latency --iters 20000
+if want ring; then
+  run "$BIN/pshmem-gpu-tests" ring-stress --blocks 132 --threads 256 --per-warp 10000 --slots 1024
+  run "$BIN/pshmem-gpu-tests" ring-rate --blocks 132 --threads 128 --per-warp 4000
+  run "$BIN/pshmem-gpu-tests" ring-rate --blocks 1 --threads 32 --per-warp 200000
+  run "$BIN/pshmem-gpu-tests" mailbox --iters 20000
+  run "$BIN/pshmem-gpu-tests" ring-latency --iters 20000
+fi
 # The device API, every operation verified: 2 PEs (on 2 GPUs through NVLink/CUDA IPC where there
 # are two, else sharing the one); 2 PEs forced through the ring and the host-staged proxy over
 # tcp;rxm; 2 and 4 PEs sharing GPU 0.
-run "$BIN/pshmem-gpu-tests" gpu-ops --pes 2
-run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmem-gpu-tests" gpu-ops --pes 2
-run "$BIN/pshmem-gpu-tests" gpu-ops --pes 2 --same-gpu
-run "$BIN/pshmem-gpu-tests" gpu-ops --pes 4 --same-gpu
-run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmem-gpu-tests" gpu-ops --pes 4 --same-gpu
-# A killed peer ends the survivor's GPU wait with an error naming it (direct, then staged).
-run "$BIN/pshmem-gpu-tests" gpu-kill
-run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmem-gpu-tests" gpu-kill
+if want ops; then
+  run "$BIN/pshmem-gpu-tests" gpu-ops --pes 2
+  run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmem-gpu-tests" gpu-ops --pes 2
+  run "$BIN/pshmem-gpu-tests" gpu-ops --pes 2 --same-gpu
+  run "$BIN/pshmem-gpu-tests" gpu-ops --pes 4 --same-gpu
+  run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmem-gpu-tests" gpu-ops --pes 4 --same-gpu
+  # A killed peer ends the survivor's GPU wait with an error naming it (direct, then staged).
+  run "$BIN/pshmem-gpu-tests" gpu-kill
+  run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmem-gpu-tests" gpu-kill
+fi
 # Device-initiated pshmem-perf: NVLink (2 PEs on 2 GPUs) or 2 PEs sharing one GPU under MPS
 # (then "NVLink" figures are copies within one GPU's memory, not link figures), then the ring
 # and the host-staged proxy.
 [ "$NGPU" -ge 2 ] && where=nvlink || where=same-gpu
-if [ "$NGPU" -ge 1 ]; then
+if [ "$NGPU" -ge 1 ] && want perf; then
   run "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" put_bw get_bw -b 8 -e 268435456 -n 5 --window 8 --json "$OUT/perf-$where-bw.json"
   run "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" p_latency atomic_latency msg_rate barrier_latency -n 10 --window 64 --json "$OUT/perf-$where-lat.json"
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" put_bw -b 8 -e 16777216 -f 4 -n 3 --window 8 --json "$OUT/perf-staged-bw.json"
@@ -87,7 +95,9 @@ elif [ -z "$TREE" ] && [ -d "$BIN/../nvshmem-home" ]; then
   TREE="$(cd "$BIN/../nvshmem-home" && pwd)"
 fi
 NVCC_BIN="$(command -v nvcc || ls /usr/local/cuda/bin/nvcc .tools/cuda/nvidia/cu13/bin/nvcc 2>/dev/null | head -1)"
-if [ "$NGPU" -ge 1 ] && [ -n "$TREE" ] && [ -n "$NVCC_BIN" ]; then
+if ! want nvshmem; then
+  :
+elif [ "$NGPU" -ge 1 ] && [ -n "$TREE" ] && [ -n "$NVCC_BIN" ]; then
   EXB="$(mktemp -d)"
   run bash examples/nvshmem/build.sh "$TREE" "$EXB" "$NVCC_BIN"
   run bash examples/nvshmem/run.sh "$EXB" "$TREE" "$BIN/pshmrun" "$OUT/nvshmem-examples.log"
@@ -115,12 +125,16 @@ else
 fi
 if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ]; then
   "$PYBIN" -c "import torch, pshmem; print('python:', pshmem.__version__, 'torch', torch.__version__)" 2>&1 | tee -a "$LOG"
+fi
+if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want python; then
   run "$BIN/pshmrun" -n 2 -- "$PYBIN" python/tests/workers/ops.py --device cuda
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 2 -- "$PYBIN" python/tests/workers/ops.py --device cuda
   run "$BIN/pshmrun" -n 3 -- "$PYBIN" python/tests/workers/ops.py --device cpu
   for ex in ring collectives buffer patterns; do
     run "$BIN/pshmrun" -n 2 -- "$PYBIN" examples/python/$ex.py --device cuda --json "$OUT/python-$ex.json"
   done
+fi
+if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want ep; then
   # MoE low-latency dispatch/combine (pshmem.ep): DeepEP's checks at EP 2, 4 and 8 over
   # NVLink/IPC, forced through the proxy (host-staged tcp), and through the simulated fabric
   # that reorders every message; every mode at EP 2 and 4, a sample of modes at EP 8.
@@ -136,7 +150,8 @@ if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ]; then
     run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=sim PSHMEM_SIM_DELAY_US=100 PSHMEM_GPU_RINGS=3 PSHMEM_GPU_PROXY_THREADS=2 \
       "$BIN/pshmrun" -n $n -- "$PYBIN" python/tests/workers/ep_ll.py --quick
   done
-else
+fi
+if { want python || want ep; } && ! { [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ]; }; then
   echo "SKIP python on the GPU: need a GPU ($NGPU) and the pshmem package with torch ('${PYBIN}')" | tee -a "$LOG"
 fi
 echo "gpu-test: $([ $fail = 0 ] && echo passed || echo FAILED) (log: $LOG)" | tee -a "$LOG"
