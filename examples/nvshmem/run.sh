@@ -62,7 +62,9 @@ for pes in 2 4; do
 done
 # torchrun-style: the launcher's variables set by hand (no pshmrun), `per_host` processes per
 # host; with 2 emulated hosts (PSHMEM_HOST_ID), a team spans both: members on the same host are
-# mapped, the others reached through the proxy (tcp).
+# mapped, the others reached through the proxy (tcp). Like pshmrun, a launcher of such jobs sets
+# CUDA_MODULE_LOADING=EAGER (a lazily loaded kernel can deadlock with a kernel waiting on the
+# proxy: the runtime warns about it).
 envlaunch() { # name nprocs per_host prog
   local name="$1" np="$2" per="$3" prog="$4"
   local port=$((20000 + RANDOM % 20000))
@@ -73,7 +75,7 @@ envlaunch() { # name nprocs per_host prog
     outs+=("$(mktemp)")
     env RANK=$r WORLD_SIZE="$np" LOCAL_RANK=$((r % per)) LOCAL_WORLD_SIZE="$per" \
       MASTER_ADDR=127.0.0.1 MASTER_PORT=$port PSHMEM_JOB_SECRET="$secret" \
-      PSHMEM_HOST_ID="host$((r / per))" PSHMEM_PROVIDER=tcp \
+      PSHMEM_HOST_ID="host$((r / per))" PSHMEM_PROVIDER=tcp CUDA_MODULE_LOADING=EAGER \
       timeout "${EXAMPLES_TIMEOUT:-120}" "$prog" >"${outs[$r]}" 2>&1 &
     pids+=($!)
   done
@@ -83,7 +85,7 @@ envlaunch() { # name nprocs per_host prog
   if [ "$rc" -ne 0 ] || [ "$(cat "${outs[@]}" | grep -c '^OK ')" -ne "$np" ]; then
     fail=$((fail + 1))
     echo "FAILED $name pes=$np, $per per host (environment launch)" | tee -a "$LOG"
-    tail -20 "${outs[@]}" | tee -a "$LOG"
+    tail -n 20 "${outs[@]}" | tee -a "$LOG"
     sleep 3
   else
     echo "passed $name pes=$np, $per per host (environment launch)" | tee -a "$LOG"
