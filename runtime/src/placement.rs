@@ -194,6 +194,11 @@ pub fn gpu_rails(plan: &HostPlan, local_rank: usize, gpu: usize) -> Vec<String> 
 /// The rails of a GPU proxy: [`gpu_rails`] of this host's plan when the provider in force is an
 /// RDMA one (its domains are NICs); otherwise none (the provider's default domain).
 pub fn gpu_proxy_rails(local_size: usize, local_rank: usize, gpu: usize, me: usize) -> Vec<String> {
+    // A named provider that is not an RDMA one has no NICs to place: skip the topology.
+    let named = env::PROVIDER.raw().or_else(|| env::fallback("FI_PROVIDER"));
+    if named.as_deref().is_some_and(|p| !is_rdma(p)) {
+        return Vec::new();
+    }
     let plan = host_plan(local_size, 1, true);
     match plan.provider.as_deref() {
         Some(p) if is_rdma(p) => {
