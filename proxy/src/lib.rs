@@ -302,7 +302,10 @@ pub trait DeviceMem: Send {
     /// Both ranges must be valid for the copy and not in use by anything else meanwhile.
     unsafe fn copy(&mut self, dst: u64, src: u64, len: usize) -> Result<(), DeviceError>;
     /// An AMO on this GPU's memory at `addr` (aligned to the width), atomic with respect to
-    /// every GPU atomic on it; returns the old value.
+    /// every GPU atomic on it; returns the old value. `idle` is called again and again while
+    /// the AMO is pending: the engine frees ring space meanwhile. (The AMO is a kernel, which
+    /// needs an SM; if every SM is held by blocks waiting for ring space, only the proxy
+    /// draining its rings lets them finish — seen as a stall of the MoE kernels on the H100.)
     fn amo(
         &mut self,
         addr: u64,
@@ -310,6 +313,7 @@ pub trait DeviceMem: Send {
         wide: bool,
         operand: u64,
         compare: u64,
+        idle: &mut dyn FnMut(),
     ) -> Result<u64, DeviceError>;
     /// Page-locks host memory for faster copies (best effort).
     ///

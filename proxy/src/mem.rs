@@ -368,6 +368,7 @@ impl crate::DeviceMem for HostDevice {
         wide: bool,
         operand: u64,
         compare: u64,
+        _idle: &mut dyn FnMut(),
     ) -> Result<u64, crate::DeviceError> {
         let off = addr.wrapping_sub(self.heap.base() as u64);
         Ok(self.heap.amo(off, wide, op, operand, compare)?)

@@ -18,10 +18,12 @@ use super::{
 pub(super) const MAX_PART: u64 = 16 << 20;
 
 impl Engine {
-    /// Drains up to a batch of operations from ring `r`; returns how many.
+    /// Drains up to a batch of operations from ring `r` (first those stashed while the proxy
+    /// waited for its GPU); returns how many.
     pub(super) fn drain(&mut self, r: usize) -> usize {
+        let stashed = self.take_stash(r);
         let Some(mut cons) = self.rings[r].cons.take() else {
-            return 0;
+            return stashed;
         };
         let batch = self.cfg.batch;
         let mut bad = None;
@@ -48,6 +50,27 @@ impl Engine {
         };
         if let Some(e) = bad {
             self.fault(code::PROXY, None, format!("PE {}: ring {r}: {e}", self.me));
+        }
+        stashed + n
+    }
+
+    /// Takes the operations stashed from ring `r`, in order (taking one may stash more: they
+    /// come after it).
+    fn take_stash(&mut self, r: usize) -> usize {
+        let mut n = 0;
+        while let Some(s) = self.rings[r].stash.pop_front() {
+            n += 1;
+            let slots = &s.slots[..s.n as usize];
+            if !self.strong && self.p_fast(r as u16, s.seq, slots) {
+                continue;
+            }
+            match Desc::decode(slots) {
+                Ok(d) => self.accept(r as u16, s.seq, d),
+                Err(e) => {
+                    self.fault(code::PROXY, None, format!("PE {}: ring {r}: {e}", self.me));
+                    self.rings[r].stash.clear();
+                }
+            }
         }
         n
     }

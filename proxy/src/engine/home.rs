@@ -44,14 +44,12 @@ impl DeviceHeap {
         }
     }
 
-    /// An AMO at heap offset `off`, by the GPU.
+    /// An AMO at heap offset `off`, by the GPU (`idle` runs while it is pending).
     fn amo(
         &mut self,
         off: u64,
-        wide: bool,
-        op: AmoOp,
-        operand: u64,
-        compare: u64,
+        (wide, op, operand, compare): (bool, AmoOp, u64, u64),
+        idle: &mut dyn FnMut(),
     ) -> Result<u64, MemError> {
         let width = if wide { 8 } else { 4 };
         let at = self.check(off, width)?;
@@ -59,7 +57,7 @@ impl DeviceHeap {
             return Err(MemError::Misaligned { offset: off, width });
         }
         self.dev
-            .amo(at, op, wide, operand, compare)
+            .amo(at, op, wide, operand, compare, idle)
             .map_err(MemError::device)
     }
 
@@ -204,9 +202,20 @@ impl Engine {
         operand: u64,
         compare: u64,
     ) -> Result<u64, MemError> {
-        match self.device.as_mut() {
-            Some(d) => d.amo(off, wide, op, operand, compare),
-            None => self.region.amo(off, wide, op, operand, compare),
+        // Split borrows: the device works while its wait stashes the rings' new operations.
+        let Engine {
+            device,
+            region,
+            rings,
+            cfg,
+            ..
+        } = self;
+        match device.as_mut() {
+            Some(d) => {
+                let mut idle = || super::work::stash_rings(rings, cfg.batch);
+                d.amo(off, (wide, op, operand, compare), &mut idle)
+            }
+            None => region.amo(off, wide, op, operand, compare),
         }
     }
 

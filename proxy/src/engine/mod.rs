@@ -27,7 +27,6 @@ use std::{
 };
 
 use pshmem_abi::error as code;
-use pshmem_ring::{Completions, Consumer};
 use pshmem_transport::{Caps, LocalMem, MemKind, MrId, RemoteMrId, Transport};
 
 mod accept;
@@ -47,7 +46,7 @@ use ctx::ImmWidth;
 use exclusive::JobSlot;
 use home::DeviceHeap;
 use staged::Landing;
-use work::{Ev, Op, Part, PeQueue, RingState, Staging, TagState};
+use work::{Ev, Op, Part, RingState, Staging, TagState};
 
 use crate::{
     FaultCause, Health, ProxyConfig, ProxyError, ProxySetup, mem::HeapMem, slab::GenSlab,
@@ -196,15 +195,7 @@ impl Engine {
                 mode = SignalMode::Gated;
             }
         }
-        let rings = s
-            .rings
-            .into_iter()
-            .map(|r| RingState {
-                cons: Some(Consumer::new(r)),
-                done: Completions::new(),
-                queues: (0..n).map(|_| PeQueue::default()).collect(),
-            })
-            .collect();
+        let rings = s.rings.into_iter().map(|r| RingState::new(r, n)).collect();
         Ok(Self {
             t: s.transport,
             device,
@@ -408,6 +399,7 @@ impl Engine {
             && self.acks.is_empty()
             && self.active.is_empty()
             && !self.staged_busy()
+            && self.rings.iter().all(|r| r.stash.is_empty())
     }
 
     /// One turn; returns a measure of the work done (0 = idle).

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use pshmem_ring::{AmoOp, Completions, Consumer, Local, SignalOp};
+use pshmem_ring::{AmoOp, Completions, Consumer, Local, RawSlot, SignalOp, layout::MAX_SLOTS};
 use pshmem_transport::MrId;
 
 use super::{ctx::SlabKey, tags::Tag};
@@ -158,6 +158,54 @@ pub(super) struct RingState {
     pub cons: Option<Consumer>,
     pub done: Completions,
     pub queues: Vec<PeQueue>,
+    /// Operations taken out of the ring while the proxy waited for its GPU (see
+    /// [`stash_rings`]), each with its sequence number: the next drain takes them first.
+    pub stash: VecDeque<Stashed>,
+}
+
+impl RingState {
+    /// The state of `ring`, drained for a job of `n` PEs.
+    pub(super) fn new(ring: std::sync::Arc<pshmem_ring::Ring>, n: usize) -> Self {
+        Self {
+            cons: Some(Consumer::new(ring)),
+            done: Completions::new(),
+            queues: (0..n).map(|_| PeQueue::default()).collect(),
+            stash: VecDeque::new(),
+        }
+    }
+}
+
+/// An operation's slots, copied out of its ring before the engine could take it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Stashed {
+    pub seq: u64,
+    pub slots: [RawSlot; MAX_SLOTS as usize],
+    pub n: u8,
+}
+
+/// Copies new operations out of every ring not being drained now (up to `batch` each) into its
+/// stash, freeing their slots: called while the proxy waits for its GPU, whose blocks may be
+/// waiting for that ring space. Order is kept: a ring's stash is taken before its slots.
+pub(super) fn stash_rings(rings: &mut [RingState], batch: usize) {
+    for rs in rings {
+        let RingState {
+            cons, done, stash, ..
+        } = rs;
+        let Some(cons) = cons.as_mut() else {
+            continue;
+        };
+        // An error (a bad slot) is left where it is: the next drain meets it and reports it.
+        let _ = cons.poll(batch, |idx, slots| {
+            let seq = done.push(idx + slots.len() as u64);
+            let mut s = Stashed {
+                seq,
+                slots: [RawSlot::default(); MAX_SLOTS as usize],
+                n: slots.len().min(MAX_SLOTS as usize) as u8,
+            };
+            s.slots[..s.n as usize].copy_from_slice(&slots[..s.n as usize]);
+            stash.push_back(s);
+        });
+    }
 }
 
 /// Registered bounce memory for raw-address sources and destinations.

@@ -57,7 +57,7 @@ impl CudaDeviceMem {
         let mut word = 0u64;
         // SAFETY: 8 bytes at the heap's base (the heap is at least one page) into a live local.
         unsafe { d.copy_on_stream(&mut word as *mut u64 as u64, heap.0, 8) }?;
-        d.amo_on_stream(heap.0, AmoOp::Fetch, true, 0, 0)?;
+        d.amo_on_stream(heap.0, (AmoOp::Fetch, true, 0, 0), &mut || {})?;
         Ok(d)
     }
 
@@ -89,10 +89,8 @@ impl CudaDeviceMem {
     fn amo_on_stream(
         &mut self,
         addr: u64,
-        op: AmoOp,
-        wide: bool,
-        operand: u64,
-        compare: u64,
+        (op, wide, operand, compare): (AmoOp, bool, u64, u64),
+        idle: &mut dyn FnMut(),
     ) -> Result<u64, CudaError> {
         let sub = u32::from(op.code() | if wide { AMO_WIDE } else { 0 });
         let dev_result = self.result.device_ptr()?;
@@ -111,10 +109,18 @@ impl CudaDeviceMem {
         // aligned (checked by the proxy, or the heap's base); the result cell is pinned and
         // device-mapped.
         unsafe { b.launch(cfg) }.map_err(driver("launching the AMO kernel"))?;
-        self.stream
-            .synchronize()
-            .map_err(driver("the AMO kernel"))?;
-        // SAFETY: the kernel finished (stream synchronized); the cell is 8 aligned bytes.
+        // Not a blocking synchronize: the kernel needs an SM, and the GPU's blocks may all be
+        // waiting for ring space that only the proxy (in `idle`) can free.
+        let s = self.stream.cu_stream();
+        loop {
+            // SAFETY: a query of our own stream.
+            match unsafe { sys::cuStreamQuery(s) } {
+                sys::CUresult::CUDA_SUCCESS => break,
+                sys::CUresult::CUDA_ERROR_NOT_READY => idle(),
+                rc => check(rc, "cuStreamQuery (the AMO kernel)")?,
+            }
+        }
+        // SAFETY: the kernel finished (its stream is idle); the cell is 8 aligned bytes.
         Ok(unsafe { std::ptr::read_volatile(self.result.ptr.cast::<u64>()) })
     }
 }
@@ -140,9 +146,10 @@ impl DeviceMem for CudaDeviceMem {
         wide: bool,
         operand: u64,
         compare: u64,
+        idle: &mut dyn FnMut(),
     ) -> Result<u64, DeviceError> {
         self.stream()?;
-        Ok(self.amo_on_stream(addr, op, wide, operand, compare)?)
+        Ok(self.amo_on_stream(addr, (op, wide, operand, compare), idle)?)
     }
 
     unsafe fn pin(&mut self, ptr: *mut u8, len: usize) {

@@ -25,6 +25,7 @@ use crate::{Health, HeapMem, ProxyConfig, ProxySetup, slab::GenSlab};
 const HEAP: usize = 1 << 20;
 
 mod counted;
+mod stash;
 mod strong;
 
 /// PEs with their engines, rings and heaps, on one in-process fabric.
