@@ -332,12 +332,22 @@ pub const TORCHRUN_VARS: &[(&str, &str)] = &[
          for its ranks when unset, and the transport warns when efa runs without it",
     ),
     (
+        CUDA_DEVICE_MAX_CONNECTIONS,
+        "CUDA's hardware work queues per context: pshmrun (and the Python package) set 16 when \
+         unset. With CUDA's default of 8, streams share queues, and the proxy's copies and AMO \
+         kernels could queue behind an application kernel waiting for them (seen as a stall of \
+         the MoE kernels, 4 PEs on one H100 under MPS); 32 ran out of memory under MPS there",
+    ),
+    (
         CUDA_MODULE_LOADING,
         "CUDA's module loading: pshmrun sets EAGER for its ranks when unset (a lazily loaded kernel \
          can deadlock with a kernel waiting on a peer that only this process's proxy can serve), \
          and the runtime warns when it finds LAZY with peers behind the proxy",
     ),
 ];
+
+/// CUDA's number of hardware work queues per context (default 8).
+pub const CUDA_DEVICE_MAX_CONNECTIONS: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
 
 /// CUDA's module-loading mode (EAGER or LAZY).
 pub const CUDA_MODULE_LOADING: &str = "CUDA_MODULE_LOADING";

@@ -75,7 +75,7 @@ envlaunch() { # name nprocs per_host prog
     outs+=("$(mktemp)")
     env RANK=$r WORLD_SIZE="$np" LOCAL_RANK=$((r % per)) LOCAL_WORLD_SIZE="$per" \
       MASTER_ADDR=127.0.0.1 MASTER_PORT=$port PSHMEM_JOB_SECRET="$secret" \
-      PSHMEM_HOST_ID="host$((r / per))" PSHMEM_PROVIDER=tcp CUDA_MODULE_LOADING=EAGER \
+      PSHMEM_HOST_ID="host$((r / per))" PSHMEM_PROVIDER=tcp CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=16 \
       timeout "${EXAMPLES_TIMEOUT:-120}" "$prog" >"${outs[$r]}" 2>&1 &
     pids+=($!)
   done

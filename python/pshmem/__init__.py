@@ -36,6 +36,9 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 # loading unless the user chose otherwise; it takes effect if CUDA is not initialized yet (the
 # runtime warns at GPU init when lazy loading is on and the proxy is in use).
 os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
+# More hardware work queues than CUDA's 8, so that the proxy's stream does not share one with a
+# stream whose kernel waits for the proxy (as pshmrun does; see docs/ENVIRONMENT.md).
+os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "16")
 
 from . import _pshmem as _C  # noqa: E402
 from ._pshmem import (

@@ -52,22 +52,23 @@ fn sets_rank_variables_and_prefixes_lines() {
 }
 
 #[test]
-fn loads_cuda_modules_eagerly_unless_told_otherwise() {
-    let script = "echo loading=$CUDA_MODULE_LOADING";
+fn sets_cuda_module_loading_and_queues_unless_told_otherwise() {
+    let script = "echo loading=$CUDA_MODULE_LOADING queues=$CUDA_DEVICE_MAX_CONNECTIONS";
     let (out, _) = pshmrun(&["-n", "1", "--", "sh", "-c", script]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
-        text(&out.stdout).contains("[0] loading=EAGER"),
+        text(&out.stdout).contains("[0] loading=EAGER queues=16"),
         "{}",
         text(&out.stdout)
     );
     let out = Command::new(PSHMRUN)
         .args(["-n", "1", "--", "sh", "-c", script])
         .env("CUDA_MODULE_LOADING", "LAZY")
+        .env("CUDA_DEVICE_MAX_CONNECTIONS", "4")
         .output()
         .expect("run pshmrun");
     assert!(
-        text(&out.stdout).contains("[0] loading=LAZY"),
+        text(&out.stdout).contains("[0] loading=LAZY queues=4"),
         "{}",
         text(&out.stdout)
     );

@@ -239,6 +239,12 @@ fn start(args: &Args, port: u16, secret: u64) -> Result<Ranks, String> {
             // CUDA: load every kernel at module load, not at its first launch (a first launch
             // waits for the context's running kernels, one of which may wait on a peer that
             // only this process's proxy can serve: a deadlock until PSHMEM_OP_TIMEOUT).
+            // CUDA: more hardware queues, so that the proxy's stream does not share one with an
+            // application stream whose kernel waits for the proxy (false serialization).
+            .env(
+                env::CUDA_DEVICE_MAX_CONNECTIONS,
+                std::env::var(env::CUDA_DEVICE_MAX_CONNECTIONS).unwrap_or_else(|_| "16".into()),
+            )
             .env(
                 env::CUDA_MODULE_LOADING,
                 std::env::var(env::CUDA_MODULE_LOADING).unwrap_or_else(|_| "EAGER".into()),
