@@ -334,9 +334,10 @@ pub const TORCHRUN_VARS: &[(&str, &str)] = &[
     (
         CUDA_DEVICE_MAX_CONNECTIONS,
         "CUDA's hardware work queues per context: pshmrun (and the Python package) set 16 when \
-         unset. With CUDA's default of 8, streams share queues, and the proxy's copies and AMO \
-         kernels could queue behind an application kernel waiting for them (seen as a stall of \
-         the MoE kernels, 4 PEs on one H100 under MPS); 32 ran out of memory under MPS there",
+         unset, or 64 / PEs per GPU when several share one under MPS (at least 8). With CUDA's \
+         default of 8, streams share queues, and the proxy's copies and AMO kernels could queue \
+         behind an application kernel waiting for them (seen as a stall of the MoE kernels, 4 \
+         PEs on one H100 under MPS); more than 64 per GPU ran out of memory under MPS there",
     ),
     (
         CUDA_MODULE_LOADING,
@@ -348,6 +349,22 @@ pub const TORCHRUN_VARS: &[(&str, &str)] = &[
 
 /// CUDA's number of hardware work queues per context (default 8).
 pub const CUDA_DEVICE_MAX_CONNECTIONS: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
+
+/// The hardware queues to ask CUDA for when `local` PEs share `gpus` GPUs (0: unknown, taken as
+/// one each): 16 rather than CUDA's 8, so that the proxy's stream rarely shares a queue with a
+/// stream whose kernel waits for it; but under CUDA MPS the queues of every PE on a GPU add up,
+/// and on an H100 4 PEs × 32 or 8 × 16 ran out of memory where 4 × 16 and 8 × 8 did not: at
+/// most 64 per GPU, never below CUDA's 8.
+pub fn cuda_queues(local: usize, gpus: usize) -> usize {
+    let per_gpu = if gpus == 0 { 1 } else { local.div_ceil(gpus) };
+    (64 / per_gpu.max(1)).clamp(8, 16)
+}
+
+/// GPUs of this host as the NVIDIA driver lists them (`/proc/driver/nvidia/gpus`), without
+/// touching CUDA; 0 when there is no driver.
+pub fn local_gpus() -> usize {
+    std::fs::read_dir("/proc/driver/nvidia/gpus").map_or(0, |d| d.count())
+}
 
 /// CUDA's module-loading mode (EAGER or LAZY).
 pub const CUDA_MODULE_LOADING: &str = "CUDA_MODULE_LOADING";
@@ -597,6 +614,16 @@ pub fn render_markdown() -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cuda_queues_stay_within_what_mps_can_hold() {
+        assert_eq!(super::cuda_queues(1, 1), 16);
+        assert_eq!(super::cuda_queues(8, 8), 16, "one PE per GPU");
+        assert_eq!(super::cuda_queues(4, 1), 16, "4 x 16 ran under MPS");
+        assert_eq!(super::cuda_queues(8, 1), 8, "8 x 16 did not");
+        assert_eq!(super::cuda_queues(16, 1), 8, "never below CUDA's 8");
+        assert_eq!(super::cuda_queues(3, 0), 16, "no driver: one PE per GPU");
+    }
+
     use super::*;
 
     #[test]

@@ -37,8 +37,19 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 # runtime warns at GPU init when lazy loading is on and the proxy is in use).
 os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
 # More hardware work queues than CUDA's 8, so that the proxy's stream does not share one with a
-# stream whose kernel waits for the proxy (as pshmrun does; see docs/ENVIRONMENT.md).
-os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "16")
+# stream whose kernel waits for the proxy; at most 64 per GPU when PEs share one under MPS (as
+# pshmrun does, which sets it for its ranks; see docs/ENVIRONMENT.md).
+def _cuda_queues() -> str:
+    local = os.environ.get("PSHMEM_LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or "1"
+    try:
+        gpus = len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        gpus = 0
+    per_gpu = -(-max(1, int(local) if local.isdigit() else 1) // gpus) if gpus else 1
+    return str(min(16, max(8, 64 // max(1, per_gpu))))
+
+
+os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", _cuda_queues())
 
 from . import _pshmem as _C  # noqa: E402
 from ._pshmem import (

@@ -208,6 +208,8 @@ fn start(args: &Args, port: u16, secret: u64) -> Result<Ranks, String> {
     let n = args.n as usize;
     let hosts = (args.hosts as usize).min(n);
     let per_host = n.div_ceil(hosts);
+    let queues = std::env::var(env::CUDA_DEVICE_MAX_CONNECTIONS)
+        .unwrap_or_else(|_| env::cuda_queues(per_host, env::local_gpus()).to_string());
     let lock = Arc::new(Mutex::new(()));
     let (tx, events) = mpsc::channel();
     let me = std::process::id();
@@ -241,10 +243,7 @@ fn start(args: &Args, port: u16, secret: u64) -> Result<Ranks, String> {
             // only this process's proxy can serve: a deadlock until PSHMEM_OP_TIMEOUT).
             // CUDA: more hardware queues, so that the proxy's stream does not share one with an
             // application stream whose kernel waits for the proxy (false serialization).
-            .env(
-                env::CUDA_DEVICE_MAX_CONNECTIONS,
-                std::env::var(env::CUDA_DEVICE_MAX_CONNECTIONS).unwrap_or_else(|_| "16".into()),
-            )
+            .env(env::CUDA_DEVICE_MAX_CONNECTIONS, &queues)
             .env(
                 env::CUDA_MODULE_LOADING,
                 std::env::var(env::CUDA_MODULE_LOADING).unwrap_or_else(|_| "EAGER".into()),
