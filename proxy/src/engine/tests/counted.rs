@@ -28,13 +28,7 @@ fn counted_signals_never_show_before_any_of_their_puts() {
                 let mut last = 0;
                 for (k, msgs) in bufs.iter().enumerate() {
                     for (i, b) in msgs.iter().enumerate() {
-                        let local = if i % 2 == 0 {
-                            let src = 256 * 1024 + dst(k, i);
-                            w.fill(0, src, b);
-                            Local::Heap(src)
-                        } else {
-                            Local::Raw(b.as_ptr() as u64)
-                        };
+                        let local = w.source(i % 2 == 0, 256 * 1024 + dst(k, i), b);
                         let d = Desc::PutCounted {
                             pe: 1,
                             remote: dst(k, i),

@@ -152,6 +152,17 @@ impl World {
         self.heaps[pe].load(off, true).expect("in the heap")
     }
 
+    /// A put's source on PE 0: `data` copied into the heap at `at` (`heap`), or the raw buffer
+    /// itself (which the proxy stages).
+    fn source(&self, heap: bool, at: u64, data: &[u8]) -> Local {
+        if heap {
+            self.fill(0, at, data);
+            Local::Heap(at)
+        } else {
+            Local::Raw(data.as_ptr() as u64)
+        }
+    }
+
     fn fill(&self, pe: usize, off: u64, data: &[u8]) {
         // SAFETY: `data` is live; the view checks the range.
         unsafe { self.heaps[pe].write_from_raw(off, data.as_ptr(), data.len()) }
@@ -248,13 +259,7 @@ fn put_with_signal_never_shows_the_signal_before_its_data() {
             let mut last = 0;
             for (i, b) in bufs.iter().enumerate() {
                 // Half from the heap (one RMA part), half from raw memory (staged, 3 parts).
-                let local = if i % 2 == 0 {
-                    let src = 256 * 1024 + dst(i);
-                    w.fill(0, src, b);
-                    Local::Heap(src)
-                } else {
-                    Local::Raw(b.as_ptr() as u64)
-                };
+                let local = w.source(i % 2 == 0, 256 * 1024 + dst(i), b);
                 let d = Desc::PutSignal {
                     pe: 1,
                     remote: dst(i),

@@ -21,13 +21,7 @@ fn pword(i: usize) -> u64 {
 /// Returns the index past it.
 fn push_round(w: &World, i: usize, buf: &[u8], small: &[u8]) -> u64 {
     // Half from the heap (one RMA part), half from raw memory (staged, 2 parts).
-    let local = if i % 2 == 0 {
-        let src = 256 * 1024 + dst(i);
-        w.fill(0, src, buf);
-        Local::Heap(src)
-    } else {
-        Local::Raw(buf.as_ptr() as u64)
-    };
+    let local = w.source(i % 2 == 0, 256 * 1024 + dst(i), buf);
     let put = Desc::Put {
         pe: 1,
         remote: dst(i),
