@@ -182,7 +182,7 @@ impl Pshmem {
                 }
                 let rails = match (pe, plan.provider.as_deref()) {
                     (Some(pe), Some(p)) if placement::is_rdma(p) => {
-                        pe.nics.iter().map(|&i| plan.nics[i].name.clone()).collect()
+                        plan.nic_names(pe.nics.iter().copied())
                     }
                     _ => Vec::new(),
                 };

@@ -30,6 +30,13 @@ pub struct HostPlan {
     pub warnings: Vec<String>,
 }
 
+impl HostPlan {
+    /// The domain names of NICs `idx` (indices into [`HostPlan::nics`]): a PE's rails.
+    pub fn nic_names(&self, idx: impl IntoIterator<Item = usize>) -> Vec<String> {
+        idx.into_iter().map(|i| self.nics[i].name.clone()).collect()
+    }
+}
+
 /// Providers that reach an RDMA NIC (their domains are NICs to place).
 pub fn is_rdma(provider: &str) -> bool {
     provider.starts_with("efa") || provider.starts_with("verbs")
@@ -173,22 +180,18 @@ pub fn host_plan(local_size: usize, proxy_threads: usize, gpus: bool) -> HostPla
 /// gave that PE when it placed it on this GPU (PEs sharing a GPU start on different NICs), else
 /// every NIC of that GPU at its closest distance. Empty when the GPU is unknown to the plan.
 pub fn gpu_rails(plan: &HostPlan, local_rank: usize, gpu: usize) -> Vec<String> {
-    let name = |i: usize| plan.nics[i].name.clone();
     if let Some(pe) = plan.placement.pes.get(local_rank)
         && pe.gpu == Some(gpu)
         && !pe.nics.is_empty()
     {
-        return pe.nics.iter().map(|&i| name(i)).collect();
+        return plan.nic_names(pe.nics.iter().copied());
     }
     let Some(g) = plan.placement.gpus.iter().find(|g| g.gpu == gpu) else {
         return Vec::new();
     };
     let best = g.nics.first().map(|&(_, d)| d);
-    g.nics
-        .iter()
-        .filter(|&&(_, d)| Some(d) == best)
-        .map(|&(i, _)| name(i))
-        .collect()
+    let closest = g.nics.iter().filter(|&&(_, d)| Some(d) == best);
+    plan.nic_names(closest.map(|&(i, _)| i))
 }
 
 /// The rails of a GPU proxy: [`gpu_rails`] of this host's plan when the provider in force is an

@@ -51,50 +51,50 @@ fn sets_rank_variables_and_prefixes_lines() {
     );
 }
 
-#[test]
-fn sets_cuda_module_loading_and_queues_unless_told_otherwise() {
-    let script = "echo loading=$CUDA_MODULE_LOADING queues=$CUDA_DEVICE_MAX_CONNECTIONS";
-    let (out, _) = pshmrun(&["-n", "1", "--", "sh", "-c", script]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stdout).contains("[0] loading=EAGER queues=16"),
-        "{}",
-        text(&out.stdout)
-    );
+/// What a one-rank job's `echo` of `vars` prints (`[0] NAME=value ...`), launched with `env` set.
+fn launched_values(vars: &[&str], env: &[(&str, &str)]) -> String {
+    let script = vars
+        .iter()
+        .map(|v| format!("{v}=${v}"))
+        .collect::<Vec<_>>()
+        .join(" ");
     let out = Command::new(PSHMRUN)
-        .args(["-n", "1", "--", "sh", "-c", script])
-        .env("CUDA_MODULE_LOADING", "LAZY")
-        .env("CUDA_DEVICE_MAX_CONNECTIONS", "4")
+        .args(["-n", "1", "--", "sh", "-c", &format!("echo {script}")])
+        .envs(env.iter().copied())
         .output()
         .expect("run pshmrun");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+#[test]
+fn sets_cuda_module_loading_and_queues_unless_told_otherwise() {
+    let vars = ["CUDA_MODULE_LOADING", "CUDA_DEVICE_MAX_CONNECTIONS"];
+    let out = launched_values(&vars, &[]);
     assert!(
-        text(&out.stdout).contains("[0] loading=LAZY queues=4"),
-        "{}",
-        text(&out.stdout)
+        out.contains("[0] CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=16"),
+        "{out}"
+    );
+    // Values the user set are kept.
+    let env = [
+        ("CUDA_MODULE_LOADING", "LAZY"),
+        ("CUDA_DEVICE_MAX_CONNECTIONS", "4"),
+    ];
+    let out = launched_values(&vars, &env);
+    assert!(
+        out.contains("[0] CUDA_MODULE_LOADING=LAZY CUDA_DEVICE_MAX_CONNECTIONS=4"),
+        "{out}"
     );
 }
 
 #[test]
 fn lets_efa_reach_gpu_memory_unless_told_otherwise() {
-    let script = "echo efa=$FI_EFA_USE_DEVICE_RDMA";
-    let (out, _) = pshmrun(&["-n", "1", "--", "sh", "-c", script]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stdout).contains("[0] efa=1"),
-        "{}",
-        text(&out.stdout)
-    );
+    let vars = ["FI_EFA_USE_DEVICE_RDMA"];
+    let out = launched_values(&vars, &[]);
+    assert!(out.contains("[0] FI_EFA_USE_DEVICE_RDMA=1"), "{out}");
     // A value the user set is kept.
-    let out = Command::new(PSHMRUN)
-        .args(["-n", "1", "--", "sh", "-c", script])
-        .env("FI_EFA_USE_DEVICE_RDMA", "0")
-        .output()
-        .expect("run pshmrun");
-    assert!(
-        text(&out.stdout).contains("[0] efa=0"),
-        "{}",
-        text(&out.stdout)
-    );
+    let out = launched_values(&vars, &[("FI_EFA_USE_DEVICE_RDMA", "0")]);
+    assert!(out.contains("[0] FI_EFA_USE_DEVICE_RDMA=0"), "{out}");
 }
 
 #[test]
