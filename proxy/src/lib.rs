@@ -301,6 +301,18 @@ pub trait DeviceMem: Send {
     /// # Safety
     /// Both ranges must be valid for the copy and not in use by anything else meanwhile.
     unsafe fn copy(&mut self, dst: u64, src: u64, len: usize) -> Result<(), DeviceError>;
+    /// Starts copying `len` bytes from `src` to `dst` without waiting and returns the copy's
+    /// ticket. Tickets count up from 1 and copies finish in the order they started (one
+    /// stream), so [`DeviceMem::copies_done`] answers for every earlier copy at once. The
+    /// host-staged path overlaps its copies with the transport this way, instead of blocking
+    /// its progress for each.
+    ///
+    /// # Safety
+    /// Both ranges must stay valid, and untouched by anything else, until the copy finished.
+    unsafe fn copy_start(&mut self, dst: u64, src: u64, len: usize) -> Result<u64, DeviceError>;
+    /// The ticket of the latest finished copy of those `copy_start` began (0 before any);
+    /// never blocks.
+    fn copies_done(&mut self) -> Result<u64, DeviceError>;
     /// An AMO on this GPU's memory at `addr` (aligned to the width), atomic with respect to
     /// every GPU atomic on it; returns the old value. `idle` is called again and again while
     /// the AMO is pending: the engine frees ring space meanwhile. (The AMO is a kernel, which

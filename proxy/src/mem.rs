@@ -340,12 +340,38 @@ mod tests {
 #[derive(Debug)]
 pub struct HostDevice {
     heap: HeapMem,
+    /// Started copies not yet made (ticket, destination, source, length), oldest first. Like a
+    /// stream, a copy is made late: when `copies_done` is called the second time after it
+    /// started, or before any later synchronous copy or AMO. So an engine that acted on a copy
+    /// before it was reported finished would see stale bytes in CI, as it would on a GPU.
+    pending: std::collections::VecDeque<(u64, u64, u64, usize)>,
+    started: u64,
+    /// Copies up to this ticket are made at the next `copies_done`.
+    due: u64,
 }
 
 impl HostDevice {
     /// Emulates a device heap on `heap`.
     pub fn new(heap: HeapMem) -> Self {
-        Self { heap }
+        Self {
+            heap,
+            pending: std::collections::VecDeque::new(),
+            started: 0,
+            due: 0,
+        }
+    }
+
+    /// Makes the started copies up to ticket `upto`, in order.
+    fn make(&mut self, upto: u64) {
+        while let Some(&(t, dst, src, len)) = self.pending.front() {
+            if t > upto {
+                break;
+            }
+            // SAFETY: `copy_start`'s caller keeps both ranges valid until the copy is
+            // reported finished, which is after this.
+            unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+            self.pending.pop_front();
+        }
     }
 }
 
@@ -355,10 +381,29 @@ impl crate::DeviceMem for HostDevice {
     }
 
     unsafe fn copy(&mut self, dst: u64, src: u64, len: usize) -> Result<(), crate::DeviceError> {
+        self.make(self.started);
         // SAFETY: the caller guarantees both ranges (process addresses here); `copy` allows
         // overlap.
         unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
         Ok(())
+    }
+
+    unsafe fn copy_start(
+        &mut self,
+        dst: u64,
+        src: u64,
+        len: usize,
+    ) -> Result<u64, crate::DeviceError> {
+        self.started += 1;
+        self.pending.push_back((self.started, dst, src, len));
+        Ok(self.started)
+    }
+
+    fn copies_done(&mut self) -> Result<u64, crate::DeviceError> {
+        let due = self.due;
+        self.make(due);
+        self.due = self.started;
+        Ok(self.pending.front().map_or(self.started, |p| p.0 - 1))
     }
 
     fn amo(
@@ -370,6 +415,7 @@ impl crate::DeviceMem for HostDevice {
         compare: u64,
         _idle: &mut dyn FnMut(),
     ) -> Result<u64, crate::DeviceError> {
+        self.make(self.started);
         let off = addr.wrapping_sub(self.heap.base() as u64);
         Ok(self.heap.amo(off, wide, op, operand, compare)?)
     }

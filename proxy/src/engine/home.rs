@@ -70,6 +70,25 @@ impl DeviceHeap {
         unsafe { self.dev.copy(dst, src, len) }.map_err(MemError::device)
     }
 
+    /// Starts a copy between device or host addresses; returns its ticket.
+    ///
+    /// # Safety
+    /// As [`DeviceMem::copy_start`].
+    pub(super) unsafe fn copy_start(
+        &mut self,
+        dst: u64,
+        src: u64,
+        len: usize,
+    ) -> Result<u64, MemError> {
+        // SAFETY: forwarded.
+        unsafe { self.dev.copy_start(dst, src, len) }.map_err(MemError::device)
+    }
+
+    /// The ticket of the latest finished copy.
+    pub(super) fn copies_done(&mut self) -> Result<u64, MemError> {
+        self.dev.copies_done().map_err(MemError::device)
+    }
+
     /// Page-locks host memory for faster copies.
     ///
     /// # Safety

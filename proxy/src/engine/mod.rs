@@ -374,7 +374,7 @@ impl Engine {
         }
         let since = *idle.since.get_or_insert_with(Instant::now);
         // Sleep only with nothing in flight: a completion or ack may be moments away.
-        let waiting = self.parts.len() > 0 || !self.active.is_empty();
+        let waiting = self.parts.len() > 0 || !self.active.is_empty() || self.staged_busy();
         if waiting || self.cfg.idle_after.is_zero() || since.elapsed() < self.cfg.idle_after {
             idle.spins = idle.spins.wrapping_add(1);
             if idle.spins % 64 == 0 {
@@ -417,6 +417,7 @@ impl Engine {
         work += self.issue_all();
         if self.landing.is_some() {
             work += self.serve_waiting();
+            work += self.flush_copies();
         }
         if let Some(t) = &mut self.trace {
             t.phase();

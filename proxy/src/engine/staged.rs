@@ -20,6 +20,11 @@
 //! copies from its GPU heap into a staging chunk and writes it into that slot with remote data;
 //! the initiator copies the payload to the destination and finishes the chunk.
 //!
+//! Copies never block the thread: each starts on the device's stream and what follows it (the
+//! write of a filled chunk, the ack of a landed one, the end of a get) waits in `copying`, in
+//! copy order, until the device reports it finished — so the transport keeps progressing while
+//! the GPU copies, and the copies of the next chunks overlap the writes of the earlier ones.
+//!
 //! `p`, AMOs and signals are requests applied by the target's proxy (stores by copy, AMOs and
 //! signals by kernel), acked. Ordering: every operation finishes only when its effect is in the
 //! target's GPU memory (the ack), so the engine runs this path in the gated signal mode:
@@ -34,7 +39,7 @@ use pshmem_transport::{LocalRef, RemoteRef};
 
 use super::{
     Engine,
-    ctx::{Ctx, LandingData},
+    ctx::{Ctx, LandingData, PartRef},
     issue::Post,
     work::{Posted, Xfer},
 };
@@ -56,8 +61,28 @@ pub(crate) struct Landing {
     per_group: u32,
     /// Free slots of this PE's group at each PE (at this PE itself: reply slots for gets).
     free: Vec<Vec<u32>>,
-    /// Peers' get requests waiting for a staging chunk or for transport room.
+    /// Peers' get requests waiting for a staging chunk.
     waiting: VecDeque<(u32, Request)>,
+    /// Copies under way (their tickets, in order) and what follows each.
+    copying: VecDeque<(u64, AfterCopy)>,
+}
+
+/// What follows a copy of this path once the device finished it.
+#[derive(Debug, Clone, Copy)]
+enum AfterCopy {
+    /// Write staging chunk `chunk` (`len` bytes, header included) into slot `slot` of group
+    /// `group` at `pe`, with remote data naming the slot.
+    Write {
+        pe: u32,
+        chunk: u32,
+        group: u32,
+        slot: u32,
+        len: usize,
+    },
+    /// A peer's put chunk is in the heap: ack it.
+    Ack { to: u32, id: u64 },
+    /// A get's reply is at its destination: its part is done.
+    Reply { part: PartRef },
 }
 
 impl Landing {
@@ -76,6 +101,7 @@ impl Landing {
                 .map(|_| (0..per_group as u32).rev().collect())
                 .collect(),
             waiting: VecDeque::new(),
+            copying: VecDeque::new(),
         })
     }
 
@@ -106,15 +132,106 @@ impl Engine {
         }
     }
 
-    /// Fills staging chunk `ch` with a header and `n` bytes from `src` (device or host).
-    fn fill_chunk(&mut self, ch: u32, h: [u8; HDR], src: u64, n: usize) -> Result<(), MemError> {
+    /// Starts filling staging chunk `ch` with a header and `n` bytes from `src` (device or
+    /// host); returns the copy's ticket.
+    fn fill_chunk(&mut self, ch: u32, h: [u8; HDR], src: u64, n: usize) -> Result<u64, MemError> {
         let at = self.staging.chunk_ptr(ch);
         // SAFETY: the chunk is ours (taken from the free list) and holds `staging.chunk` >=
         // HDR + n bytes.
         unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), at, HDR) };
-        // SAFETY: as above; the source is valid for `n` bytes (the producer's contract, or
-        // inside this PE's heap).
-        unsafe { self.copy_raw(at as u64 + HDR as u64, src, n) }
+        // SAFETY: as above, and the chunk stays ours until its write completes; the source is
+        // valid for `n` bytes until the operation finishes (the producer's contract, or inside
+        // this PE's heap).
+        unsafe { self.copy_start(at as u64 + HDR as u64, src, n) }
+    }
+
+    /// Starts a copy of this path: on the device's stream, or at once without a device
+    /// (ticket 0, always finished).
+    ///
+    /// # Safety
+    /// As [`crate::DeviceMem::copy_start`].
+    unsafe fn copy_start(&mut self, dst: u64, src: u64, n: usize) -> Result<u64, MemError> {
+        match self.device.as_mut() {
+            // SAFETY: forwarded.
+            Some(d) => unsafe { d.copy_start(dst, src, n) },
+            None => {
+                // SAFETY: forwarded; staging memory is the proxy's own, distinct from `src`.
+                unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, n) };
+                Ok(0)
+            }
+        }
+    }
+
+    /// Runs what follows every finished copy, in copy order, while the transport takes the
+    /// writes; returns how many ran.
+    pub(super) fn flush_copies(&mut self) -> usize {
+        if self.landing.as_ref().is_none_or(|l| l.copying.is_empty()) {
+            return 0;
+        }
+        let done = match self.device.as_mut().map(|d| d.copies_done()) {
+            None => u64::MAX,
+            Some(Ok(t)) => t,
+            Some(Err(e)) => {
+                let me = self.me;
+                self.mem_fault(me, e);
+                return 0;
+            }
+        };
+        let mut ran = 0;
+        while let Some(&(ticket, after)) = self.ld().copying.front() {
+            if ticket > done {
+                break;
+            }
+            match after {
+                AfterCopy::Write {
+                    pe,
+                    chunk,
+                    group,
+                    slot,
+                    len,
+                } => match self.write_chunk(pe, chunk, group, slot, len) {
+                    Ok(()) => {}
+                    // The transport is full: the rest waits for the next turn, in order.
+                    Err(pshmem_transport::PostError::Retry) => break,
+                    Err(pshmem_transport::PostError::Failed(e)) => {
+                        self.staging.free.push(chunk);
+                        let detail =
+                            format!("PE {}: a staged write to PE {pe} failed: {e}", self.me);
+                        self.fault_with(code::OP_FAILED, Some(pe as usize), detail, *e);
+                        return ran;
+                    }
+                },
+                AfterCopy::Ack { to, id } => self.ack(to, id, Ok(0)),
+                AfterCopy::Reply { part } => self.part_done(part, None),
+            }
+            self.ld().copying.pop_front();
+            ran += 1;
+        }
+        ran
+    }
+
+    /// Writes staging chunk `chunk` into slot `slot` of group `group` at `pe`.
+    fn write_chunk(
+        &mut self,
+        pe: u32,
+        chunk: u32,
+        group: u32,
+        slot: u32,
+        len: usize,
+    ) -> Result<(), pshmem_transport::PostError> {
+        let lref = LocalRef {
+            mr: self.staging.mr,
+            offset: self.staging.chunk_offset(chunk),
+        };
+        let rref = RemoteRef {
+            mr: self.remote[pe as usize],
+            offset: self.ld().offset(group, slot) as u64,
+        };
+        let data = LandingData { group, slot }.encode();
+        let ctx = Ctx::Staged { pe, chunk }.encode();
+        // SAFETY: the chunk stays untouched until the write completes (its completion returns
+        // it to the free list).
+        unsafe { self.t.write_data(pe as usize, lref, rref, len, data, ctx) }
     }
 
     /// Posts the next chunk of a staged put into a free landing slot at `pe`; returns its
@@ -131,34 +248,29 @@ impl Engine {
         let part = self.new_part(x.op, pe, r, Posted::Landing { owner: pe, slot });
         let h = header(Ctx::Part(part).encode(), x.remote + x.issued, n, KIND_PUT);
         let src = self.staged_addr(x.local) + x.issued;
-        if let Err(e) = self.fill_chunk(ch, h, src, n as usize) {
-            self.staging.free.push(ch);
-            self.drop_part(part);
-            self.mem_fault(pe, e);
-            return None;
-        }
-        let lref = LocalRef {
-            mr: self.staging.mr,
-            offset: self.staging.chunk_offset(ch),
+        let ticket = match self.fill_chunk(ch, h, src, n as usize) {
+            Ok(t) => t,
+            Err(e) => {
+                self.staging.free.push(ch);
+                self.drop_part(part);
+                self.mem_fault(pe, e);
+                return None;
+            }
         };
-        let me = self.me;
-        let rref = RemoteRef {
-            mr: self.remote[pe as usize],
-            offset: self.ld().offset(me, slot) as u64,
-        };
-        let data = LandingData { group: me, slot }.encode();
-        let ctx = Ctx::Staged { pe, chunk: ch }.encode();
-        // SAFETY: the chunk stays untouched until the write completes (its completion returns
-        // it to the free list).
-        let res = unsafe {
-            self.t
-                .write_data(pe as usize, lref, rref, HDR + n as usize, data, ctx)
-        };
-        if res.is_err() {
-            self.staging.free.push(ch);
-        }
-        // The part (the target's ack) is in flight from now on.
-        (self.posted(res, part, pe, "staged put") == Post::Done).then_some(n)
+        // The part (the target's ack) is in flight from now on; its write follows the copy.
+        self.posted(Ok(()), part, pe, "staged put");
+        let (group, len) = (self.me, HDR + n as usize);
+        self.ld().copying.push_back((
+            ticket,
+            AfterCopy::Write {
+                pe,
+                chunk: ch,
+                group,
+                slot,
+                len,
+            },
+        ));
+        Some(n)
     }
 
     /// Asks `pe` for the next chunk of a staged get, into a free slot of this PE's group;
@@ -197,7 +309,7 @@ impl Engine {
         self.ack(src, req.id, r);
     }
 
-    /// Serves waiting get requests while staging chunks and the transport allow.
+    /// Starts the replies of waiting get requests while staging chunks last.
     pub(super) fn serve_waiting(&mut self) -> usize {
         let mut served = 0;
         while let Some(&(src, req)) = self.ld().waiting.front() {
@@ -213,42 +325,27 @@ impl Engine {
             // The source is inside the heap (checked when queued); the initiator sized `n` to
             // its slot, and every PE uses the same slot and chunk sizes.
             let from = self.staged_addr(Local::Heap(req.offset));
-            if let Err(e) = self.fill_chunk(ch, h, from, n) {
-                self.staging.free.push(ch);
-                self.mem_fault(src, e);
-                return served;
-            }
-            let lref = LocalRef {
-                mr: self.staging.mr,
-                offset: self.staging.chunk_offset(ch),
-            };
-            let rref = RemoteRef {
-                mr: self.remote[src as usize],
-                offset: self.ld().offset(src, slot) as u64,
-            };
-            let data = LandingData { group: src, slot }.encode();
-            let ctx = Ctx::Staged { pe: src, chunk: ch }.encode();
-            // SAFETY: the chunk stays untouched until the write completes.
-            let res = unsafe {
-                self.t
-                    .write_data(src as usize, lref, rref, HDR + n, data, ctx)
-            };
-            match res {
-                Ok(()) => {
-                    self.ld().waiting.pop_front();
-                    served += 1;
-                }
-                Err(pshmem_transport::PostError::Retry) => {
+            let ticket = match self.fill_chunk(ch, h, from, n) {
+                Ok(t) => t,
+                Err(e) => {
                     self.staging.free.push(ch);
-                    break;
-                }
-                Err(pshmem_transport::PostError::Failed(e)) => {
-                    self.staging.free.push(ch);
-                    let detail = format!("PE {}: replying to a get of PE {src}: {e}", self.me);
-                    self.fault_with(code::OP_FAILED, Some(src as usize), detail, *e);
+                    self.mem_fault(src, e);
                     return served;
                 }
-            }
+            };
+            let ld = self.ld();
+            ld.waiting.pop_front();
+            ld.copying.push_back((
+                ticket,
+                AfterCopy::Write {
+                    pe: src,
+                    chunk: ch,
+                    group: src,
+                    slot,
+                    len: HDR + n,
+                },
+            ));
+            served += 1;
         }
         served
     }
@@ -271,26 +368,37 @@ impl Engine {
             KIND_PUT => {
                 let dev = self.device.as_mut().expect("a GPU heap");
                 // SAFETY: the destination is inside the GPU heap (checked); the payload is in
-                // the landing slot, which the initiator does not reuse before our ack.
+                // the landing slot, which the initiator does not reuse before our ack (sent
+                // when the copy finished).
                 let r = dev
                     .check(addr, len)
-                    .and_then(|dst| unsafe { dev.copy(dst, payload, len as usize) });
-                self.ack(group, id, r.map(|()| 0));
+                    .and_then(|dst| unsafe { dev.copy_start(dst, payload, len as usize) });
+                match r {
+                    Ok(ticket) => self
+                        .ld()
+                        .copying
+                        .push_back((ticket, AfterCopy::Ack { to: group, id })),
+                    Err(e) => self.ack(group, id, Err(e)),
+                }
             }
             KIND_REPLY => {
-                // SAFETY: the destination is the initiator's own (its producer keeps it valid
-                // until the operation completes); the payload is in our own slot.
-                if let Err(e) = unsafe { self.copy_raw(addr, payload, len as usize) } {
-                    self.mem_fault(group, e);
-                    return;
-                }
-                match Ctx::decode(id) {
-                    Some(Ctx::Part(p)) => self.part_done(p, None),
-                    _ => self.fault(
+                let Some(Ctx::Part(part)) = Ctx::decode(id) else {
+                    self.fault(
                         code::OP_FAILED,
                         Some(group as usize),
                         format!("PE {}: a staged reply with a foreign id {id:#x}", self.me),
-                    ),
+                    );
+                    return;
+                };
+                // SAFETY: the destination is the initiator's own (its producer keeps it valid
+                // until the operation completes); the payload is in our own slot, which stays
+                // the part's until it is done (after the copy).
+                match unsafe { self.copy_start(addr, payload, len as usize) } {
+                    Ok(ticket) => self
+                        .ld()
+                        .copying
+                        .push_back((ticket, AfterCopy::Reply { part })),
+                    Err(e) => self.mem_fault(group, e),
                 }
             }
             kind => self.fault(
@@ -346,9 +454,11 @@ impl Engine {
         self.ld().free[owner as usize].push(slot);
     }
 
-    /// Whether staged work is still pending (waiting get requests).
+    /// Whether staged work is still pending (waiting get requests, copies under way).
     pub(super) fn staged_busy(&self) -> bool {
-        self.landing.as_ref().is_some_and(|l| !l.waiting.is_empty())
+        self.landing
+            .as_ref()
+            .is_some_and(|l| !l.waiting.is_empty() || !l.copying.is_empty())
     }
 }
 

@@ -4,7 +4,7 @@
 //! does an atomic on GPU memory (no GDRCopy), so AMOs from kernels and from remote PEs are
 //! atomic with respect to each other.
 
-use std::{ffi::c_void, sync::Arc};
+use std::{collections::VecDeque, ffi::c_void, sync::Arc};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg, sys};
 use pshmem_abi::{AMO_WIDE, AmoOp};
@@ -25,7 +25,21 @@ pub(super) struct CudaDeviceMem {
     result: HostAlloc,
     /// Host ranges page-locked by `pin`, unregistered on drop.
     pinned: Vec<usize>,
+    /// Events recorded behind started copies, oldest first, with the copies' tickets.
+    pending: VecDeque<(u64, Event)>,
+    /// Events of finished copies, for reuse.
+    spare: Vec<Event>,
+    /// Tickets of the latest started and the latest finished copy.
+    started: u64,
+    done: u64,
 }
+
+/// A CUDA event of the proxy's stream.
+struct Event(sys::CUevent);
+
+// SAFETY: a CUDA event handle may be used from any thread that has its context current; the
+// proxy owns it and uses it from its own thread only (after binding the context).
+unsafe impl Send for Event {}
 
 impl CudaDeviceMem {
     /// Built during initialization, before the application can launch a kernel: the stream,
@@ -51,6 +65,10 @@ impl CudaDeviceMem {
             heap,
             result,
             pinned: Vec::new(),
+            pending: VecDeque::new(),
+            spare: Vec::new(),
+            started: 0,
+            done: 0,
         };
         // A read of the heap's first word, by copy and by the AMO kernel (a fetch changes
         // nothing): both paths the proxy uses, each synchronized.
@@ -139,6 +157,50 @@ impl DeviceMem for CudaDeviceMem {
         Ok(unsafe { self.copy_on_stream(dst, src, len) }?)
     }
 
+    unsafe fn copy_start(&mut self, dst: u64, src: u64, len: usize) -> Result<u64, DeviceError> {
+        let s = self.stream()?.cu_stream();
+        // SAFETY: the caller keeps both ranges valid until the copy's event fires; unified
+        // addressing lets the driver infer each side's kind.
+        let rc = unsafe { sys::cuMemcpyAsync(dst, src, len, s) };
+        check(rc, "cuMemcpyAsync")?;
+        let ev = match self.spare.pop() {
+            Some(e) => e,
+            None => {
+                let mut e = std::ptr::null_mut();
+                let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+                // SAFETY: creates an event in the bound context into a live local.
+                let rc = unsafe { sys::cuEventCreate(&mut e, flags) };
+                check(rc, "cuEventCreate")?;
+                Event(e)
+            }
+        };
+        // SAFETY: our event, recorded on our stream behind the copy.
+        let rc = unsafe { sys::cuEventRecord(ev.0, s) };
+        if let Err(e) = check(rc, "cuEventRecord") {
+            self.spare.push(ev);
+            return Err(e.into());
+        }
+        self.started += 1;
+        self.pending.push_back((self.started, ev));
+        Ok(self.started)
+    }
+
+    fn copies_done(&mut self) -> Result<u64, DeviceError> {
+        while let Some((ticket, ev)) = self.pending.front() {
+            // SAFETY: a query of our own recorded event.
+            match unsafe { sys::cuEventQuery(ev.0) } {
+                sys::CUresult::CUDA_SUCCESS => {
+                    self.done = *ticket;
+                    let (_, ev) = self.pending.pop_front().expect("the front");
+                    self.spare.push(ev);
+                }
+                sys::CUresult::CUDA_ERROR_NOT_READY => break,
+                rc => check(rc, "cuEventQuery (a proxy copy)")?,
+            }
+        }
+        Ok(self.done)
+    }
+
     fn amo(
         &mut self,
         addr: u64,
@@ -177,6 +239,15 @@ impl Drop for CudaDeviceMem {
             record(&self.ctx, unsafe {
                 sys::cuMemHostUnregister(p as *mut c_void)
             });
+        }
+        for ev in self
+            .pending
+            .drain(..)
+            .map(|(_, e)| e)
+            .chain(self.spare.drain(..))
+        {
+            // SAFETY: our event; a pending one is released by CUDA once its work finished.
+            record(&self.ctx, unsafe { sys::cuEventDestroy_v2(ev.0) });
         }
     }
 }
