@@ -74,6 +74,24 @@ fn kind_of(d: &Desc) -> (u8, u32, u64) {
     }
 }
 
+/// Where a proxy thread's time goes: the phases of its turn, and the copies it starts (the
+/// summary's CPU profile, for machines without a profiler).
+#[derive(Debug, Clone, Copy)]
+pub enum Cost {
+    /// Taking descriptors from the rings.
+    Drain,
+    /// Issuing queued work to the transport (staged copies started in it included).
+    Issue,
+    /// Transport progress and completions (landed chunks, acks, requests served).
+    Progress,
+    /// Sending acks and messages, and what follows finished copies.
+    Flush,
+    /// Inside the device's copy-start calls (a subset of the phases above).
+    CopyStart,
+}
+
+const COSTS: [&str; 5] = ["drain", "issue", "progress", "flush", "copy_start"];
+
 /// One proxy thread's trace.
 #[derive(Debug)]
 pub struct Trace {
@@ -89,6 +107,8 @@ pub struct Trace {
     stale: bool,
     /// The first clock read of this turn.
     turn_start: Option<u64>,
+    /// Nanoseconds per [`Cost`], over every turn.
+    cost_ns: [u64; COSTS.len()],
 }
 
 impl Trace {
@@ -104,7 +124,20 @@ impl Trace {
             now: 0,
             stale: true,
             turn_start: None,
+            cost_ns: [0; COSTS.len()],
         }
+    }
+
+    /// The clock, for timing a [`Cost`].
+    #[inline]
+    pub fn start(&self) -> Instant {
+        Instant::now()
+    }
+
+    /// Adds the time since `from` to `cost`.
+    #[inline]
+    pub fn charge(&mut self, cost: Cost, from: Instant) {
+        self.cost_ns[cost as usize] += from.elapsed().as_nanos() as u64;
     }
 
     fn push(&mut self, id: u64, what: What, kind: u8, pe: u32, bytes: u64) {
@@ -321,6 +354,11 @@ impl Trace {
                 "\"{}\":{{\"operations\":{},\"messages\":{},\"bytes\":{}}}",
                 KINDS[i], k.0, k.1, k.2
             );
+        }
+        s.push_str("},\"cost_us\":{");
+        for (i, name) in COSTS.iter().enumerate() {
+            let sep = if i + 1 < COSTS.len() { "," } else { "" };
+            let _ = write!(s, "\"{name}\":{:.3}{sep}", self.cost_ns[i] as f64 / 1000.0);
         }
         s.push_str("},");
         for (name, v) in [

@@ -330,6 +330,20 @@ fn the_proxy_trace_accounts_for_every_operation() {
     assert_eq!(sum["per_kind"]["p"]["messages"], count, "{sum}");
     assert_eq!(sum["unfinished"], 0, "{sum}");
     assert_eq!(sum["events_dropped"], 0, "{sum}");
+    // The CPU profile: time in each phase of the turn, and no more than the trace's span in
+    // all of them (the thread did issue and progress work).
+    let cost = |k: &str| {
+        sum["cost_us"][k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("cost {k}: {sum}"))
+    };
+    let phases = ["drain", "issue", "progress", "flush"].map(cost);
+    assert!(cost("issue") > 0.0 && cost("progress") > 0.0, "{sum}");
+    assert!(cost("copy_start") >= 0.0, "{sum}");
+    assert!(
+        phases.iter().sum::<f64>() >= sum["busy_us"].as_f64().unwrap() * 0.5,
+        "the phases account for the busy time: {sum}"
+    );
     assert!(
         sum["ring_to_post_us"]["count"].as_u64().unwrap() >= 2 * count,
         "{sum}"

@@ -49,8 +49,11 @@ use staged::Landing;
 use work::{Ev, Op, Part, RingState, Staging, TagState};
 
 use crate::{
-    FaultCause, Health, ProxyConfig, ProxyError, ProxySetup, mem::HeapMem, slab::GenSlab,
-    trace::Trace, wire::Ack,
+    FaultCause, Health, ProxyConfig, ProxyError, ProxySetup,
+    mem::HeapMem,
+    slab::GenSlab,
+    trace::{Cost, Trace},
+    wire::Ack,
 };
 
 /// How put-with-signal and fence keep their order on this transport.
@@ -408,22 +411,23 @@ impl Engine {
             self.t.fail_peer(pe, &why);
         }
         let mut work = 0;
+        let at = self.trace.as_ref().map(|t| t.start());
         for r in 0..self.rings.len() {
             work += self.drain(r);
         }
-        if let Some(t) = &mut self.trace {
-            t.phase();
-        }
+        let at = self.charge(Cost::Drain, at);
         work += self.issue_all();
         if self.landing.is_some() {
             work += self.serve_waiting();
+        }
+        let at = self.charge(Cost::Issue, at);
+        work += self.poll();
+        let at = self.charge(Cost::Progress, at);
+        if self.landing.is_some() {
             work += self.flush_copies();
         }
-        if let Some(t) = &mut self.trace {
-            t.phase();
-        }
-        work += self.poll();
         work += self.flush_messages();
+        self.charge(Cost::Flush, at);
         if let Some(t) = &mut self.trace {
             t.end_turn(work > 0);
         }
@@ -435,6 +439,15 @@ impl Engine {
             }
         }
         work
+    }
+
+    /// With a trace: charges the time since `at` to `cost` and starts the next phase.
+    #[inline]
+    fn charge(&mut self, cost: Cost, at: Option<Instant>) -> Option<Instant> {
+        let (t, at) = (self.trace.as_mut()?, at?);
+        t.charge(cost, at);
+        t.phase();
+        Some(t.start())
     }
 
     /// Records the job's first fault (every ring is raised) and stops issuing.

@@ -45,6 +45,7 @@ use super::{
 };
 use crate::{
     mem::MemError,
+    trace::Cost,
     wire::{Request, RequestKind},
 };
 
@@ -152,8 +153,15 @@ impl Engine {
     /// As [`crate::DeviceMem::copy_start`].
     unsafe fn copy_start(&mut self, dst: u64, src: u64, n: usize) -> Result<u64, MemError> {
         match self.device.as_mut() {
-            // SAFETY: forwarded.
-            Some(d) => unsafe { d.copy_start(dst, src, n) },
+            Some(d) => {
+                let at = self.trace.as_ref().map(|t| t.start());
+                // SAFETY: forwarded.
+                let r = unsafe { d.copy_start(dst, src, n) };
+                if let (Some(t), Some(at)) = (self.trace.as_mut(), at) {
+                    t.charge(Cost::CopyStart, at);
+                }
+                r
+            }
             None => {
                 // SAFETY: forwarded; staging memory is the proxy's own, distinct from `src`.
                 unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, n) };
@@ -366,13 +374,13 @@ impl Engine {
         };
         match kind {
             KIND_PUT => {
-                let dev = self.device.as_mut().expect("a GPU heap");
+                let dev = self.device.as_ref().expect("a GPU heap");
                 // SAFETY: the destination is inside the GPU heap (checked); the payload is in
                 // the landing slot, which the initiator does not reuse before our ack (sent
                 // when the copy finished).
                 let r = dev
                     .check(addr, len)
-                    .and_then(|dst| unsafe { dev.copy_start(dst, payload, len as usize) });
+                    .and_then(|dst| unsafe { self.copy_start(dst, payload, len as usize) });
                 match r {
                     Ok(ticket) => self
                         .ld()
