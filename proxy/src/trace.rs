@@ -88,9 +88,24 @@ pub enum Cost {
     Flush,
     /// Inside the device's copy-start calls (a subset of the phases above).
     CopyStart,
+    /// Inside the device's queries of finished copies (a subset of the phases above).
+    CopyDone,
+    /// Inside the transport's progress call (a subset of `Progress`).
+    Poll,
+    /// Inside the transport's post calls of staged writes and acks (a subset of the phases).
+    Post,
 }
 
-const COSTS: [&str; 5] = ["drain", "issue", "progress", "flush", "copy_start"];
+const COSTS: [&str; 8] = [
+    "drain",
+    "issue",
+    "progress",
+    "flush",
+    "copy_start",
+    "copy_done",
+    "transport_poll",
+    "transport_post",
+];
 
 /// One proxy thread's trace.
 #[derive(Debug)]

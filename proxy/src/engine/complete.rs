@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use pshmem_abi::error as code;
 use pshmem_transport::{Event, TransportError};
 
-use crate::trace::Trace;
+use crate::trace::{Cost, Trace};
 
 use super::{
     Engine,
@@ -57,6 +57,7 @@ impl Engine {
         let (rings, trace) = (&mut self.rings, &mut self.trace);
         let (inflight, pe_inflight) = (&mut self.inflight, &mut self.pe_inflight);
         let mut fast = 0;
+        let at = trace.as_ref().map(|t| t.start());
         let res = self.t.poll(&mut |e| {
             if let Event::Done { ctx } = e
                 && let Some(f) = ctx::fast_part(ctx)
@@ -67,6 +68,9 @@ impl Engine {
                 keep(&mut events, &mut msgs, e);
             }
         });
+        if let (Some(t), Some(at)) = (self.trace.as_mut(), at) {
+            t.charge(Cost::Poll, at);
+        }
         if let Err(e) = res {
             let detail = format!("PE {}: polling the transport failed: {e}", self.me);
             self.fault_with(code::OP_FAILED, e.pe(), detail, e);

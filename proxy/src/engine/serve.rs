@@ -12,6 +12,7 @@ use super::{
 };
 use crate::{
     mem::MemError,
+    trace::Cost,
     wire::{self, Ack, Message, Request, RequestKind, Status},
 };
 
@@ -151,7 +152,12 @@ impl Engine {
         }
         let mut sent = 0;
         while let Some((to, msg, ctx)) = self.outbox.pop_front() {
-            match self.t.send(to as usize, &msg, ctx) {
+            let at = self.trace.as_ref().map(|t| t.start());
+            let res = self.t.send(to as usize, &msg, ctx);
+            if let (Some(t), Some(at)) = (self.trace.as_mut(), at) {
+                t.charge(Cost::Post, at);
+            }
+            match res {
                 Ok(()) => sent += 1,
                 Err(PostError::Retry) => {
                     self.outbox.push_front((to, msg, ctx));

@@ -176,7 +176,12 @@ impl Engine {
         if self.landing.as_ref().is_none_or(|l| l.copying.is_empty()) {
             return 0;
         }
-        let done = match self.device.as_mut().map(|d| d.copies_done()) {
+        let at = self.trace.as_ref().map(|t| t.start());
+        let done = self.device.as_mut().map(|d| d.copies_done());
+        if let (Some(t), Some(at)) = (self.trace.as_mut(), at) {
+            t.charge(Cost::CopyDone, at);
+        }
+        let done = match done {
             None => u64::MAX,
             Some(Ok(t)) => t,
             Some(Err(e)) => {
@@ -237,9 +242,14 @@ impl Engine {
         };
         let data = LandingData { group, slot }.encode();
         let ctx = Ctx::Staged { pe, chunk }.encode();
+        let at = self.trace.as_ref().map(|t| t.start());
         // SAFETY: the chunk stays untouched until the write completes (its completion returns
         // it to the free list).
-        unsafe { self.t.write_data(pe as usize, lref, rref, len, data, ctx) }
+        let res = unsafe { self.t.write_data(pe as usize, lref, rref, len, data, ctx) };
+        if let (Some(t), Some(at)) = (self.trace.as_mut(), at) {
+            t.charge(Cost::Post, at);
+        }
+        res
     }
 
     /// Posts the next chunk of a staged put into a free landing slot at `pe`; returns its

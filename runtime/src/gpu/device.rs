@@ -4,7 +4,14 @@
 //! does an atomic on GPU memory (no GDRCopy), so AMOs from kernels and from remote PEs are
 //! atomic with respect to each other.
 
-use std::{collections::VecDeque, ffi::c_void, sync::Arc};
+use std::{
+    collections::VecDeque,
+    ffi::c_void,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg, sys};
 use pshmem_abi::{AMO_WIDE, AmoOp};
@@ -25,13 +32,26 @@ pub(super) struct CudaDeviceMem {
     result: HostAlloc,
     /// Host ranges page-locked by `pin`, unregistered on drop.
     pinned: Vec<usize>,
-    /// Events recorded behind started copies, oldest first, with the copies' tickets.
-    pending: VecDeque<(u64, Event)>,
-    /// Events of finished copies, for reuse.
-    spare: Vec<Event>,
+    /// How started copies are seen to finish.
+    finished: Finished,
     /// Tickets of the latest started and the latest finished copy.
     started: u64,
     done: u64,
+}
+
+/// How the proxy learns that its started copies finished.
+enum Finished {
+    /// The stream writes each copy's ticket into this pinned word behind the copy
+    /// (`cuStreamWriteValue64_v2`, with its memory barrier): a finished copy is one load, no driver
+    /// call. With events instead, their queries took a quarter of the proxy's time when a
+    /// kernel of 32 blocks waited on the ring (proxy trace, H100: 192 of 798 ms).
+    Word { cell: HostAlloc, dev: u64 },
+    /// An event recorded behind each copy (GPUs without 64-bit stream memory operations):
+    /// pending ones oldest first with their tickets, and finished ones for reuse.
+    Events {
+        pending: VecDeque<(u64, Event)>,
+        spare: Vec<Event>,
+    },
 }
 
 /// A CUDA event of the proxy's stream.
@@ -57,6 +77,22 @@ impl CudaDeviceMem {
         let stream = ctx
             .new_stream()
             .map_err(driver("creating the proxy's stream"))?;
+        let mem_ops = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS)
+            .map_err(driver("querying stream memory operations"))?;
+        let finished = if mem_ops == 1 {
+            let cell = HostAlloc::pinned(&ctx, 64)?;
+            // SAFETY: a fresh pinned allocation of 64 bytes, 8-aligned; nothing else uses it.
+            unsafe { cell.ptr.cast::<u64>().write_volatile(0) };
+            let dev = cell.device_ptr()?;
+            Finished::Word { cell, dev }
+        } else {
+            tracing::info!("this GPU lacks 64-bit stream memory operations: copies use events");
+            Finished::Events {
+                pending: VecDeque::new(),
+                spare: Vec::new(),
+            }
+        };
         let mut d = Self {
             ctx,
             stream,
@@ -65,8 +101,7 @@ impl CudaDeviceMem {
             heap,
             result,
             pinned: Vec::new(),
-            pending: VecDeque::new(),
-            spare: Vec::new(),
+            finished,
             started: 0,
             done: 0,
         };
@@ -163,39 +198,61 @@ impl DeviceMem for CudaDeviceMem {
         // addressing lets the driver infer each side's kind.
         let rc = unsafe { sys::cuMemcpyAsync(dst, src, len, s) };
         check(rc, "cuMemcpyAsync")?;
-        let ev = match self.spare.pop() {
-            Some(e) => e,
-            None => {
-                let mut e = std::ptr::null_mut();
-                let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
-                // SAFETY: creates an event in the bound context into a live local.
-                let rc = unsafe { sys::cuEventCreate(&mut e, flags) };
-                check(rc, "cuEventCreate")?;
-                Event(e)
+        let ticket = self.started + 1;
+        match &mut self.finished {
+            Finished::Word { dev, .. } => {
+                let flags = sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
+                // SAFETY: a write of our pinned, device-mapped ticket word on our stream, behind
+                // the copy (the default flags order the copy's writes before it).
+                let rc = unsafe { sys::cuStreamWriteValue64_v2(s, *dev, ticket, flags) };
+                check(rc, "cuStreamWriteValue64_v2")?;
             }
-        };
-        // SAFETY: our event, recorded on our stream behind the copy.
-        let rc = unsafe { sys::cuEventRecord(ev.0, s) };
-        if let Err(e) = check(rc, "cuEventRecord") {
-            self.spare.push(ev);
-            return Err(e.into());
+            Finished::Events { pending, spare } => {
+                let ev = match spare.pop() {
+                    Some(e) => e,
+                    None => {
+                        let mut e = std::ptr::null_mut();
+                        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+                        // SAFETY: creates an event in the bound context into a live local.
+                        let rc = unsafe { sys::cuEventCreate(&mut e, flags) };
+                        check(rc, "cuEventCreate")?;
+                        Event(e)
+                    }
+                };
+                // SAFETY: our event, recorded on our stream behind the copy.
+                let rc = unsafe { sys::cuEventRecord(ev.0, s) };
+                if let Err(e) = check(rc, "cuEventRecord") {
+                    spare.push(ev);
+                    return Err(e.into());
+                }
+                pending.push_back((ticket, ev));
+            }
         }
-        self.started += 1;
-        self.pending.push_back((self.started, ev));
-        Ok(self.started)
+        self.started = ticket;
+        Ok(ticket)
     }
 
     fn copies_done(&mut self) -> Result<u64, DeviceError> {
-        while let Some((ticket, ev)) = self.pending.front() {
-            // SAFETY: a query of our own recorded event.
-            match unsafe { sys::cuEventQuery(ev.0) } {
-                sys::CUresult::CUDA_SUCCESS => {
-                    self.done = *ticket;
-                    let (_, ev) = self.pending.pop_front().expect("the front");
-                    self.spare.push(ev);
+        match &mut self.finished {
+            Finished::Word { cell, .. } => {
+                // SAFETY: our pinned, 8-aligned ticket word, written only by our stream.
+                let word = unsafe { &*cell.ptr.cast::<AtomicU64>() };
+                // Acquire: pairs with the stream's ordered write; the copies it covers are done.
+                self.done = word.load(Ordering::Acquire);
+            }
+            Finished::Events { pending, spare } => {
+                while let Some((ticket, ev)) = pending.front() {
+                    // SAFETY: a query of our own recorded event.
+                    match unsafe { sys::cuEventQuery(ev.0) } {
+                        sys::CUresult::CUDA_SUCCESS => {
+                            self.done = *ticket;
+                            let (_, ev) = pending.pop_front().expect("the front");
+                            spare.push(ev);
+                        }
+                        sys::CUresult::CUDA_ERROR_NOT_READY => break,
+                        rc => check(rc, "cuEventQuery (a proxy copy)")?,
+                    }
                 }
-                sys::CUresult::CUDA_ERROR_NOT_READY => break,
-                rc => check(rc, "cuEventQuery (a proxy copy)")?,
             }
         }
         Ok(self.done)
@@ -240,14 +297,11 @@ impl Drop for CudaDeviceMem {
                 sys::cuMemHostUnregister(p as *mut c_void)
             });
         }
-        for ev in self
-            .pending
-            .drain(..)
-            .map(|(_, e)| e)
-            .chain(self.spare.drain(..))
-        {
-            // SAFETY: our event; a pending one is released by CUDA once its work finished.
-            record(&self.ctx, unsafe { sys::cuEventDestroy_v2(ev.0) });
+        if let Finished::Events { pending, spare } = &mut self.finished {
+            for ev in pending.drain(..).map(|(_, e)| e).chain(spare.drain(..)) {
+                // SAFETY: our event; a pending one is released by CUDA once its work finished.
+                record(&self.ctx, unsafe { sys::cuEventDestroy_v2(ev.0) });
+            }
         }
     }
 }
