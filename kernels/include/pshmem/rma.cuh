@@ -16,6 +16,13 @@
 __device__ __forceinline__ void pshmem_i_copy(void *dst, const void *src, size_t n, uint32_t t,
                                               uint32_t nt) {
     uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+    if (((d | s) & 15) == 0 && n <= 16 * (size_t)nt) {
+        /* At most one vector per thread (a group's small put): no loop, 32-bit indices. */
+        uint32_t nv = (uint32_t)(n >> 4), tail = (uint32_t)n & 15;
+        if (t < nv) ((int4 *)dst)[t] = ((const int4 *)src)[t];
+        for (uint32_t j = t; j < tail; j += nt) ((char *)dst)[nv * 16 + j] = ((const char *)src)[nv * 16 + j];
+        return;
+    }
     if (((d | s) & 15) == 0) {
         size_t nv = n / 16;
         int4 *dv = (int4 *)dst;
