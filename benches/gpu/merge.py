@@ -56,7 +56,24 @@ def main():
     rows += perf(os.path.join(out, "pshmem-nvlink-lat.json"), "nvlink", "proxyshmem", "-")
     rows += perf(os.path.join(out, "pshmem-network-bw.json"), "network", "proxyshmem", "auto")
     rows += perf(os.path.join(out, "pshmem-network-bw-tuned.json"), "network", "proxyshmem", "tuned")
+    rows += perf(os.path.join(out, "pshmem-network-bw-slots.json"), "network", "proxyshmem", "slots")
     rows += perf(os.path.join(out, "pshmem-network-lat.json"), "network", "proxyshmem", "-")
+    # The ceiling: raw libfabric (the C API) on the network path's provider, same processes.
+    fab = load(os.path.join(out, "fabric-tcp.json")) or {}
+    for r in fab.get("bandwidth", []):
+        rows.append({"table": "network", "runtime": "libfabric", "shape": "-", "size": r["size"],
+                     "test": "write_bw", "gbps": r["c_gbps"]})
+    if fab.get("latency"):
+        rows.append({"table": "network", "runtime": "libfabric", "shape": "-", "size": 8,
+                     "test": "write_latency", "us": fab["latency"]["c_us"]})
+    # The profile: the proxy trace's summary per traced size and proxy thread.
+    profile = {}
+    for path in sorted(glob.glob(os.path.join(out, "trace-*.summary.json"))):
+        m = re.match(r"trace-(\d+)\.(.+)\.summary\.json$", os.path.basename(path))
+        doc = load(path)
+        # The GPU proxies (initiator and target), and any other thread that had operations.
+        if m and doc and ("gpu-proxy" in m.group(2) or doc.get("operations")):
+            profile.setdefault(m.group(1), {})[m.group(2)] = doc
     proxy = {}
     for line in open(os.path.join(out, "proxy.log")) if os.path.exists(os.path.join(out, "proxy.log")) else []:
         if not line.startswith("OK "):
@@ -74,7 +91,10 @@ def main():
                                               if re.fullmatch(r"[\d.]+", v)}
     machine = open(os.path.join(out, "machine.txt")).read() if os.path.exists(
         os.path.join(out, "machine.txt")) else ""
-    doc = {"machine": machine.strip(), "rows": rows, "proxy": proxy,
+    gpus = open(os.path.join(out, "gpus.txt")).read().strip() if os.path.exists(
+        os.path.join(out, "gpus.txt")) else "2"
+    doc = {"machine": machine.strip(), "gpus": int(gpus), "rows": rows, "proxy": proxy,
+           "profile": profile,
            "files": sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, "*")))}
     with open(result, "w") as f:
         json.dump(doc, f, indent=1)

@@ -68,7 +68,9 @@ int main(int argc, char **argv) {
     bool best = strcmp(argv[3], "best") == 0;
     size_t mn = strtoull(argv[4], 0, 10), mx = strtoull(argv[5], 0, 10);
     int reps = atoi(argv[6]), samples = atoi(argv[7]);
-    CK(cudaSetDevice(rank));
+    int ndev = 1;
+    CK(cudaGetDeviceCount(&ndev));
+    CK(cudaSetDevice(rank % ndev));
     nvshmemx_uniqueid_t id = NVSHMEMX_UNIQUEID_INITIALIZER;
     if (rank == 0) {
         nvshmemx_get_uniqueid(&id);
