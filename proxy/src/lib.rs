@@ -313,6 +313,19 @@ pub trait DeviceMem: Send {
     /// The ticket of the latest finished copy of those `copy_start` began (0 before any);
     /// never blocks.
     fn copies_done(&mut self) -> Result<u64, DeviceError>;
+    /// Starts a store of the low `width` bytes of `value` at device address `addr`, after the
+    /// copies started before it, and returns its ticket (counted with the copies'); `None`
+    /// where the device has no such store for this width (the caller stores by [`copy`]).
+    ///
+    /// [`copy`]: DeviceMem::copy
+    fn store_start(
+        &mut self,
+        _addr: u64,
+        _value: u64,
+        _width: u8,
+    ) -> Result<Option<u64>, DeviceError> {
+        Ok(None)
+    }
     /// An AMO on this GPU's memory at `addr` (aligned to the width), atomic with respect to
     /// every GPU atomic on it; returns the old value. `idle` is called again and again while
     /// the AMO is pending: the engine frees ring space meanwhile. (The AMO is a kernel, which

@@ -340,14 +340,21 @@ mod tests {
 #[derive(Debug)]
 pub struct HostDevice {
     heap: HeapMem,
-    /// Started copies not yet made (ticket, destination, source, length), oldest first. Like a
-    /// stream, a copy is made late: when `copies_done` is called the second time after it
-    /// started, or before any later synchronous copy or AMO. So an engine that acted on a copy
-    /// before it was reported finished would see stale bytes in CI, as it would on a GPU.
-    pending: std::collections::VecDeque<(u64, u64, u64, usize)>,
+    /// Started copies and stores not yet made (ticket, what), oldest first. Like a stream, one
+    /// is made late: when `copies_done` is called the second time after it started, or before
+    /// any later synchronous copy or AMO. So an engine that acted on a copy before it was
+    /// reported finished would see stale bytes in CI, as it would on a GPU.
+    pending: std::collections::VecDeque<(u64, Late)>,
     started: u64,
     /// Copies up to this ticket are made at the next `copies_done`.
     due: u64,
+}
+
+/// A copy or store of [`HostDevice`] not made yet.
+#[derive(Debug, Clone, Copy)]
+enum Late {
+    Copy { dst: u64, src: u64, len: usize },
+    Store { dst: u64, value: u64, width: u8 },
 }
 
 impl HostDevice {
@@ -363,13 +370,26 @@ impl HostDevice {
 
     /// Makes the started copies up to ticket `upto`, in order.
     fn make(&mut self, upto: u64) {
-        while let Some(&(t, dst, src, len)) = self.pending.front() {
+        while let Some(&(t, late)) = self.pending.front() {
             if t > upto {
                 break;
             }
-            // SAFETY: `copy_start`'s caller keeps both ranges valid until the copy is
-            // reported finished, which is after this.
-            unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+            match late {
+                // SAFETY: `copy_start`'s caller keeps both ranges valid until the copy is
+                // reported finished, which is after this.
+                Late::Copy { dst, src, len } => unsafe {
+                    std::ptr::copy(src as *const u8, dst as *mut u8, len)
+                },
+                // SAFETY: the engine checked the destination against the heap; the low
+                // `width` bytes of a little-endian word are its value.
+                Late::Store { dst, value, width } => unsafe {
+                    std::ptr::copy(
+                        value.to_le_bytes().as_ptr(),
+                        dst as *mut u8,
+                        usize::from(width),
+                    )
+                },
+            }
             self.pending.pop_front();
         }
     }
@@ -395,8 +415,25 @@ impl crate::DeviceMem for HostDevice {
         len: usize,
     ) -> Result<u64, crate::DeviceError> {
         self.started += 1;
-        self.pending.push_back((self.started, dst, src, len));
+        self.pending
+            .push_back((self.started, Late::Copy { dst, src, len }));
         Ok(self.started)
+    }
+
+    fn store_start(
+        &mut self,
+        addr: u64,
+        value: u64,
+        width: u8,
+    ) -> Result<Option<u64>, crate::DeviceError> {
+        self.started += 1;
+        let late = Late::Store {
+            dst: addr,
+            value,
+            width: width.min(8),
+        };
+        self.pending.push_back((self.started, late));
+        Ok(Some(self.started))
     }
 
     fn copies_done(&mut self) -> Result<u64, crate::DeviceError> {

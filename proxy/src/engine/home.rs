@@ -84,6 +84,19 @@ impl DeviceHeap {
         unsafe { self.dev.copy_start(dst, src, len) }.map_err(MemError::device)
     }
 
+    /// Starts a store of `width` bytes at heap offset `off` (see [`DeviceMem::store_start`]).
+    pub(super) fn store_start(
+        &mut self,
+        off: u64,
+        value: u64,
+        width: u8,
+    ) -> Result<Option<u64>, MemError> {
+        let at = self.check(off, u64::from(width))?;
+        self.dev
+            .store_start(at, value, width)
+            .map_err(MemError::device)
+    }
+
     /// The ticket of the latest finished copy.
     pub(super) fn copies_done(&mut self) -> Result<u64, MemError> {
         self.dev.copies_done().map_err(MemError::device)

@@ -80,7 +80,7 @@ enum AfterCopy {
         slot: u32,
         len: usize,
     },
-    /// A peer's put chunk is in the heap: ack it.
+    /// A peer's put chunk or `p` is in the heap: ack it.
     Ack { to: u32, id: u64 },
     /// A get's reply is at its destination: its part is done.
     Reply { part: PartRef },
@@ -310,7 +310,23 @@ impl Engine {
     /// A peer's staged store or get request against this PE's GPU heap.
     pub(super) fn serve_staged(&mut self, src: u32, req: Request) {
         let r = match req.kind {
-            RequestKind::Store { width } => self.store(req.offset, req.operand, width).map(|()| 0),
+            RequestKind::Store { width } => {
+                let dev = self.device.as_mut().expect("a GPU heap");
+                match dev.store_start(req.offset, req.operand, width) {
+                    // Acked once the stream made the store, like a landed chunk: the thread
+                    // never waits for the GPU here.
+                    Ok(Some(ticket)) => {
+                        let ack = AfterCopy::Ack {
+                            to: src,
+                            id: req.id,
+                        };
+                        self.ld().copying.push_back((ticket, ack));
+                        return;
+                    }
+                    Ok(None) => self.store(req.offset, req.operand, width).map(|()| 0),
+                    Err(e) => Err(e),
+                }
+            }
             RequestKind::GetData { .. } => {
                 let dev = self.device.as_ref().expect("a GPU heap");
                 match dev.check(req.offset, req.operand) {

@@ -232,6 +232,42 @@ impl DeviceMem for CudaDeviceMem {
         Ok(ticket)
     }
 
+    fn store_start(
+        &mut self,
+        addr: u64,
+        value: u64,
+        width: u8,
+    ) -> Result<Option<u64>, DeviceError> {
+        // A stream memory operation, not a copy: no DMA set-up, and no host buffer to keep
+        // alive. Only where finished copies are watched through the ticket word (the device
+        // has stream memory operations).
+        let aligned = matches!(width, 4 | 8) && addr % u64::from(width) == 0;
+        if !matches!(self.finished, Finished::Word { .. }) || !aligned {
+            return Ok(None);
+        }
+        let s = self.stream()?.cu_stream();
+        let flags = sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
+        // SAFETY: the engine checked that `addr..addr + width` lies in this PE's GPU heap; an
+        // aligned 4- or 8-byte write on our stream (checked above).
+        let rc = unsafe {
+            if width == 8 {
+                sys::cuStreamWriteValue64_v2(s, addr, value, flags)
+            } else {
+                sys::cuStreamWriteValue32_v2(s, addr, value as u32, flags)
+            }
+        };
+        check(rc, "cuStreamWriteValue (a peer's p)")?;
+        let Finished::Word { dev, .. } = &self.finished else {
+            unreachable!("checked above")
+        };
+        let ticket = self.started + 1;
+        // SAFETY: as in `copy_start`: our ticket word, behind the store.
+        let rc = unsafe { sys::cuStreamWriteValue64_v2(s, *dev, ticket, flags) };
+        check(rc, "cuStreamWriteValue64_v2")?;
+        self.started = ticket;
+        Ok(Some(ticket))
+    }
+
     fn copies_done(&mut self) -> Result<u64, DeviceError> {
         match &mut self.finished {
             Finished::Word { cell, .. } => {
