@@ -269,7 +269,7 @@ vars! {
     STRONG_SIGNALS = ("PSHMEM_STRONG_SIGNALS", "0", Kind::Bool, ANY, "proxy",
         "On unordered fabrics with remote CQ data (EFA, shm, several rails): 1 makes every signal (signal, put-with-signal) from one PE to another apply only after every put and p that the same ring issued to that PE before it landed, and in the order issued (a sequence number, held at the target). 0: a put-with-signal's signal waits only for its own data (the NVSHMEM rule; order other puts with a fence).");
     TRACE = ("PSHMEM_TRACE", "", Kind::Path, ANY, "proxy",
-        "Path prefix of the proxy trace: each proxy thread keeps every operation's arrival, posts and finish, and writes PATH.<thread>.json (Chrome trace; opens in Perfetto) and PATH.<thread>.summary.json when it stops. Empty: no trace.");
+        "Path prefix of the proxy trace: each proxy thread keeps every operation's arrival, posts and finish, and writes PATH.<thread>.json (Chrome trace; opens in Perfetto) and PATH.<thread>.summary.json (with the thread's CPU profile: time per phase of its loop, inside transport calls and GPU copy calls) when it stops. Empty: no trace.");
     PROXY_CPU = ("PSHMEM_PROXY_CPU", "", Kind::CpuList, ANY, "proxy",
         "Cores for the proxy threads: 'none' disables pinning, or a list like 3,5-7; default from topology.");
     OP_TIMEOUT = ("PSHMEM_OP_TIMEOUT", "120", Kind::Seconds, between(0.1, 604800.0), "runtime",
