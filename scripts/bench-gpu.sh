@@ -80,6 +80,32 @@ if want nvlink; then
   timeout 120 "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" p_latency -n 10 --window 250 \
     --json "$OUT/pshmem-nvlink-lat.json" >> "$LOG" 2>&1 || echo "pshmem nvlink latency failed" | tee -a "$LOG"
 
+  # Host-initiated puts (the Python package: from a checkout's environment, or the prebuilt
+  # wheel next to BIN): by the copy engine from PSHMEM_COPY_ENGINE_MIN, and by the one-block
+  # kernel that every size took before.
+  step "host-initiated puts to the mapped peer: copy engine vs one-block kernel"
+  PYBIN=""
+  if python3 -c "import pshmem" 2>/dev/null; then
+    PYBIN=python3
+  elif [ -x .venv/bin/python ] && .venv/bin/python -c "import pshmem, torch" 2>/dev/null; then
+    PYBIN=.venv/bin/python
+  else
+    WHEEL="$(ls "$BIN"/../wheels/pshmem-*.whl 2>/dev/null | head -1)"
+    PYSITE="$(mktemp -d)"
+    if [ -n "$WHEEL" ] && python3 -m pip install -q --no-deps --no-index --target "$PYSITE" "$WHEEL"; then
+      export PYTHONPATH="$PYSITE${PYTHONPATH:+:$PYTHONPATH}"
+      PYBIN=python3
+    fi
+  fi
+  if [ -n "$PYBIN" ]; then
+    timeout 200 "$BIN/pshmrun" -n 2 -- "$PYBIN" benches/gpu/host_put.py host-ce $MAX "$OUT/host-put-ce.json" \
+      >> "$LOG" 2>&1 || echo "host put (copy engine) failed" | tee -a "$LOG"
+    PSHMEM_COPY_ENGINE_MIN=1T timeout 200 "$BIN/pshmrun" -n 2 -- "$PYBIN" benches/gpu/host_put.py host-kernel $MAX \
+      "$OUT/host-put-kernel.json" >> "$LOG" 2>&1 || echo "host put (kernel) failed" | tee -a "$LOG"
+  else
+    echo "host puts: no pshmem Python package (build the wheel: bash scripts/python-env.sh)" | tee -a "$LOG"
+  fi
+
   if [ "$NGPU" -ge 2 ] && command -v ncu >/dev/null; then
     NCU_SEC="--section SpeedOfLight --section LaunchStats --section WarpStateStats --metrics smsp__inst_executed.sum,gpu__time_duration.sum"
     step "ncu: small puts (2 KiB, 1 block, 64 per kernel), NVSHMEM and proxyshmem (rank 0)"

@@ -54,6 +54,8 @@ def main():
             rows.append(dict(r, table="nvlink"))
         rows += perf(os.path.join(out, f"pshmem-nvlink-{shape}.json"), "nvlink", "proxyshmem", shape)
     rows += perf(os.path.join(out, "pshmem-nvlink-lat.json"), "nvlink", "proxyshmem", "-")
+    for name in ("host-put-ce.json", "host-put-kernel.json"):
+        rows += (load(os.path.join(out, name)) or {}).get("rows", [])
     rows += perf(os.path.join(out, "pshmem-network-bw.json"), "network", "proxyshmem", "auto")
     rows += perf(os.path.join(out, "pshmem-network-bw-tuned.json"), "network", "proxyshmem", "tuned")
     rows += perf(os.path.join(out, "pshmem-network-bw-slots.json"), "network", "proxyshmem", "slots")

@@ -84,6 +84,19 @@ def main():
     plt.savefig(prefix + "-nvlink.png", dpi=120, bbox_inches="tight")
     plt.close()
     out += ["", f"![NVLink bandwidth]({name}-nvlink.png)", ""]
+    # Host-initiated puts.
+    ce = series(rows, "nvlink", "proxyshmem", "host-ce", "host_put_bw")
+    kern = series(rows, "nvlink", "proxyshmem", "host-kernel", "host_put_bw")
+    if ce or kern:
+        out += ["### Host-initiated puts to the mapped peer (GB/s)", "",
+                "`pshmem.put` of a CUDA tensor on a stream: by the copy engine from "
+                "`PSHMEM_COPY_ENGINE_MIN` (256 KiB), and with that set above every size (the "
+                "one-block kernel every size took before).", "",
+                "| size | copy engine | one-block kernel | ratio |", "| --- | --- | --- | --- |"]
+        for s_ in sorted(set(ce) | set(kern)):
+            out.append(f"| {label(s_)} | {fmt(ce.get(s_))} | {fmt(kern.get(s_))} | "
+                       f"{fmt(ratio(ce.get(s_), kern.get(s_)), 2)} |")
+        out.append("")
     # Latency.
     lat = {
         "NVSHMEM p + wait_until": series(rows, "nvlink", "nvshmem", "-", "p_latency", "us").get(8)

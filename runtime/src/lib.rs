@@ -763,6 +763,7 @@ impl Pshmem {
                 rings: pshmem_env::GPU_RINGS.usize()?.max(1),
                 proxy_threads: pshmem_env::GPU_PROXY_THREADS.usize()?.max(1),
                 landing_slots,
+                copy_engine_min: pshmem_env::COPY_ENGINE_MIN.usize()?,
                 op_timeout: self.cfg.op_timeout,
                 proxy: self.cfg.proxy.clone(),
                 health: self.health.clone(),

@@ -98,6 +98,34 @@ pshmem.quiet()
 sync()
 check(bool((out[1] == 100 + (prv - 1) % n).all()), "get nbi + quiet")
 barrier()
+# Large transfers (4 MiB + 4 bytes): between mapped GPUs they go by the copy engine, through the
+# proxy in staged chunks; blocking, on a stream, and nbi + quiet.
+big_n = (1 << 20) + 1
+ramp = torch.arange(big_n, dtype=torch.float32, device=dev)
+big = pshmem.zeros(big_n, dtype=torch.float32, device=dev)
+barrier()
+pshmem.put(big, ramp + me, nxt)
+barrier()
+check(bool((big == ramp + prv).all()), "a 4 MiB put")
+back = torch.empty(big_n, device=dev)
+pshmem.get(back, big, nxt)
+sync()
+check(bool((back == ramp + me).all()), "a 4 MiB get")
+barrier()
+if dev.type == "cuda":
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        staged = ramp * 2 + me
+    pshmem.put(big, staged, nxt, stream=s)
+    s.synchronize()
+    barrier()
+    check(bool((big == ramp * 2 + prv).all()), "a 4 MiB put on a stream")
+    barrier()
+pshmem.put(big, ramp * 3 + me, nxt, nbi=True)
+pshmem.quiet()
+barrier()
+check(bool((big == ramp * 3 + prv).all()), "a 4 MiB put nbi + quiet")
+barrier()
 
 # ---- signals -----------------------------------------------------------------------------------
 data = pshmem.zeros(64, dtype=torch.int32, device=dev)

@@ -127,6 +127,8 @@ pub struct Gpu {
     k_barrier: CudaFunction,
     state: DeviceState,
     peers: Vec<u64>,
+    /// Host puts and gets to mapped peers of at least this many bytes use the copy engine.
+    copy_engine_min: usize,
     teams: TeamTable,
     host: host_ops::HostKernels,
     pub(crate) alloc: Mutex<Allocator>,
@@ -162,6 +164,8 @@ pub(crate) struct GpuSetup<'a> {
     pub rings: usize,
     pub proxy_threads: usize,
     pub landing_slots: usize,
+    /// Host puts and gets to mapped peers of at least this many bytes use the copy engine.
+    pub copy_engine_min: usize,
     pub op_timeout: std::time::Duration,
     pub proxy: ProxyConfig,
     pub health: Arc<Health>,
@@ -326,6 +330,7 @@ impl Gpu {
             k_barrier,
             state,
             peers,
+            copy_engine_min: s.copy_engine_min,
             teams,
             host,
             alloc: Mutex::new(alloc),
