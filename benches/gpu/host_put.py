@@ -5,7 +5,7 @@ pshmem.put of a CUDA tensor on a stream, timed with CUDA events, at 64 KiB ... M
     pshmrun -n 2 python3 benches/gpu/host_put.py SHAPE MAX OUT.json
 
 SHAPE names the rows (the caller sets PSHMEM_COPY_ENGINE_MIN: "host-ce" with the default, i.e.
-the copy engine from 256 KiB; "host-kernel" with a huge value, the one-block kernel). PE 0 puts
+the copy engine from 2 MiB; "host-kernel" with a huge value, the one-block kernel). PE 0 puts
 into PE 1 and writes {"rows": [...]} rows as benches/gpu/merge.py reads them."""
 import json
 import os

@@ -90,7 +90,7 @@ def main():
     if ce or kern:
         out += ["### Host-initiated puts to the mapped peer (GB/s)", "",
                 "`pshmem.put` of a CUDA tensor on a stream: by the copy engine from "
-                "`PSHMEM_COPY_ENGINE_MIN` (256 KiB), and with that set above every size (the "
+                "`PSHMEM_COPY_ENGINE_MIN` (2 MiB), and with that set above every size (the "
                 "one-block kernel every size took before).", "",
                 "| size | copy engine | one-block kernel | ratio |", "| --- | --- | --- | --- |"]
         for s_ in sorted(set(ce) | set(kern)):

@@ -292,7 +292,7 @@ vars! {
         "Tests the GPU paths' protocols without a GPU (use with PSHMEM_DISABLE_P2P=1): 1 (or staged) runs the host heap through the host-staged path (landing area, target-side copies and AMOs); registered treats it as a registered GPU heap (RMA into it, AMOs and copies through the device interface), as DMA-BUF registration would.");
     MAX_TEAMS = ("PSHMEM_MAX_TEAMS", "32", Kind::Count, between(4.0, 64.0), "runtime",
         "Team slots per PE, the four predefined teams included (falls back to NVSHMEM_MAX_TEAMS); each takes a little host and GPU heap per PE of the job.");
-    COPY_ENGINE_MIN = ("PSHMEM_COPY_ENGINE_MIN", "262144", Kind::Size, between(0.0, 1099511627776.0), "runtime",
+    COPY_ENGINE_MIN = ("PSHMEM_COPY_ENGINE_MIN", "2097152", Kind::Size, between(0.0, 1099511627776.0), "runtime",
         "Host-initiated puts and gets of at least this many bytes to a PE whose GPU heap this GPU maps (NVLink, same GPU) go through the copy engine instead of a one-block kernel; 0: always, a size above any transfer: never.");
     GPU_LANDING_SLOTS = ("PSHMEM_GPU_LANDING_SLOTS", "4", Kind::Count, between(1.0, 1024.0), "proxy",
         "Host-staged GPU path: landing slots (of PSHMEM_STAGING_CHUNK bytes, pinned) each PE keeps for every initiator; the chunks of one transfer in flight per target.");
