@@ -68,9 +68,7 @@ impl Engine {
                 keep(&mut events, &mut msgs, e);
             }
         });
-        if let (Some(t), Some(at)) = (self.trace.as_mut(), at) {
-            t.charge(Cost::Poll, at);
-        }
+        self.charge_since(Cost::Poll, at);
         if let Err(e) = res {
             let detail = format!("PE {}: polling the transport failed: {e}", self.me);
             self.fault_with(code::OP_FAILED, e.pe(), detail, e);

@@ -411,7 +411,7 @@ impl Engine {
             self.t.fail_peer(pe, &why);
         }
         let mut work = 0;
-        let at = self.trace.as_ref().map(|t| t.start());
+        let at = self.clock();
         for r in 0..self.rings.len() {
             work += self.drain(r);
         }
@@ -441,13 +441,26 @@ impl Engine {
         work
     }
 
-    /// With a trace: charges the time since `at` to `cost` and starts the next phase.
+    /// With a trace: the clock, to time a [`Cost`] from.
+    #[inline]
+    pub(super) fn clock(&self) -> Option<Instant> {
+        self.trace.as_ref().map(|t| t.start())
+    }
+
+    /// With a trace: charges the time since `at` (from [`Engine::clock`]) to `cost`.
+    #[inline]
+    pub(super) fn charge_since(&mut self, cost: Cost, at: Option<Instant>) {
+        if let (Some(t), Some(at)) = (self.trace.as_mut(), at) {
+            t.charge(cost, at);
+        }
+    }
+
+    /// With a trace: charges the phase since `at` to `cost` and starts the next phase.
     #[inline]
     fn charge(&mut self, cost: Cost, at: Option<Instant>) -> Option<Instant> {
-        let (t, at) = (self.trace.as_mut()?, at?);
-        t.charge(cost, at);
-        t.phase();
-        Some(t.start())
+        self.charge_since(cost, at);
+        self.trace.as_mut()?.phase();
+        self.clock()
     }
 
     /// Records the job's first fault (every ring is raised) and stops issuing.

@@ -152,11 +152,9 @@ impl Engine {
         }
         let mut sent = 0;
         while let Some((to, msg, ctx)) = self.outbox.pop_front() {
-            let at = self.trace.as_ref().map(|t| t.start());
+            let at = self.clock();
             let res = self.t.send(to as usize, &msg, ctx);
-            if let (Some(t), Some(at)) = (self.trace.as_mut(), at) {
-                t.charge(Cost::Post, at);
-            }
+            self.charge_since(Cost::Post, at);
             match res {
                 Ok(()) => sent += 1,
                 Err(PostError::Retry) => {

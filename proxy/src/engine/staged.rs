@@ -152,22 +152,18 @@ impl Engine {
     /// # Safety
     /// As [`crate::DeviceMem::copy_start`].
     unsafe fn copy_start(&mut self, dst: u64, src: u64, n: usize) -> Result<u64, MemError> {
-        match self.device.as_mut() {
-            Some(d) => {
-                let at = self.trace.as_ref().map(|t| t.start());
-                // SAFETY: forwarded.
-                let r = unsafe { d.copy_start(dst, src, n) };
-                if let (Some(t), Some(at)) = (self.trace.as_mut(), at) {
-                    t.charge(Cost::CopyStart, at);
-                }
-                r
-            }
+        let at = self.clock();
+        let r = match self.device.as_mut() {
+            // SAFETY: forwarded.
+            Some(d) => unsafe { d.copy_start(dst, src, n) },
             None => {
                 // SAFETY: forwarded; staging memory is the proxy's own, distinct from `src`.
                 unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, n) };
                 Ok(0)
             }
-        }
+        };
+        self.charge_since(Cost::CopyStart, at);
+        r
     }
 
     /// Runs what follows every finished copy, in copy order, while the transport takes the
@@ -176,11 +172,9 @@ impl Engine {
         if self.landing.as_ref().is_none_or(|l| l.copying.is_empty()) {
             return 0;
         }
-        let at = self.trace.as_ref().map(|t| t.start());
+        let at = self.clock();
         let done = self.device.as_mut().map(|d| d.copies_done());
-        if let (Some(t), Some(at)) = (self.trace.as_mut(), at) {
-            t.charge(Cost::CopyDone, at);
-        }
+        self.charge_since(Cost::CopyDone, at);
         let done = match done {
             None => u64::MAX,
             Some(Ok(t)) => t,
@@ -242,13 +236,11 @@ impl Engine {
         };
         let data = LandingData { group, slot }.encode();
         let ctx = Ctx::Staged { pe, chunk }.encode();
-        let at = self.trace.as_ref().map(|t| t.start());
+        let at = self.clock();
         // SAFETY: the chunk stays untouched until the write completes (its completion returns
         // it to the free list).
         let res = unsafe { self.t.write_data(pe as usize, lref, rref, len, data, ctx) };
-        if let (Some(t), Some(at)) = (self.trace.as_mut(), at) {
-            t.charge(Cost::Post, at);
-        }
+        self.charge_since(Cost::Post, at);
         res
     }
 
