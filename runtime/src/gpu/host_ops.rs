@@ -250,8 +250,8 @@ impl Gpu {
     /// A host put or get on `stream`: by the copy engine where `pe`'s heap is mapped and the
     /// transfer is large (`PSHMEM_COPY_ENGINE_MIN`: one block of SM stores moves tens of GB/s,
     /// the copy engine hundreds — 394 GB/s over NVLink at 1 GiB on 2×H200, above a full grid of
-    /// SM-driven puts; on one H100 the kernel was ahead up to 1 MiB), else by the one-block RMA kernel (which also takes the ring to
-    /// unmapped peers).
+    /// SM-driven puts; on one H100 the kernel was ahead up to 1 MiB), else by the one-block RMA
+    /// kernel (which also takes the ring to unmapped peers).
     #[allow(clippy::too_many_arguments)]
     fn rma_kernel(
         &self,
