@@ -139,6 +139,43 @@ impl CudaDeviceMem {
         Ok(())
     }
 
+    /// Marks what was just enqueued on stream `s` with the next ticket: the stream writes it
+    /// into the ticket word behind the work, or an event is recorded; returns the ticket.
+    fn mark(&mut self, s: sys::CUstream) -> Result<u64, CudaError> {
+        let ticket = self.started + 1;
+        match &mut self.finished {
+            Finished::Word { dev, .. } => {
+                let flags = sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
+                // SAFETY: a write of our pinned, device-mapped ticket word on our stream, behind
+                // the work (the default flags order that work's writes before it).
+                let rc = unsafe { sys::cuStreamWriteValue64_v2(s, *dev, ticket, flags) };
+                check(rc, "cuStreamWriteValue64_v2")?;
+            }
+            Finished::Events { pending, spare } => {
+                let ev = match spare.pop() {
+                    Some(e) => e,
+                    None => {
+                        let mut e = std::ptr::null_mut();
+                        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+                        // SAFETY: creates an event in the bound context into a live local.
+                        let rc = unsafe { sys::cuEventCreate(&mut e, flags) };
+                        check(rc, "cuEventCreate")?;
+                        Event(e)
+                    }
+                };
+                // SAFETY: our event, recorded on our stream behind the work.
+                let rc = unsafe { sys::cuEventRecord(ev.0, s) };
+                if let Err(e) = check(rc, "cuEventRecord") {
+                    spare.push(ev);
+                    return Err(e);
+                }
+                pending.push_back((ticket, ev));
+            }
+        }
+        self.started = ticket;
+        Ok(ticket)
+    }
+
     fn amo_on_stream(
         &mut self,
         addr: u64,
@@ -194,42 +231,11 @@ impl DeviceMem for CudaDeviceMem {
 
     unsafe fn copy_start(&mut self, dst: u64, src: u64, len: usize) -> Result<u64, DeviceError> {
         let s = self.stream()?.cu_stream();
-        // SAFETY: the caller keeps both ranges valid until the copy's event fires; unified
+        // SAFETY: the caller keeps both ranges valid until its ticket is seen; unified
         // addressing lets the driver infer each side's kind.
         let rc = unsafe { sys::cuMemcpyAsync(dst, src, len, s) };
         check(rc, "cuMemcpyAsync")?;
-        let ticket = self.started + 1;
-        match &mut self.finished {
-            Finished::Word { dev, .. } => {
-                let flags = sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
-                // SAFETY: a write of our pinned, device-mapped ticket word on our stream, behind
-                // the copy (the default flags order the copy's writes before it).
-                let rc = unsafe { sys::cuStreamWriteValue64_v2(s, *dev, ticket, flags) };
-                check(rc, "cuStreamWriteValue64_v2")?;
-            }
-            Finished::Events { pending, spare } => {
-                let ev = match spare.pop() {
-                    Some(e) => e,
-                    None => {
-                        let mut e = std::ptr::null_mut();
-                        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
-                        // SAFETY: creates an event in the bound context into a live local.
-                        let rc = unsafe { sys::cuEventCreate(&mut e, flags) };
-                        check(rc, "cuEventCreate")?;
-                        Event(e)
-                    }
-                };
-                // SAFETY: our event, recorded on our stream behind the copy.
-                let rc = unsafe { sys::cuEventRecord(ev.0, s) };
-                if let Err(e) = check(rc, "cuEventRecord") {
-                    spare.push(ev);
-                    return Err(e.into());
-                }
-                pending.push_back((ticket, ev));
-            }
-        }
-        self.started = ticket;
-        Ok(ticket)
+        Ok(self.mark(s)?)
     }
 
     fn store_start(
@@ -257,15 +263,7 @@ impl DeviceMem for CudaDeviceMem {
             }
         };
         check(rc, "cuStreamWriteValue (a peer's p)")?;
-        let Finished::Word { dev, .. } = &self.finished else {
-            unreachable!("checked above")
-        };
-        let ticket = self.started + 1;
-        // SAFETY: as in `copy_start`: our ticket word, behind the store.
-        let rc = unsafe { sys::cuStreamWriteValue64_v2(s, *dev, ticket, flags) };
-        check(rc, "cuStreamWriteValue64_v2")?;
-        self.started = ticket;
-        Ok(Some(ticket))
+        Ok(Some(self.mark(s)?))
     }
 
     fn copies_done(&mut self) -> Result<u64, DeviceError> {
