@@ -3,7 +3,7 @@
 # each test prints a SKIP line saying why. Builds first when run from a checkout with cargo;
 # on a GPU machine without Rust, pass the folder of prebuilt binaries.
 # Usage: scripts/gpu-test.sh [BIN_DIR] [OUT_DIR]    (defaults: target/release, gpu-test-out)
-# GPU_TEST_PARTS selects parts (default all: "ring ops perf nvshmem python ep"), so that a run
+# GPU_TEST_PARTS selects parts (default all: "ring ops perf nvshmem python ep ht"), so that a run
 # can be split across machines' time limits; the MPS checks always run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ LOG="$OUT/gpu-tests.log"
 # Never let NVLink multicast objects be created on the shared GPU hosts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 fail=0
-PARTS=" ${GPU_TEST_PARTS:-ring ops perf nvshmem python ep} "
+PARTS=" ${GPU_TEST_PARTS:-ring ops perf nvshmem python ep ht} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 run() {
   echo "== $*" | tee -a "$LOG"
@@ -151,7 +151,25 @@ if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want ep; then
       "$BIN/pshmrun" -n $n -- "$PYBIN" python/tests/workers/ep_ll.py --quick
   done
 fi
-if { want python || want ep; } && ! { [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ]; }; then
+if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want ht; then
+  # MoE normal (high-throughput) mode (pshmem.ep): DeepEP's intranode and internode checks.
+  # One node at EP 2, 4, 8 over NVLink/IPC and at EP 4 through the proxy (host-staged tcp);
+  # two emulated nodes (pshmrun --hosts 2: tokens cross nodes through the proxy, then are
+  # forwarded inside the node) at EP 2, 4, 8 over tcp, at EP 4 with every peer through the
+  # proxy, and at EP 4 and 8 through the simulated fabric that reorders every message.
+  for n in 2 4 8; do
+    q=""; [ "$n" = 8 ] && q="--quick"
+    run "$BIN/pshmrun" -n $n -- "$PYBIN" python/tests/workers/ep_ht.py $q
+    run env PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n $n --hosts 2 -- "$PYBIN" python/tests/workers/ep_ht.py $q
+  done
+  run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 4 -- "$PYBIN" python/tests/workers/ep_ht.py --quick
+  run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 4 --hosts 2 -- "$PYBIN" python/tests/workers/ep_ht.py --quick
+  for n in 4 8; do
+    run env PSHMEM_PROVIDER=sim PSHMEM_SIM_DELAY_US=100 PSHMEM_GPU_RINGS=3 PSHMEM_GPU_PROXY_THREADS=2 \
+      "$BIN/pshmrun" -n $n --hosts 2 -- "$PYBIN" python/tests/workers/ep_ht.py --quick
+  done
+fi
+if { want python || want ep || want ht; } && ! { [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ]; }; then
   echo "SKIP python on the GPU: need a GPU ($NGPU) and the pshmem package with torch ('${PYBIN}')" | tee -a "$LOG"
 fi
 echo "gpu-test: $([ $fail = 0 ] && echo passed || echo FAILED) (log: $LOG)" | tee -a "$LOG"

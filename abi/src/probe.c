@@ -6,6 +6,7 @@
 #include "pshmem/ring.h"
 #include "pshmem/state.h"
 #include "pshmem/ep/ll.h"
+#include "pshmem/ep/ht.h"
 
 struct pshmem_probe_entry {
     const char *name;
@@ -71,6 +72,14 @@ static const struct pshmem_probe_entry probe[] = {
     OFF(pshmem_ep_ll_args_t, wait_stats), VAL(PSHMEM_EP_MAX_TOKENS), VAL(PSHMEM_EP_MAX_RANKS),
     VAL(PSHMEM_EP_THREADS), VAL(PSHMEM_EP_MAX_TOPK), VAL(PSHMEM_EP_FP8),
     VAL(PSHMEM_EP_ROUND_SCALE), VAL(PSHMEM_EP_PER_TOKEN), VAL(PSHMEM_EP_ZERO_COPY),
+    SIZE(pshmem_ep_ht_args_t), OFF(pshmem_ep_ht_args_t, msg_ints),
+    OFF(pshmem_ep_ht_args_t, slot_bytes), OFF(pshmem_ep_ht_args_t, ctrl),
+    OFF(pshmem_ep_ht_args_t, rdma_stage), OFF(pshmem_ep_ht_args_t, rings),
+    OFF(pshmem_ep_ht_args_t, n_rings), OFF(pshmem_ep_ht_args_t, topk_idx),
+    OFF(pshmem_ep_ht_args_t, counters), OFF(pshmem_ep_ht_args_t, x),
+    OFF(pshmem_ep_ht_args_t, send_head), OFF(pshmem_ep_ht_args_t, bias1),
+    VAL(PSHMEM_EP_HT_MAX_RANKS), VAL(PSHMEM_EP_HT_MAX_NODE), VAL(PSHMEM_EP_HT_MAX_CHANNELS),
+    VAL(PSHMEM_EP_HT_THREADS), VAL(PSHMEM_EP_HT_MAX_TOPK),
 };
 
 const struct pshmem_probe_entry *pshmem_abi_probe(size_t *n) {

@@ -1,4 +1,4 @@
-/* The low-latency MoE kernels of pshmem-ep (pshmem/ep/ll.cuh), one entry point each; loaded by
+/* The MoE kernels of pshmem-ep (pshmem/ep/ll.cuh, pshmem/ep/ht.cuh), one entry point each; loaded by
  * ep/src/lib.rs through the runtime (`Gpu::load`), which fills this module's pshmem_dstate.
  * Two blocks per SM at least (64 registers a thread): blocks that wait for peers hold their
  * SM, and with several PEs on one GPU (MPS) the peers' kernels need the rest. */
@@ -28,3 +28,18 @@ extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS, 2)
     pshmem_ep_ll_clean(uint64_t *sig, uint64_t words) {
     pshmem_ep::clean(sig, words);
 }
+
+/* The high-throughput (normal) mode's kernels (pshmem/ep/ht.cuh). */
+#include "pshmem/ep/ht.cuh"
+
+#define PSHMEM_EP_HT_KERNEL(name)                                                                \
+    extern "C" __global__ void __launch_bounds__(PSHMEM_EP_HT_THREADS, 2)                       \
+        pshmem_ep_ht_##name(const pshmem_ep_ht_args_t a) {                                      \
+        pshmem_ep_ht::name(a);                                                                   \
+    }
+PSHMEM_EP_HT_KERNEL(layout)
+PSHMEM_EP_HT_KERNEL(reset)
+PSHMEM_EP_HT_KERNEL(prefix)
+PSHMEM_EP_HT_KERNEL(notify)
+PSHMEM_EP_HT_KERNEL(dispatch)
+PSHMEM_EP_HT_KERNEL(combine)

@@ -4,13 +4,16 @@
 //! dispatch and combine kernels (device code in `kernels/include/pshmem/ep/`, entry points in
 //! `cuda/ep.cu`), the layout of their double-buffered symmetric buffer ([`LlLayout`]), the
 //! arguments they take ([`LlArgs`], the mirror of `pshmem_ep_ll_args_t`) and their launchers
-//! ([`Ll`]). The Python `pshmem.ep.Buffer` is built on these.
+//! ([`Ll`]); and the high-throughput (normal) mode's layout, notify, dispatch and combine
+//! ([`ht`]). The Python `pshmem.ep.Buffer` is built on these.
 //!
 //! Ordering: every count or flag a kernel sends a peer reached through the proxy is a *counted
 //! signal* (`pshmem/counted.cuh`): the proxy applies it only after every counted put it covers
 //! landed, on any fabric; same-host peers get stores and a release store.
 
 use std::{ffi::c_void, sync::Arc};
+
+pub mod ht;
 
 use cudarc::driver::{CudaFunction, CudaModule, sys};
 use pshmem::{Error, cuda::CudaError, gpu::Gpu, gpu::host_ops::RawStream};
@@ -197,6 +200,7 @@ impl Kernel {
 pub struct Ll {
     _module: Arc<CudaModule>,
     f: [CudaFunction; 5],
+    ht: [CudaFunction; 6],
     me: usize,
 }
 
@@ -208,18 +212,25 @@ impl Ll {
     /// Loads the kernels into `gpu`'s context (the runtime fills their device state).
     pub fn load(gpu: &Gpu, me: usize) -> Result<Self, Error> {
         let m = gpu.load(KERNELS)?;
-        let f = |name: &'static str| {
+        let load = |name: &'static str| {
             m.load_function(name)
                 .map_err(|e| cuda_err(me, "loading the MoE kernels")(pshmem::cuda::driver(name)(e)))
         };
         let f = [
-            f("pshmem_ep_ll_dispatch_send")?,
-            f("pshmem_ep_ll_dispatch_recv")?,
-            f("pshmem_ep_ll_combine_send")?,
-            f("pshmem_ep_ll_combine_recv")?,
-            f("pshmem_ep_ll_clean")?,
+            load("pshmem_ep_ll_dispatch_send")?,
+            load("pshmem_ep_ll_dispatch_recv")?,
+            load("pshmem_ep_ll_combine_send")?,
+            load("pshmem_ep_ll_combine_recv")?,
+            load("pshmem_ep_ll_clean")?,
         ];
-        Ok(Self { _module: m, f, me })
+        let [a, b, c, d, e, g] = ht::HtKernel::NAMES.map(load);
+        let ht = [a?, b?, c?, d?, e?, g?];
+        Ok(Self {
+            _module: m,
+            f,
+            ht,
+            me,
+        })
     }
 
     /// Launches `k` with `args` on `stream` over `grid` blocks (x, y) of [`THREADS`]; fills

@@ -95,7 +95,7 @@ class Buffer:
         if not pshmem.is_initialized():
             # Like DeepEP's settings of NVSHMEM: the heap must hold the buffer; one GPU ring
             # per queue pair asked for (capped); no NVLink for LL if refused.
-            need = max(self.num_rdma_bytes, self.num_nvl_bytes) + (256 << 20)
+            need = self.num_rdma_bytes + self.num_nvl_bytes + (256 << 20)
             cur = os.environ.get("PSHMEM_GPU_SYMMETRIC_SIZE")
             if cur is None or (cur.isdigit() and int(cur) < need):
                 os.environ["PSHMEM_GPU_SYMMETRIC_SIZE"] = str(need)
@@ -118,15 +118,20 @@ class Buffer:
             raise InvalidArgument(
                 f"Buffer: the group has {group.size()} ranks, the pshmem job "
                 f"{self.group_size} PEs")
-        nbytes = max(self.num_rdma_bytes, 1)
-        self._buf = pshmem.zeros(nbytes, dtype=torch.uint8, device="cuda")
+        # LL: the RDMA buffer. Normal mode: the NVL buffer, plus the RDMA one unless the LL
+        # mode owns it (one symmetric buffer holds both, see _ht_layout).
+        self._buf = pshmem.zeros(max(self.num_rdma_bytes, 1), dtype=torch.uint8, device="cuda") \
+            if low_latency_mode else None
+        ht_bytes = self.num_nvl_bytes + (0 if low_latency_mode else self.num_rdma_bytes)
+        self._ht = pshmem.zeros(ht_bytes, dtype=torch.uint8, device="cuda") if ht_bytes else None
+        self._destroyed = False
         self._idx = 0
         self._layouts: dict = {}
+        self._node_size = _node_size(self.rank, self.group_size)
         # The kernels' module is loaded here, while nothing runs: a load waits for running
         # kernels and holds the driver meanwhile, so a first dispatch queued behind a barrier
         # waiting on the proxy would stall every PE until PSHMEM_OP_TIMEOUT.
-        if low_latency_mode:
-            _C.ep_load()
+        _C.ep_load()
 
     # ---- sizes and configuration -----------------------------------------------------------
 
@@ -166,7 +171,7 @@ class Buffer:
     def _check_ll(self, op: str) -> None:
         if not self.low_latency_mode:
             raise InvalidArgument(f"Buffer.{op}: the buffer was not made with low_latency_mode=True")
-        if self._buf is None:
+        if self._destroyed:
             raise InvalidArgument(f"Buffer.{op}: the buffer was destroyed")
 
     def clean_low_latency_buffer(self, num_max_dispatch_tokens_per_rank: int, hidden: int,
@@ -190,11 +195,14 @@ class Buffer:
 
     def destroy(self) -> None:
         """Frees the buffer (collective), after raising any error the kernels met."""
-        if self._buf is not None:
+        if not self._destroyed:
             self.check()
             pshmem.barrier()
-            pshmem.free(self._buf)
-            self._buf = None
+            for b in (self._buf, self._ht):
+                if b is not None:
+                    pshmem.free(b)
+            self._buf = self._ht = None
+            self._destroyed = True
 
     # ---- low-latency dispatch and combine --------------------------------------------------
 
@@ -366,16 +374,387 @@ class Buffer:
         hook = self._hook(recv, keep, return_recv_hook)
         return out, _event(async_finish, keep), hook
 
-    # ---- the normal (high-throughput) mode: not provided yet -------------------------------
+    # ---- the normal (high-throughput) mode -------------------------------------------------
 
-    def get_dispatch_layout(self, *args: Any, **kwargs: Any):
-        raise NotImplementedError("pshmem.ep: the normal (high-throughput) mode is not provided")
+    @staticmethod
+    def get_dispatch_config(num_ranks: int) -> "Config":
+        """The normal dispatch's configuration for ``num_ranks`` (DeepEP's name): ``num_sms``
+        from ``set_num_sms``, chunks of 16 tokens, rings of 256 (NVLink) and 128 (RDMA)
+        slots."""
+        return Config(Buffer.num_sms, 16, 256, 16, 128)
 
-    def dispatch(self, *args: Any, **kwargs: Any):
-        raise NotImplementedError("pshmem.ep: the normal (high-throughput) mode is not provided")
+    @staticmethod
+    def get_combine_config(num_ranks: int) -> "Config":
+        """The normal combine's configuration (see ``get_dispatch_config``)."""
+        return Config(Buffer.num_sms, 16, 256, 16, 128)
 
-    def combine(self, *args: Any, **kwargs: Any):
-        raise NotImplementedError("pshmem.ep: the normal (high-throughput) mode is not provided")
+    def _channels(self, config: "Config", nodes: int) -> int:
+        # Every block of every PE on this GPU waits for the others, so all must be resident:
+        # two per SM at most, (2 or 3) roles a channel, shared with the PEs on this GPU.
+        torch = _torch()
+        sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+        roles = 3 if nodes > 1 else 2
+        return max(1, min(config.num_sms // 2, 2 * sms // (roles * self._sharing) - 1, 64))
+
+    def _ht_layout(self, op: str, config: "Config", hidden: int, topk: int, elem: int,
+                   scales: int, num_experts: int, channels: int) -> dict:
+        shape = dict(num_ranks=self.group_size, node_size=self._node_size,
+                     num_channels=channels,
+                     nvl_slots=config.num_max_nvl_chunked_recv_tokens,
+                     rdma_slots=config.num_max_rdma_chunked_recv_tokens, hidden=hidden,
+                     num_topk=topk, x_elem_bytes=elem, num_scales=scales,
+                     num_experts=num_experts)
+        key = tuple(sorted(shape.items()))
+        if key not in self._layouts:
+            try:
+                lay = _C.ep_ht_layout(shape)
+            except ValueError as e:
+                raise InvalidArgument(f"Buffer.{op}: {e}") from None
+            have = 0 if self._ht is None else self._ht.numel()
+            if lay["bytes"] > have:
+                raise InvalidArgument(
+                    f"Buffer.{op}: the normal mode for hidden {hidden}, top-k {topk}, "
+                    f"{channels} channels and this config needs num_nvl_bytes + num_rdma_bytes "
+                    f">= {lay['bytes']} (config.get_nvl_buffer_size_hint + "
+                    f"get_rdma_buffer_size_hint), the buffer has {have}")
+            self._layouts[key] = (shape, lay)
+        shape, lay = self._layouts[key]
+        return dict(shape, buf=self._ht.data_ptr(), nvl_chunk=config.num_max_nvl_chunked_send_tokens,
+                    rdma_chunk=config.num_max_rdma_chunked_send_tokens)
+
+    def _ht_launch(self, kernel: str, blocks: int, args: dict) -> None:
+        _C.ep_ht_launch(kernel, max(1, blocks), _torch().cuda.current_stream().cuda_stream, args)
+
+    def _check_ht(self, op: str) -> None:
+        if self._destroyed:
+            raise InvalidArgument(f"Buffer.{op}: the buffer was destroyed")
+
+    def get_dispatch_layout(self, topk_idx: Any, num_experts: int, previous_event: Any = None,
+                            async_finish: bool = False, allocate_on_comm_stream: bool = False):
+        """Counts, on the GPU, where each token goes. Returns ``(num_tokens_per_rank [N],
+        num_tokens_per_rdma_rank [nodes] or None with one node, num_tokens_per_expert [E],
+        is_token_in_rank bool [T, N], event)`` (int32 counts; a token counts once per rank and
+        once per node)."""
+        torch = _torch()
+        self._check_ht("get_dispatch_layout")
+        _wait(previous_event)
+        N, G = self.group_size, self._node_size
+        R = N // G
+        if topk_idx.dim() != 2 or topk_idx.dtype != torch.int64 or not topk_idx.is_cuda \
+                or not topk_idx.is_contiguous():
+            raise InvalidArgument("get_dispatch_layout: topk_idx must be a contiguous CUDA int64 "
+                                  "tensor [tokens, top-k]")
+        if num_experts <= 0 or num_experts % N:
+            raise InvalidArgument(f"get_dispatch_layout: num_experts={num_experts} must be a "
+                                  f"positive multiple of the {N} ranks")
+        if N > 64:
+            raise InvalidArgument(f"get_dispatch_layout: {N} ranks > 64 (the normal mode's limit)")
+        T, K = topk_idx.shape
+        dev = topk_idx.device
+        per_rank = torch.zeros((N,), dtype=torch.int32, device=dev)
+        per_node = torch.zeros((R,), dtype=torch.int32, device=dev) if R > 1 else None
+        per_expert = torch.zeros((num_experts,), dtype=torch.int32, device=dev)
+        in_rank = torch.empty((T, N), dtype=torch.bool, device=dev)
+        args = dict(num_tokens=T, num_topk=K, num_experts=num_experts, num_ranks=N, node_size=G,
+                    topk_idx=topk_idx.data_ptr(), is_token_in_rank=in_rank.data_ptr(),
+                    num_tokens_per_rank=per_rank.data_ptr(),
+                    num_tokens_per_node=per_node.data_ptr() if per_node is not None else 0,
+                    num_tokens_per_expert=per_expert.data_ptr())
+        if T:
+            self._ht_launch("layout", (T + 511) // 512, args)
+        return per_rank, per_node, per_expert, in_rank, _event(async_finish, (topk_idx,))
+
+    def dispatch(self, x: Any, handle: Any = None, num_tokens_per_rank: Any = None,
+                 num_tokens_per_rdma_rank: Any = None, is_token_in_rank: Any = None,
+                 num_tokens_per_expert: Any = None, topk_idx: Any = None, topk_weights: Any = None,
+                 expert_alignment: int = 1, num_worst_tokens: int = 0, config: Any = None,
+                 previous_event: Any = None, async_finish: bool = False,
+                 allocate_on_comm_stream: bool = False):
+        """Sends each token once to every rank that holds one of its experts (across nodes:
+        once per node, then over NVLink inside it). ``x``: bf16 ``[T, H]``, or ``(fp8 [T, H],
+        float32 scales [T, S])``. Returns ``(recv_x, recv_topk_idx, recv_topk_weights,
+        num_recv_tokens_per_expert_list, handle, event)``: rows grouped by source rank, each
+        source's rows in token order; ``recv_topk_idx`` holds local expert ids (-1 for experts
+        elsewhere, weights 0 there). With ``handle`` (a cached dispatch) the layout is reused
+        and no top-k is sent (``recv_topk_*`` are None). With ``num_worst_tokens`` the outputs
+        have that many rows (the rest padded with top-k -1), nothing waits on the host (the
+        call can be captured in a CUDA graph), and the per-expert list is empty."""
+        torch = _torch()
+        op = "dispatch"
+        self._check_ht(op)
+        _wait(previous_event)
+        N, G = self.group_size, self._node_size
+        R = N // G
+        xs = None
+        if isinstance(x, tuple):
+            x, xs = x
+            if xs.dtype != torch.float32 or xs.dim() != 2 or xs.size(0) != x.size(0) \
+                    or not xs.is_contiguous():
+                raise InvalidArgument("dispatch: the scales must be a contiguous float32 tensor "
+                                      "[tokens, groups]")
+        if x.dim() != 2 or not x.is_cuda or not x.is_contiguous() or x.element_size() not in (1, 2):
+            raise InvalidArgument("dispatch: x must be a contiguous CUDA tensor [tokens, hidden] "
+                                  "of bf16 or FP8")
+        T, H = x.shape
+        cached = handle is not None
+        if cached:
+            h = _check_ht_handle(op, handle, T)
+            if topk_idx is not None or topk_weights is not None:
+                raise InvalidArgument("dispatch: a cached dispatch (handle given) takes no "
+                                      "top-k")
+            K, E, C = h.topk, h.num_experts, h.channels
+            in_rank = h.is_token_in_rank
+        else:
+            if num_tokens_per_rank is None or is_token_in_rank is None \
+                    or num_tokens_per_expert is None or topk_idx is None:
+                raise InvalidArgument("dispatch: without a handle it needs num_tokens_per_rank, "
+                                      "is_token_in_rank, num_tokens_per_expert and topk_idx "
+                                      "(get_dispatch_layout)")
+            if tuple(topk_idx.shape[:1]) != (T,) or topk_idx.dtype != torch.int64 \
+                    or not topk_idx.is_contiguous():
+                raise InvalidArgument("dispatch: topk_idx must be a contiguous int64 tensor "
+                                      "[tokens, top-k]")
+            K = topk_idx.size(1)
+            if topk_weights is not None and (topk_weights.dtype != torch.float32
+                                             or tuple(topk_weights.shape) != (T, K)
+                                             or not topk_weights.is_contiguous()):
+                raise InvalidArgument("dispatch: topk_weights must be a contiguous float32 "
+                                      "tensor [tokens, top-k]")
+            if tuple(is_token_in_rank.shape) != (T, N) or is_token_in_rank.dtype != torch.bool \
+                    or not is_token_in_rank.is_contiguous():
+                raise InvalidArgument(f"dispatch: is_token_in_rank must be a contiguous bool "
+                                      f"tensor [{T}, {N}]")
+            E = num_tokens_per_expert.numel()
+            C = self._channels(config or self.get_dispatch_config(N), R)
+            in_rank = is_token_in_rank
+        config = config or self.get_dispatch_config(N)
+        ns = 0 if xs is None else xs.size(1)
+        args = self._ht_layout(op, config, H, K, x.element_size(), ns, E, C)
+        dev = x.device
+        args.update(num_tokens=T, num_topk=K, num_experts=E, num_ranks=N, node_size=G,
+                    expert_alignment=expert_alignment, is_token_in_rank=in_rank.data_ptr())
+        if cached:
+            counters, recv_prefix, recv_node_prefix = h.counters, h.recv_prefix, h.recv_node_prefix
+            rank_prefix, channel_prefix, node_channel_prefix = h.rank_prefix, h.channel_prefix, \
+                h.node_channel_prefix
+            num_recv, num_fwd = h.num_recv, h.num_fwd
+            per_expert_list = list(h.per_expert_list)
+            self._ht_launch("reset", 1, args)
+            pshmem.barrier(stream=torch.cuda.current_stream())
+        else:
+            El = E // N
+            channel_prefix = torch.empty((N, C), dtype=torch.int32, device=dev)
+            node_channel_prefix = torch.empty((max(R, 1), C), dtype=torch.int32, device=dev)
+            rank_prefix = torch.empty((N, N), dtype=torch.int32, device=dev)
+            recv_prefix = torch.empty((N * C + 1,), dtype=torch.int32, device=dev)
+            recv_node_prefix = torch.zeros((R * C + 1,), dtype=torch.int32, device=dev)
+            counters = torch.zeros((2 + El,), dtype=torch.int32, device=dev)
+            args.update(num_tokens_per_rank=num_tokens_per_rank.data_ptr(),
+                        num_tokens_per_expert=num_tokens_per_expert.data_ptr(),
+                        channel_prefix=channel_prefix.data_ptr(),
+                        node_channel_prefix=node_channel_prefix.data_ptr(),
+                        rank_prefix=rank_prefix.data_ptr(), recv_prefix=recv_prefix.data_ptr(),
+                        recv_node_prefix=recv_node_prefix.data_ptr(),
+                        counters=counters.data_ptr())
+            self._ht_launch("reset", 1, args)
+            pshmem.barrier(stream=torch.cuda.current_stream())
+            self._ht_launch("prefix", N, args)
+            self._ht_launch("notify", 1, args)
+            if num_worst_tokens:
+                num_recv = num_fwd = None
+                per_expert_list = []
+            else:
+                # The host round trip DeepEP makes too: the totals size the outputs. Into
+                # pinned memory, waited for with an event: a pageable copy would hold the
+                # driver while the barrier and notify before it wait for this PE's proxy,
+                # whose CUDA calls it would block (a stall until PSHMEM_OP_TIMEOUT).
+                host = torch.empty(counters.shape, dtype=counters.dtype, pin_memory=True)
+                host.copy_(counters, non_blocking=True)
+                done = torch.cuda.Event()
+                done.record(torch.cuda.current_stream())
+                done.synchronize()
+                got = host.tolist()
+                num_recv, num_fwd, per_expert_list = got[0], got[1], got[2:]
+        rows = num_worst_tokens if num_worst_tokens else num_recv
+        fwd = num_worst_tokens if num_worst_tokens else num_fwd
+        recv_x = torch.empty((rows, H), dtype=x.dtype, device=dev)
+        recv_scales = torch.empty((rows, ns), dtype=torch.float32, device=dev) if ns else None
+        recv_topk = None if cached else torch.empty((rows, K), dtype=torch.int64, device=dev)
+        recv_w = None if cached else torch.empty((rows, K), dtype=torch.float32, device=dev)
+        recv_src = torch.empty((rows,), dtype=torch.int32, device=dev)
+        send_head = torch.empty((T, N if R == 1 else R), dtype=torch.int32, device=dev)
+        fwd_mask = torch.empty((max(1, fwd),), dtype=torch.int32, device=dev)
+        args.update(counters=counters.data_ptr(), recv_prefix=recv_prefix.data_ptr(),
+                    recv_node_prefix=recv_node_prefix.data_ptr(), max_recv=rows, max_fwd=fwd,
+                    x=x.data_ptr(), x_scales=xs.data_ptr() if ns else 0,
+                    topk_idx=0 if cached else topk_idx.data_ptr(),
+                    topk_weights=topk_weights.data_ptr() if topk_weights is not None else 0,
+                    recv_x=recv_x.data_ptr(), recv_scales=recv_scales.data_ptr() if ns else 0,
+                    recv_topk_idx=0 if cached else recv_topk.data_ptr(),
+                    recv_topk_weights=0 if cached else recv_w.data_ptr(),
+                    recv_src_idx=recv_src.data_ptr(), send_head=send_head.data_ptr(),
+                    fwd_mask=fwd_mask.data_ptr())
+        self._ht_launch("dispatch", (3 if R > 1 else 2) * C, args)
+        if recv_w is not None and topk_weights is None:
+            recv_w = None
+        new = _HtHandle((rank_prefix, channel_prefix, recv_prefix, recv_src, in_rank, send_head)
+                        if R == 1 else
+                        (in_rank, node_channel_prefix, channel_prefix, recv_node_prefix, None,
+                         recv_prefix, None, recv_src, send_head, fwd_mask))
+        new.__dict__.update(channels=C, topk=K, num_experts=E, num_tokens=T, hidden=H,
+                            counters=counters, rank_prefix=rank_prefix,
+                            channel_prefix=channel_prefix,
+                            node_channel_prefix=node_channel_prefix, recv_prefix=recv_prefix,
+                            recv_node_prefix=recv_node_prefix, is_token_in_rank=in_rank,
+                            send_head=send_head, fwd_mask=fwd_mask, recv_src_idx=recv_src,
+                            num_recv=rows, num_fwd=fwd, per_expert_list=per_expert_list)
+        keep = (x, xs, topk_idx, topk_weights, in_rank, fwd_mask, send_head)
+        out_x = (recv_x, recv_scales) if ns else recv_x
+        return out_x, recv_topk, recv_w, per_expert_list, new, _event(async_finish, keep)
+
+    def combine(self, x: Any, handle: Any, topk_weights: Any = None, bias: Any = None,
+                config: Any = None, previous_event: Any = None, async_finish: bool = False,
+                allocate_on_comm_stream: bool = False):
+        """Sends every received row back and sums, per token, the rows of every rank it went
+        to (unweighted, FP32, once per node first across nodes), plus the optional bias
+        tensor(s) bf16 ``[T, H]``. ``x``: bf16 rows as ``dispatch`` returned them. Returns
+        ``(combined_x [T, H], combined_topk_weights [T, K] or None, event)``; the weights are
+        the sums of ``topk_weights`` (the received ones: the original weights come back)."""
+        torch = _torch()
+        op = "combine"
+        self._check_ht(op)
+        _wait(previous_event)
+        N, G = self.group_size, self._node_size
+        R = N // G
+        h = _check_ht_handle(op, handle, None)
+        rows, T, H = h.num_recv, h.num_tokens, x.size(-1)
+        if x.dtype != torch.bfloat16 or x.dim() != 2 or x.size(0) != rows or not x.is_contiguous():
+            raise InvalidArgument(f"combine: x must be a contiguous bf16 tensor [{rows}, hidden]")
+        K = h.topk
+        if topk_weights is not None and (topk_weights.dtype != torch.float32
+                                         or tuple(topk_weights.shape) != (rows, K)
+                                         or not topk_weights.is_contiguous()):
+            raise InvalidArgument(f"combine: topk_weights must be a contiguous float32 tensor "
+                                  f"[{rows}, {K}]")
+        biases = bias if isinstance(bias, tuple) else (bias, None)
+        for b in biases:
+            if b is not None and (b.dtype != torch.bfloat16 or tuple(b.shape) != (T, H)
+                                  or not b.is_contiguous()):
+                raise InvalidArgument(f"combine: a bias must be a contiguous bf16 tensor "
+                                      f"[{T}, {H}]")
+        config = config or self.get_combine_config(N)
+        args = self._ht_layout(op, config, H, K, 2, 0, h.num_experts, h.channels)
+        out = torch.empty((T, H), dtype=torch.bfloat16, device=x.device)
+        out_w = torch.empty((T, K), dtype=torch.float32, device=x.device) \
+            if topk_weights is not None else None
+        args.update(num_tokens=T, num_topk=K, num_experts=h.num_experts, num_ranks=N,
+                    node_size=G, counters=h.counters.data_ptr(),
+                    recv_prefix=h.recv_prefix.data_ptr(),
+                    recv_node_prefix=h.recv_node_prefix.data_ptr(), max_recv=rows,
+                    max_fwd=h.num_fwd, x=x.data_ptr(),
+                    topk_weights=topk_weights.data_ptr() if topk_weights is not None else 0,
+                    recv_x=out.data_ptr(),
+                    recv_topk_weights=out_w.data_ptr() if out_w is not None else 0,
+                    send_head=h.send_head.data_ptr(), fwd_mask=h.fwd_mask.data_ptr(),
+                    bias0=biases[0].data_ptr() if biases[0] is not None else 0,
+                    bias1=biases[1].data_ptr() if biases[1] is not None else 0)
+        self._ht_launch("reset", 1, args)
+        pshmem.barrier(stream=torch.cuda.current_stream())
+        self._ht_launch("combine", (3 if R > 1 else 2) * h.channels, args)
+        keep = (x, topk_weights, biases, h)
+        return out, out_w, _event(async_finish, keep)
 
 
-__all__ = ["Buffer", "EventOverlap"]
+class Config:
+    """DeepEP's ``Config`` of the normal mode: SMs (two per channel; the grid uses
+    ``num_sms // 2`` channels, fewer when PEs share a GPU) and, per ring kind, the most tokens
+    a producer publishes at once (``*_send_tokens``, at most 32 are used) and the slots of
+    each ring (``*_recv_tokens``)."""
+
+    def __init__(self, num_sms: int = 20, num_max_nvl_chunked_send_tokens: int = 16,
+                 num_max_nvl_chunked_recv_tokens: int = 256,
+                 num_max_rdma_chunked_send_tokens: int = 16,
+                 num_max_rdma_chunked_recv_tokens: int = 128) -> None:
+        if num_sms <= 0 or num_sms % 2:
+            raise ValueError(f"Config: num_sms={num_sms} must be positive and even")
+        for name, v in (("num_max_nvl_chunked_send_tokens", num_max_nvl_chunked_send_tokens),
+                        ("num_max_nvl_chunked_recv_tokens", num_max_nvl_chunked_recv_tokens),
+                        ("num_max_rdma_chunked_send_tokens", num_max_rdma_chunked_send_tokens),
+                        ("num_max_rdma_chunked_recv_tokens", num_max_rdma_chunked_recv_tokens)):
+            if v <= 0:
+                raise ValueError(f"Config: {name}={v} must be positive")
+        self.num_sms = int(num_sms)
+        self.num_max_nvl_chunked_send_tokens = int(num_max_nvl_chunked_send_tokens)
+        self.num_max_nvl_chunked_recv_tokens = int(num_max_nvl_chunked_recv_tokens)
+        self.num_max_rdma_chunked_send_tokens = int(num_max_rdma_chunked_send_tokens)
+        self.num_max_rdma_chunked_recv_tokens = int(num_max_rdma_chunked_recv_tokens)
+
+    def _sizes(self, hidden_bytes: int, num_ranks: int) -> dict:
+        # The largest slot (bf16 rows, top-k 16) and notify messages for 1024 local experts.
+        G = _node_size_hint(num_ranks)
+        return _C.ep_ht_layout(dict(num_ranks=num_ranks, node_size=G,
+                                    num_channels=max(1, self.num_sms // 2),
+                                    nvl_slots=self.num_max_nvl_chunked_recv_tokens,
+                                    rdma_slots=self.num_max_rdma_chunked_recv_tokens,
+                                    hidden=max(8, hidden_bytes // 2), num_topk=16,
+                                    x_elem_bytes=2, num_scales=0,
+                                    num_experts=1024 * num_ranks))
+
+    def get_nvl_buffer_size_hint(self, hidden_bytes: int, num_ranks: int) -> int:
+        """Bytes of ``num_nvl_bytes`` this config needs (control words, notify messages and
+        the NVL rings with their staging copies)."""
+        lay = self._sizes(hidden_bytes, num_ranks)
+        return lay["bytes"] - self.get_rdma_buffer_size_hint(hidden_bytes, num_ranks)
+
+    def get_rdma_buffer_size_hint(self, hidden_bytes: int, num_ranks: int) -> int:
+        """Bytes of ``num_rdma_bytes`` this config needs (the RDMA rings and their staging
+        copies; 0 on one node)."""
+        lay = self._sizes(hidden_bytes, num_ranks)
+        if lay["nodes"] == 1:
+            return 0
+        C, S = max(1, self.num_sms // 2), self.num_max_rdma_chunked_recv_tokens
+        return 2 * C * lay["nodes"] * S * lay["slot_bytes"]
+
+    def __repr__(self) -> str:
+        return (f"Config({self.num_sms}, {self.num_max_nvl_chunked_send_tokens}, "
+                f"{self.num_max_nvl_chunked_recv_tokens}, {self.num_max_rdma_chunked_send_tokens}, "
+                f"{self.num_max_rdma_chunked_recv_tokens})")
+
+
+class _HtHandle(tuple):
+    """A normal-mode dispatch's handle: DeepEP's tuple (intranode: rank prefix matrix, channel
+    prefix matrix, receive prefix, receive source indices, is_token_in_rank, send head;
+    across nodes the 10-tuple of the internode layout), with what combine and a cached
+    dispatch need as attributes."""
+
+
+def _check_ht_handle(op: str, handle: Any, tokens: Optional[int]) -> "_HtHandle":
+    if not isinstance(handle, _HtHandle):
+        raise InvalidArgument(f"{op}: handle must be the one a normal-mode dispatch returned")
+    if tokens is not None and tokens != handle.num_tokens:
+        raise InvalidArgument(f"{op}: the handle is for {handle.num_tokens} tokens, x has {tokens}")
+    return handle
+
+
+def _wait(previous_event: Any) -> None:
+    if previous_event is not None:
+        previous_event.current_stream_wait()
+
+
+def _node_size(rank: int, n: int) -> int:
+    """Ranks per node (same host) of the running job; checks that every node is a contiguous
+    block of that many ranks, as the normal mode's layout assumes."""
+    g = pshmem.TEAM_NODE.n_pes()
+    first = pshmem.TEAM_NODE.translate_pe(0, pshmem.TEAM_WORLD)
+    if n % g or first != rank // g * g:
+        raise InvalidArgument(f"Buffer: the {n} ranks are not in nodes of {g} contiguous ranks "
+                              f"(rank {rank}'s node starts at {first})")
+    return g
+
+
+def _node_size_hint(num_ranks: int) -> int:
+    if pshmem.is_initialized() and pshmem.n_pes() == num_ranks:
+        return pshmem.TEAM_NODE.n_pes()
+    return min(num_ranks, 8)
+
+__all__ = ["Buffer", "Config", "EventOverlap"]

@@ -8,7 +8,10 @@ use std::{
 };
 
 use pshmem::Pshmem;
-use pshmem_ep::{Kernel, Ll, LlArgs, LlLayout};
+use pshmem_ep::{
+    Kernel, Ll, LlArgs, LlLayout,
+    ht::{HtArgs, HtKernel, HtLayout, HtShape},
+};
 use pyo3::prelude::*;
 
 use crate::{
@@ -152,6 +155,162 @@ fn ep_ll_launch(
     })
 }
 
+/// The shape of an HT buffer layout from the launch arguments (missing ones are 0).
+fn ht_shape(get: &impl Fn(&str) -> i64) -> HtShape {
+    let u = |n: &str| get(n).max(0) as usize;
+    HtShape {
+        ranks: u("num_ranks"),
+        node_size: u("node_size"),
+        channels: u("num_channels"),
+        nvl_slots: u("nvl_slots"),
+        rdma_slots: u("rdma_slots"),
+        hidden: u("hidden"),
+        topk: u("num_topk"),
+        x_elem_bytes: u("x_elem_bytes"),
+        num_scales: u("num_scales"),
+        experts: u("num_experts"),
+    }
+}
+
+/// The HT (normal mode) buffer layout for the shape given by name (`num_ranks`, `node_size`,
+/// `num_channels`, `nvl_slots`, `rdma_slots`, `hidden`, `num_topk`, `x_elem_bytes`,
+/// `num_scales`, `num_experts`): a dict of its sizes; raises `ValueError` naming the
+/// requirement a shape breaks.
+#[pyfunction]
+fn ep_ht_layout(shape: HashMap<String, i64>) -> PyResult<HashMap<&'static str, usize>> {
+    let get = |n: &str| shape.get(n).copied().unwrap_or(0);
+    let l = HtLayout::new(ht_shape(&get)).map_err(pyo3::exceptions::PyValueError::new_err)?;
+    Ok(HashMap::from([
+        ("bytes", l.bytes),
+        ("slot_bytes", l.slot_bytes),
+        ("msg_ints", l.msg_ints),
+        ("ctrl_words", l.ctrl_words),
+        ("nodes", l.nodes),
+        ("threads", pshmem_ep::ht::THREADS as usize),
+    ]))
+}
+
+/// Launches HT kernel `kernel` ("layout", "reset", "prefix", "notify", "dispatch", "combine")
+/// over `blocks` blocks on `stream`. `args` names the fields of `pshmem_ep_ht_args_t` (missing
+/// ones are 0) and `buf`, the start of the symmetric buffer: the areas in it follow from the
+/// shape's layout, which must lie in the GPU heap.
+#[pyfunction]
+fn ep_ht_launch(
+    py: Python<'_>,
+    kernel: &str,
+    blocks: u32,
+    stream: u64,
+    args: HashMap<String, i64>,
+) -> PyResult<()> {
+    let s = state()?;
+    let op = "ep_ht_launch";
+    let k = HtKernel::from_name(kernel)
+        .ok_or_else(|| invalid(s.my_pe(), op, format!("no HT kernel {kernel:?}")))?;
+    let get = |n: &str| args.get(n).copied().unwrap_or(0);
+    let gpu = gpu_of(&s, op)?;
+    if get("num_ranks") as usize != s.n_pes() {
+        return Err(invalid(
+            s.my_pe(),
+            op,
+            format!("num_ranks {} in a job of {} PEs", get("num_ranks"), s.n_pes()),
+        ));
+    }
+    let p = |n: &str| get(n) as u64;
+    let mut a = HtArgs {
+        num_tokens: get("num_tokens") as i32,
+        hidden: get("hidden") as i32,
+        num_topk: get("num_topk") as i32,
+        num_experts: get("num_experts") as i32,
+        num_ranks: get("num_ranks") as i32,
+        node_size: get("node_size") as i32,
+        num_channels: get("num_channels") as i32,
+        nvl_slots: get("nvl_slots") as i32,
+        rdma_slots: get("rdma_slots") as i32,
+        nvl_chunk: get("nvl_chunk") as i32,
+        rdma_chunk: get("rdma_chunk") as i32,
+        x_elem_bytes: get("x_elem_bytes") as i32,
+        num_scales: get("num_scales") as i32,
+        expert_alignment: get("expert_alignment") as i32,
+        max_recv: get("max_recv") as i32,
+        max_fwd: get("max_fwd") as i32,
+        topk_idx: p("topk_idx"),
+        topk_weights: p("topk_weights"),
+        is_token_in_rank: p("is_token_in_rank"),
+        num_tokens_per_rank: p("num_tokens_per_rank"),
+        num_tokens_per_node: p("num_tokens_per_node"),
+        num_tokens_per_expert: p("num_tokens_per_expert"),
+        channel_prefix: p("channel_prefix"),
+        node_channel_prefix: p("node_channel_prefix"),
+        rank_prefix: p("rank_prefix"),
+        recv_prefix: p("recv_prefix"),
+        recv_node_prefix: p("recv_node_prefix"),
+        counters: p("counters"),
+        x: p("x"),
+        x_scales: p("x_scales"),
+        recv_x: p("recv_x"),
+        recv_scales: p("recv_scales"),
+        recv_topk_idx: p("recv_topk_idx"),
+        recv_topk_weights: p("recv_topk_weights"),
+        recv_src_idx: p("recv_src_idx"),
+        send_head: p("send_head"),
+        fwd_mask: p("fwd_mask"),
+        bias0: p("bias0"),
+        bias1: p("bias1"),
+        ..HtArgs::default()
+    };
+    let ll = kernels(&s)?;
+    if k == HtKernel::Layout {
+        // Reads top-k and writes the counts: no buffer, a shape check only.
+        let sh = ht_shape(&get);
+        let (n, g) = (sh.ranks, sh.node_size);
+        if n == 0 || n > pshmem_ep::ht::MAX_RANKS || g == 0 || n % g != 0 || g > pshmem_ep::ht::MAX_NODE
+            || sh.experts == 0 || sh.experts % n != 0
+        {
+            return Err(invalid(
+                s.my_pe(),
+                op,
+                format!("layout of {n} ranks in nodes of {g}, {} experts: unsupported", sh.experts),
+            ));
+        }
+        return py.detach(|| {
+            // SAFETY: the tensors are live device tensors the Python half sized for this shape
+            // (top-k, the counts, the token-in-rank matrix) and keeps until the stream ran it.
+            unsafe { ll.launch_ht(gpu, k, a, blocks, raw(stream)) }.map_err(to_py)
+        });
+    }
+    let l = HtLayout::new(ht_shape(&get)).map_err(|e| invalid(s.my_pe(), op, e))?;
+    let buf = p("buf");
+    if gpu.offset_of(buf, l.bytes).is_none() {
+        return Err(invalid(
+            s.my_pe(),
+            op,
+            format!(
+                "the buffer ({buf:#x} + {} bytes) is not on the GPU symmetric heap",
+                l.bytes
+            ),
+        ));
+    }
+    // The areas follow from the layout, not from the caller.
+    a.slot_bytes = l.slot_bytes as u64;
+    a.msg_ints = l.msg_ints as i32;
+    a.ctrl = buf;
+    a.inbox = buf + l.inbox as u64;
+    a.outbox = buf + l.outbox as u64;
+    a.nvl = buf + l.nvl as u64;
+    a.nvl_stage = buf + l.nvl_stage as u64;
+    if l.nodes > 1 {
+        a.rdma = buf + l.rdma as u64;
+        a.rdma_stage = buf + l.rdma_stage as u64;
+    }
+    py.detach(|| {
+        // SAFETY: the buffer lies in the GPU heap (checked) and its areas come from the
+        // layout; the tensors are live device tensors the Python half sized for this shape and
+        // keeps referenced until the stream ran the kernel; `stream` is torch's current stream
+        // of this device.
+        unsafe { ll.launch_ht(gpu, k, a, blocks, raw(stream)) }.map_err(to_py)
+    })
+}
+
 /// Zeroes `words` 8-byte signal words at `sig` (on the GPU heap) on `stream`.
 #[pyfunction]
 fn ep_ll_clean(sig: u64, words: u64, stream: u64) -> PyResult<()> {
@@ -196,5 +355,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ep_ring_count, m)?)?;
     m.add_function(wrap_pyfunction!(ep_ll_launch, m)?)?;
     m.add_function(wrap_pyfunction!(ep_ll_clean, m)?)?;
+    m.add_function(wrap_pyfunction!(ep_ht_layout, m)?)?;
+    m.add_function(wrap_pyfunction!(ep_ht_launch, m)?)?;
     Ok(())
 }
