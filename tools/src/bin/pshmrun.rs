@@ -208,8 +208,11 @@ fn start(args: &Args, port: u16, secret: u64) -> Result<Ranks, String> {
     let n = args.n as usize;
     let hosts = (args.hosts as usize).min(n);
     let per_host = n.div_ceil(hosts);
+    // Every rank runs on this machine, emulated hosts included: the GPUs' hardware queues are
+    // shared by all `n` (sized per emulated host, 8 PEs on one GPU in 2 "hosts" asked for 128
+    // and the later contexts failed to start: CUDA "out of memory").
     let queues = std::env::var(env::CUDA_DEVICE_MAX_CONNECTIONS)
-        .unwrap_or_else(|_| env::cuda_queues(per_host, env::local_gpus()).to_string());
+        .unwrap_or_else(|_| env::cuda_queues(n, env::local_gpus()).to_string());
     let lock = Arc::new(Mutex::new(()));
     let (tx, events) = mpsc::channel();
     let me = std::process::id();
