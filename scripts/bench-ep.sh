@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The MoE low-latency benchmark (issue 19), one command: pshmem.ep.Buffer dispatch/combine at
+# The MoE benchmarks, one command (EP_MODES: "ll ht" by default). Low latency (issue 19): pshmem.ep.Buffer dispatch/combine at
 # 128 tokens per rank, hidden 7168, top-8, 8 experts per rank, FP8 dispatch / BF16 combine, at
 # EP 2, 4 and 8 (several PEs share one GPU under CUDA MPS when there are fewer GPUs), over
 # NVLink/IPC ("direct") and forced through the proxy ("proxy": host-staged over tcp), with
@@ -33,8 +33,10 @@ nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader > "$OUT/m
 export PSHMEM_OP_TIMEOUT=60
 # One GPU ring per local expert (DeepEP: num_qps_per_rank = experts per rank).
 export PSHMEM_GPU_RINGS="${PSHMEM_GPU_RINGS:-8}"
+MODES=" ${EP_MODES:-ll ht} "
 ARGS="--tokens 128 --hidden 7168 --topk 8 --experts-per-rank 8 --iters ${EP_ITERS:-30}"
 for n in ${EP_SIZES:-2 4 8}; do
+  [[ "$MODES" == *" ll "* ]] || break
   for path in direct proxy; do
     envs=""
     [ "$path" = proxy ] && envs="PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp"
@@ -56,4 +58,29 @@ for n in ${EP_SIZES:-2 4 8}; do
     done
   done
 done
-"$PY" benches/ep/report.py "$OUT" | tee -a "$LOG"
+[[ "$MODES" == *" ll "* ]] && "$PY" benches/ep/report.py "$OUT" | tee -a "$LOG"
+# The normal (high-throughput) mode (issue 20): 4096 tokens per rank, hidden 7168, top-8 of 256
+# experts, FP8 dispatch / BF16 combine, at EP 2, 4 and 8: one node over IPC ("direct"), one
+# node through the proxy (host-staged tcp), and two emulated nodes (tcp between them, IPC
+# inside); a traced run of each proxied configuration counts what a dispatch posts.
+if [[ "$MODES" == *" ht "* ]]; then
+  for n in ${EP_SIZES:-2 4 8}; do
+    for path in direct proxy nodes2; do
+      envs=""; hosts=1
+      [ "$path" = proxy ] && envs="PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp"
+      [ "$path" = nodes2 ] && envs="PSHMEM_PROVIDER=tcp" && hosts=2
+      name="ht$n-$path"
+      echo "== $name" | tee -a "$LOG"
+      env $envs timeout 200 "$BIN/pshmrun" -n "$n" --hosts $hosts -- "$PY" benches/ep/ht_bench.py \
+        --iters "${EP_HT_ITERS:-8}" --label "$name" > "$OUT/$name.out" 2>> "$LOG" || echo "$name failed" | tee -a "$LOG"
+      grep -o '{"label".*' "$OUT/$name.out" | head -1 | tee -a "$LOG"
+      if [ "$path" != direct ]; then
+        rm -rf "$OUT/trace-$name"; mkdir -p "$OUT/trace-$name"
+        env $envs PSHMEM_TRACE="$OUT/trace-$name/t" timeout 200 "$BIN/pshmrun" -n "$n" --hosts $hosts -- "$PY" \
+          benches/ep/ht_bench.py --only dispatch --iters 3 --warmup 0 --label "$name-traced" \
+          > "$OUT/$name-traced.out" 2>> "$LOG" || echo "$name traced failed" | tee -a "$LOG"
+      fi
+    done
+  done
+  "$PY" benches/ep/ht_report.py "$OUT" | tee -a "$LOG"
+fi

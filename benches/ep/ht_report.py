@@ -1,0 +1,101 @@
+"""Merges scripts/bench-ep.sh's normal-mode results (OUT/ht*.out) into OUT/ep-ht.json and a
+Markdown table OUT/ep-ht.md: µs and GB/s (DeepEP's bottleneck bandwidth) of the cached
+dispatch, the full dispatch (notify included) and the combine per EP size, node count and
+path; from the traced runs, the messages and bytes each full dispatch posts through the proxy
+per PE (across nodes with NVLink inside them: the RDMA traffic an EFA projection replays).
+
+    python benches/ep/ht_report.py OUT
+"""
+
+import glob
+import json
+import os
+import sys
+
+out = sys.argv[1]
+
+
+def ranks_of(path):
+    ranks = []
+    with open(path) as f:
+        for line in f:
+            at = line.find('{"label"')
+            if at >= 0:
+                ranks.append(json.loads(line[at:]))
+    return ranks
+
+
+rows = []
+for path in sorted(glob.glob(os.path.join(out, "ht*-*.out"))):
+    if path.endswith("-traced.out"):
+        continue
+    ranks = ranks_of(path)
+    if not ranks:
+        continue
+    r = dict(ranks[0])
+    r.pop("rank", None)
+    for k in ("dispatch_us", "dispatch_full_us", "combine_us", "dispatch_nvl_GBps",
+              "dispatch_full_nvl_GBps", "combine_nvl_GBps", "dispatch_rdma_GBps",
+              "combine_rdma_GBps", "received_rows", "rdma_tokens_sent"):
+        vals = [x[k] for x in ranks if x.get(k) is not None]
+        r[k] = round(sum(vals) / len(vals), 2) if vals else None
+    r["ranks_reporting"] = len(ranks)
+    sums = glob.glob(os.path.join(out, f"trace-{r['label']}", "t.pshmem-gpu-proxy-*.summary.json"))
+    traced = ranks_of(path.replace(".out", "-traced.out")) if os.path.exists(
+        path.replace(".out", "-traced.out")) else []
+    if sums and traced:
+        msgs = nbytes = 0
+        for s in sums:
+            with open(s) as f:
+                d = json.load(f)
+            for kind in ("put_counted", "signal_counted"):
+                k = d.get("per_kind", {}).get(kind)
+                if k:
+                    msgs += k["messages"]
+                    nbytes += k["bytes"]
+        per = traced[0]["iters"] * r["pes"]  # full dispatches traced, over all PEs
+        r["proxy_messages_per_dispatch_per_pe"] = round(msgs / per, 1)
+        r["proxy_MB_per_dispatch_per_pe"] = round(nbytes / per / 1e6, 2)
+    rows.append(r)
+rows.sort(key=lambda r: (r["pes"], r["nodes"], not r["p2p"]))
+with open(os.path.join(out, "ep-ht.json"), "w") as f:
+    json.dump(rows, f, indent=1)
+machine = ""
+mt = os.path.join(out, "machine.txt")
+if os.path.exists(mt):
+    machine = open(mt).read().strip().replace("\n", "; ")
+
+
+def path_name(r):
+    if r["nodes"] > 1:
+        inside = "NVLink/IPC" if r["p2p"] else "proxy"
+        return f"{r['nodes']} nodes ({r['provider']} between, {inside} inside)"
+    return "direct (IPC)" if r["p2p"] else f"proxy ({r['provider']})"
+
+
+lines = [
+    "# MoE normal-mode (high-throughput) dispatch/combine (pshmem.ep)",
+    "",
+    f"Machine: {machine}. {rows[0]['tokens'] if rows else 4096} tokens per rank, hidden 7168, "
+    "top-8 of 256 experts, FP8 dispatch (one scale per 128 channels), BF16 combine. GB/s as "
+    "DeepEP counts its bottleneck: the received rows' bytes (NVL) and, across nodes, the bytes "
+    "sent once per (token, remote node) (RDMA). Mean over ranks of each rank's median; several "
+    "PEs share one GPU under CUDA MPS, so 'NVLink' here is copies inside one GPU and nodes are "
+    "emulated (`pshmrun --hosts 2`). `scripts/bench-ep.sh` (EP_MODES=ht).",
+    "",
+    "| EP | path | channels | dispatch µs (cached) | NVL GB/s | full dispatch µs | combine µs | "
+    "NVL GB/s | RDMA GB/s (dispatch / combine) | proxy msgs / MB per dispatch per PE |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+]
+for r in rows:
+    rdma = (f"{r['dispatch_rdma_GBps']} / {r['combine_rdma_GBps']}" if r["nodes"] > 1 else "–")
+    msgs = (f"{r['proxy_messages_per_dispatch_per_pe']} / {r['proxy_MB_per_dispatch_per_pe']}"
+            if "proxy_messages_per_dispatch_per_pe" in r else "–")
+    lines.append(
+        f"| {r['pes']} | {path_name(r)} | {r['channels']} | {r['dispatch_us']} | "
+        f"{r['dispatch_nvl_GBps']} | {r['dispatch_full_us']} | {r['combine_us']} | "
+        f"{r['combine_nvl_GBps']} | {rdma} | {msgs} |")
+text = "\n".join(lines) + "\n"
+with open(os.path.join(out, "ep-ht.md"), "w") as f:
+    f.write(text)
+print(text)
