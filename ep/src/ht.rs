@@ -284,15 +284,7 @@ impl Ll {
         let mut params: [*mut c_void; 1] = [(&mut args as *mut HtArgs).cast()];
         // SAFETY: one by-value parameter of the kernel's type (HtArgs mirrors
         // pshmem_ep_ht_args_t, size asserted); the addresses are the caller's contract.
-        unsafe {
-            self.raw_launch(
-                gpu,
-                &self.ht[k as usize],
-                (blocks, 1),
-                stream,
-                &mut params,
-            )
-        }
+        unsafe { self.raw_launch(gpu, &self.ht[k as usize], (blocks, 1), stream, &mut params) }
     }
 }
 
@@ -369,12 +361,30 @@ mod tests {
         assert_eq!(l.rdma_stage - l.rdma, 12 * 2 * 128 * l.slot_bytes);
         assert_eq!(l.bytes - l.rdma_stage, l.rdma_stage - l.rdma);
         for bad in [
-            HtShape { ranks: 65, ..shape(8, 8) },
-            HtShape { node_size: 3, ..shape(8, 8) },
-            HtShape { channels: 0, ..shape(8, 8) },
-            HtShape { hidden: 7000, ..shape(8, 8) },
-            HtShape { topk: 17, ..shape(8, 8) },
-            HtShape { experts: 250, ..shape(8, 8) },
+            HtShape {
+                ranks: 65,
+                ..shape(8, 8)
+            },
+            HtShape {
+                node_size: 3,
+                ..shape(8, 8)
+            },
+            HtShape {
+                channels: 0,
+                ..shape(8, 8)
+            },
+            HtShape {
+                hidden: 7000,
+                ..shape(8, 8)
+            },
+            HtShape {
+                topk: 17,
+                ..shape(8, 8)
+            },
+            HtShape {
+                experts: 250,
+                ..shape(8, 8)
+            },
         ] {
             assert!(HtLayout::new(bad).is_err(), "{bad:?}");
         }

@@ -379,14 +379,14 @@ class Buffer:
     @staticmethod
     def get_dispatch_config(num_ranks: int) -> "Config":
         """The normal dispatch's configuration for ``num_ranks`` (DeepEP's name): ``num_sms``
-        from ``set_num_sms``, chunks of 16 tokens, rings of 256 (NVLink) and 128 (RDMA)
+        from ``set_num_sms``, chunks of 32 tokens, rings of 256 (NVLink) and 128 (RDMA)
         slots."""
-        return Config(Buffer.num_sms, 16, 256, 16, 128)
+        return Config(Buffer.num_sms, 32, 256, 32, 128)
 
     @staticmethod
     def get_combine_config(num_ranks: int) -> "Config":
         """The normal combine's configuration (see ``get_dispatch_config``)."""
-        return Config(Buffer.num_sms, 16, 256, 16, 128)
+        return Config(Buffer.num_sms, 32, 256, 32, 128)
 
     def _channels(self, config: "Config", nodes: int) -> int:
         # Every block of every PE on this GPU waits for the others, so all must be resident:

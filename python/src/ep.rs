@@ -212,7 +212,11 @@ fn ep_ht_launch(
         return Err(invalid(
             s.my_pe(),
             op,
-            format!("num_ranks {} in a job of {} PEs", get("num_ranks"), s.n_pes()),
+            format!(
+                "num_ranks {} in a job of {} PEs",
+                get("num_ranks"),
+                s.n_pes()
+            ),
         ));
     }
     let p = |n: &str| get(n) as u64;
@@ -263,13 +267,21 @@ fn ep_ht_launch(
         // Reads top-k and writes the counts: no buffer, a shape check only.
         let sh = ht_shape(&get);
         let (n, g) = (sh.ranks, sh.node_size);
-        if n == 0 || n > pshmem_ep::ht::MAX_RANKS || g == 0 || n % g != 0 || g > pshmem_ep::ht::MAX_NODE
-            || sh.experts == 0 || sh.experts % n != 0
+        if n == 0
+            || n > pshmem_ep::ht::MAX_RANKS
+            || g == 0
+            || n % g != 0
+            || g > pshmem_ep::ht::MAX_NODE
+            || sh.experts == 0
+            || sh.experts % n != 0
         {
             return Err(invalid(
                 s.my_pe(),
                 op,
-                format!("layout of {n} ranks in nodes of {g}, {} experts: unsupported", sh.experts),
+                format!(
+                    "layout of {n} ranks in nodes of {g}, {} experts: unsupported",
+                    sh.experts
+                ),
             ));
         }
         return py.detach(|| {

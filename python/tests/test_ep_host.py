@@ -37,3 +37,74 @@ def test_an_event_without_async_finish_waits_for_nothing():
     with ev:
         pass
     ev.current_stream_wait()
+
+
+# ---- the normal (high-throughput) mode ---------------------------------------------------------
+
+from pshmem.ep import Config  # noqa: E402
+
+
+def test_the_normal_mode_layout_follows_the_documented_sizes():
+    shape = dict(num_ranks=8, node_size=4, num_channels=12, nvl_slots=256, rdma_slots=128,
+                 hidden=7168, num_topk=8, x_elem_bytes=1, num_scales=56, num_experts=256)
+    lay = C.ep_ht_layout(shape)
+    # Header, 8 ids, 8 weights (64 bytes), then the larger of FP8 + scales and a bf16 row.
+    assert lay["slot_bytes"] == 16 + 64 + 2 * 7168
+    assert lay["nodes"] == 2
+    assert lay["msg_ints"] == 8 + 2 * 12 + 256 // 8
+    assert lay["ctrl_words"] == 2 * 12 * 8 + 2 * 12 * 2 + 8
+    rings = 2 * (12 * 8 * 256 + 12 * 2 * 128) * lay["slot_bytes"]  # slots and staging
+    assert rings < lay["bytes"] < rings + (1 << 20)
+    one_node = C.ep_ht_layout(dict(shape, node_size=8))
+    assert one_node["nodes"] == 1
+    assert one_node["bytes"] < lay["bytes"]  # no RDMA rings on one node
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(num_ranks=65), "ranks"),
+    (dict(node_size=3), "ranks per node"),
+    (dict(num_channels=0), "channels"),
+    (dict(hidden=7000), "hidden"),
+    (dict(num_topk=17), "top-k"),
+    (dict(num_experts=250), "num_experts"),
+    (dict(nvl_slots=0), "ring sizes"),
+])
+def test_refused_normal_mode_shapes_say_why(change, words):
+    shape = dict(num_ranks=8, node_size=8, num_channels=12, nvl_slots=256, rdma_slots=128,
+                 hidden=7168, num_topk=8, x_elem_bytes=1, num_scales=56, num_experts=256)
+    with pytest.raises(ValueError, match=words):
+        C.ep_ht_layout(dict(shape, **change))
+
+
+def test_the_size_hints_cover_any_topk_and_split_nvl_and_rdma():
+    cfg = Config(24, 32, 256, 32, 128)
+    nvl, rdma = cfg.get_nvl_buffer_size_hint(2 * 7168, 8), cfg.get_rdma_buffer_size_hint(2 * 7168, 8)
+    # Not initialized: nodes of up to 8 ranks, so 8 ranks are one node and need no RDMA rings.
+    assert rdma == 0
+    for k in (1, 8, 16):
+        lay = C.ep_ht_layout(dict(num_ranks=8, node_size=8, num_channels=12, nvl_slots=256,
+                                  rdma_slots=128, hidden=7168, num_topk=k, x_elem_bytes=1,
+                                  num_scales=56, num_experts=256))
+        assert lay["bytes"] <= nvl
+    # 16 ranks: 2 nodes of 8, the RDMA rings and their staging copies.
+    r16 = cfg.get_rdma_buffer_size_hint(2 * 7168, 16)
+    slot = C.ep_ht_layout(dict(num_ranks=16, node_size=8, num_channels=12, nvl_slots=256,
+                               rdma_slots=128, hidden=7168, num_topk=16, x_elem_bytes=2,
+                               num_scales=0, num_experts=16 * 1024))["slot_bytes"]
+    assert r16 == 2 * 12 * 2 * 128 * slot
+
+
+@pytest.mark.parametrize("args", [(0,), (3,), (20, 0), (20, 8, -1)])
+def test_a_bad_config_is_refused(args):
+    with pytest.raises(ValueError):
+        Config(*args)
+
+
+def test_the_default_configs_use_the_sms_set():
+    Buffer.set_num_sms(16)
+    try:
+        assert Buffer.get_dispatch_config(8).num_sms == 16
+        assert Buffer.get_combine_config(8).num_sms == 16
+        assert "Config(16, " in repr(Buffer.get_dispatch_config(8))
+    finally:
+        Buffer.set_num_sms(24)

@@ -101,4 +101,20 @@ __device__ inline void pshmemx_signal_counted(uint64_t *sig, uint64_t v, int op,
     pshmemx_signal_counted_on(NULL, sig, v, op, pe);
 }
 
+/* A plain signal (pshmemx_signal_op: ordered after nothing) published on ring `r` (one
+ * thread), e.g. a credit that covers no data, kept off the ring whose counted signals gate. */
+__device__ inline void pshmemx_signal_op_on(const pshmem_ring_device_t *r, uint64_t *sig,
+                                            uint64_t v, int op, int pe) {
+    uint64_t *remote = (uint64_t *)pshmem_ptr(sig, pe);
+    if (remote) {
+        pshmem_i_signal_direct(remote, v, op);
+        return;
+    }
+    if (!pshmem_i_valid_pe(pe)) return;
+    uint64_t off = pshmem_i_offset(sig, 8, pe);
+    if (off == ~0ull) return;
+    pshmem_slot_t s = pshmem_i_slot(PSHMEM_OP_SIGNAL, 0, (uint32_t)op, 1, (uint32_t)pe, off, v, 0);
+    pshmem_i_push_on(r, &s, 1);
+}
+
 #endif /* PSHMEM_COUNTED_CUH */

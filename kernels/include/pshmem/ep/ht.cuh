@@ -125,13 +125,18 @@ struct Prod {
     }
 };
 
-/* Returns n credits (slots consumed) to a producer's head word (one thread). */
-__device__ __forceinline__ void credit(const pshmem_ring_device_t *ring, uint64_t *head, uint32_t n, int pe) {
-    if (n) pshmemx_signal_counted_on(ring, head, n, PSHMEM_SIGNAL_ADD, pe);
-}
-
 __device__ __forceinline__ const pshmem_ring_device_t *ring_for(const Args &a, int c) {
     return a.n_rings ? &a.rings[(uint32_t)c % a.n_rings] : NULL;
+}
+
+/* Returns n credits (slots consumed) to a producer's head word (one thread). A plain signal,
+ * not a counted one: it covers no data (the slots were read before), so through the proxy it
+ * needs no gate, and it goes on another ring than channel c's data (where there are several),
+ * so that it never waits behind the gate of a tail. */
+__device__ __forceinline__ void credit(const Args &a, int c, uint64_t *head, uint32_t n, int pe) {
+    if (!n) return;
+    const int skew = a.n_rings > 1 ? (int)a.n_rings / 2 : 0;
+    pshmemx_signal_op_on(ring_for(a, c + skew), head, n, PSHMEM_SIGNAL_ADD, pe);
 }
 
 /* Keeps only the first `lim` set bits of `ball`; returns the count of tokens (bits) before
@@ -516,7 +521,7 @@ __device__ inline void dispatch_forward(const Args &a, const Geo &g, int c) {
             for (int l2 = 0; l2 < g.G; ++l2) low = min(low, ((volatile int *)s_cur)[sn * g.G + l2]);
             const int old = atomicMax(&s_ret[sn], low);
             if (low > old)
-                credit(ring, a.ctrl + g.rdma_head(c, g.node), (uint32_t)(low - old), sn * g.G + g.local);
+                credit(a, c, a.ctrl + g.rdma_head(c, g.node), (uint32_t)(low - old), sn * g.G + g.local);
         }
         return k.kind;
     });
@@ -543,7 +548,6 @@ __device__ inline void dispatch_recv(const Args &a, const Geo &g, int c) {
     gr.sync();
     const int S = a.nvl_slots;
     const uint64_t sb = a.slot_bytes, xb = (uint64_t)g.H * a.x_elem_bytes, xo = row_offset(g.K);
-    const pshmem_ring_device_t *ring = ring_for(a, c);
     const int lane = pshmem_laneid();
     serve(gr, g.N, [&](int s) -> int {
         const int rbase = a.recv_prefix[s * g.C + c];
@@ -594,7 +598,7 @@ __device__ inline void dispatch_recv(const Args &a, const Geo &g, int c) {
         if (k.kind == 1 && gr.lead) {
             const int pe = inter ? g.node * g.G + s % g.G : s;
             const int hk = inter ? (s / g.G) * g.G + g.local : g.me;
-            credit(ring, a.ctrl + g.nvl_head(c, hk), (uint32_t)k.end, pe);
+            credit(a, c, a.ctrl + g.nvl_head(c, hk), (uint32_t)k.end, pe);
             s_cur[s] = k.base + k.end;
         }
         return k.kind;
@@ -677,16 +681,24 @@ __device__ inline void combine_send(const Args &a, const Geo &g, int c) {
 __device__ __forceinline__ void sum_rows(__nv_bfloat16 *out, const uint8_t *const *rows, int n,
                                          uint64_t off, int H, const __nv_bfloat16 *b0,
                                          const __nv_bfloat16 *b1) {
+    constexpr int CHUNK = 4; /* rows' 16-byte vectors in flight per lane (latency bound) */
     for (int c = pshmem_laneid() * 8; c < H; c += 256) {
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int i = 0; i < n; ++i) {
-            const int4 raw = __ldcg((const int4 *)(rows[i] + off + 2 * (uint64_t)c));
-            const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&raw;
+        for (int i0 = 0; i0 < n; i0 += CHUNK) {
+            int4 raw[CHUNK];
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const float2 f = __bfloat1622float2(h2[q]);
-                acc[2 * q] += f.x;
-                acc[2 * q + 1] += f.y;
+            for (int u = 0; u < CHUNK; ++u)
+                if (i0 + u < n) raw[u] = __ldcg((const int4 *)(rows[i0 + u] + off + 2 * (uint64_t)c));
+#pragma unroll
+            for (int u = 0; u < CHUNK; ++u) {
+                if (i0 + u >= n) break;
+                const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&raw[u];
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const float2 f = __bfloat1622float2(h2[q]);
+                    acc[2 * q] += f.x;
+                    acc[2 * q + 1] += f.y;
+                }
             }
         }
         const __nv_bfloat16 *bias[2] = {b0, b1};
@@ -804,7 +816,7 @@ __device__ inline void combine_forward(const Args &a, const Geo &g, int c) {
             for (int l = 0; l < g.G; ++l) {
                 const uint32_t bl = __ballot_sync(0xffffffffu, lane < k.end && ((mask >> l) & 1));
                 if (lane == 0 && bl) {
-                    credit(ring, a.ctrl + g.nvl_head(c, sn * g.G + g.local), __popc(bl), g.node * g.G + l);
+                    credit(a, c, a.ctrl + g.nvl_head(c, sn * g.G + g.local), __popc(bl), g.node * g.G + l);
                     s_pos[sn][l] += __popc(bl);
                 }
             }
@@ -827,7 +839,6 @@ __device__ inline void combine_recv(const Args &a, const Geo &g, int c) {
     int t0, t1;
     channel_range(g.T, g.C, c, t0, t1);
     const uint64_t sb = a.slot_bytes, xo = row_offset(g.K);
-    const pshmem_ring_device_t *ring = ring_for(a, c);
     const int lane = pshmem_laneid(), warp = threadIdx.x / 32;
     auto slots = [&](int r) {
         return inter ? a.rdma + ((uint64_t)c * g.R + r) * S * sb : a.nvl + ((uint64_t)c * g.N + r) * S * sb;
@@ -866,7 +877,7 @@ __device__ inline void combine_recv(const Args &a, const Geo &g, int c) {
             if (upto > s_ret[r]) {
                 const int pe = inter ? r * g.G + g.local : r;
                 uint64_t *head = a.ctrl + (inter ? g.rdma_head(c, g.node) : g.nvl_head(c, g.me));
-                credit(ring, head, (uint32_t)(upto - s_ret[r]), pe);
+                credit(a, c, head, (uint32_t)(upto - s_ret[r]), pe);
                 s_ret[r] = upto;
             }
         }

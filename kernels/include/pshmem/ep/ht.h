@@ -83,7 +83,7 @@ typedef struct pshmem_ep_ht_args {
     uint32_t n_rings;
     uint32_t _pad;
     /* layout and notify */
-    const int64_t *topk_idx;          /* [T][K], -1: none */
+    const int64_t *topk_idx;          /* [T][K], -1: none (dispatch: NULL in a cached one) */
     const float *topk_weights;        /* dispatch: [T][K] (or NULL); combine: [max_recv][K] */
     uint8_t *is_token_in_rank;        /* bool [T][N] */
     int32_t *num_tokens_per_rank;     /* [N] */
@@ -102,7 +102,8 @@ typedef struct pshmem_ep_ht_args {
     const float *x_scales;            /* dispatch: [T][num_scales] */
     void *recv_x;                     /* dispatch: [max_recv][H]; combine: bf16 [T][H] */
     float *recv_scales;               /* dispatch: [max_recv][num_scales] */
-    int64_t *recv_topk_idx;           /* dispatch: [max_recv][K] (local expert ids, -1) */
+    int64_t *recv_topk_idx;           /* dispatch: [max_recv][K] (local expert ids, -1), or
+                                         NULL (a cached dispatch) */
     float *recv_topk_weights;         /* dispatch: [max_recv][K]; combine: [T][K] (or NULL) */
     int32_t *recv_src_idx;            /* dispatch: [max_recv] */
     int32_t *send_head;               /* [T][N] (one node) or [T][R]: the token's position in
