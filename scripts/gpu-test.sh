@@ -164,6 +164,8 @@ if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want ht; then
   done
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 4 -- "$PYBIN" python/tests/workers/ep_ht.py --quick
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 4 --hosts 2 -- "$PYBIN" python/tests/workers/ep_ht.py --quick
+  # DeepEP's pressure test: 20 repeats, every output hashing the same (two emulated nodes).
+  run env PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 4 --hosts 2 -- "$PYBIN" python/tests/workers/ep_ht.py --quick --repeat 20
   for n in 4 8; do
     run env PSHMEM_PROVIDER=sim PSHMEM_SIM_DELAY_US=100 PSHMEM_GPU_RINGS=3 PSHMEM_GPU_PROXY_THREADS=2 \
       "$BIN/pshmrun" -n $n --hosts 2 -- "$PYBIN" python/tests/workers/ep_ht.py --quick

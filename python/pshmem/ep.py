@@ -478,7 +478,9 @@ class Buffer:
         elsewhere, weights 0 there). With ``handle`` (a cached dispatch) the layout is reused
         and no top-k is sent (``recv_topk_*`` are None). With ``num_worst_tokens`` the outputs
         have that many rows (the rest padded with top-k -1), nothing waits on the host (the
-        call can be captured in a CUDA graph), and the per-expert list is empty."""
+        call can be captured in a CUDA graph, with ``capture_error_mode="thread_local"``:
+        this PE's proxy thread keeps making CUDA calls meanwhile), and the per-expert list is
+        empty."""
         torch = _torch()
         op = "dispatch"
         self._check_ht(op)

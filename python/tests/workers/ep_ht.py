@@ -18,7 +18,9 @@ Every rank builds every rank's inputs from seeds, so each reference is computed 
 - a cached re-dispatch (handle, new x) delivers the new rows at the same places;
 - combine returns x * (ranks the token went to) + both biases (calc_diff < 5e-6) and the
   original weights (masked -1 -> 0), with no NaN;
-- two input sets alternate and every output hashes the same each time its set comes back.
+- two input sets alternate and every output hashes the same each time its set comes back
+  (`--repeat 20`: DeepEP's pressure test);
+- a num_worst_tokens dispatch captured in a CUDA graph and replayed equals an eager one.
 """
 
 import argparse
@@ -273,6 +275,35 @@ for fp8, worst in modes:
     pshmem.free(tot)
     if stop:
         break
+
+# num_worst_tokens needs no host round trip: the dispatch can be captured in a CUDA graph, and
+# a replay delivers what an eager call does.
+if not failures and not args.quick:
+    mine = MINE[0]
+    n_recv = sum(int(t.numel()) for t in expected(0))
+    per_rank, per_node, per_expert, in_rank, _ = buf.get_dispatch_layout(mine["topk"], E)
+    kw = dict(num_tokens_per_rank=per_rank, num_tokens_per_rdma_rank=per_node,
+              is_token_in_rank=in_rank, num_tokens_per_expert=per_expert, topk_idx=mine["topk"],
+              topk_weights=mine["w"], num_worst_tokens=N * args.tokens, config=cfg)
+    eager = buf.dispatch(mine["x"], **kw)
+    torch.cuda.synchronize()
+    try:
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: this PE's proxy thread keeps making CUDA calls during the capture
+        # (the default, global, mode would refuse them and invalidate the capture).
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            captured = buf.dispatch(mine["x"], **kw)
+        pshmem.barrier()
+        torch.cuda.synchronize()
+        graph.replay()
+        torch.cuda.synchronize()
+        check(torch.equal(captured[0][:n_recv], eager[0][:n_recv])
+              and torch.equal(captured[1], eager[1]) and torch.equal(captured[2], eager[2]),
+              "a CUDA-graph replay of a num_worst_tokens dispatch differs from an eager one")
+        print(f"[PE {me}] ep_ht {N} PEs: CUDA-graph capture of a num_worst_tokens dispatch: "
+              + ("passed" if not failures else "FAILED"), flush=True)
+    except Exception as e:  # noqa: BLE001 - reported as a failed check, named
+        check(False, f"capturing a num_worst_tokens dispatch in a CUDA graph failed: {e}")
 
 try:
     buf.check()
