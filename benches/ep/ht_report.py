@@ -12,6 +12,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bars  # noqa: E402
+
 out = sys.argv[1]
 
 
@@ -96,6 +99,11 @@ for r in rows:
         f"{r['dispatch_nvl_GBps']} | {r['dispatch_full_us']} | {r['combine_us']} | "
         f"{r['combine_nvl_GBps']} | {rdma} | {msgs} |")
 text = "\n".join(lines) + "\n"
+with open(os.path.join(out, "ep-ht.svg"), "w") as f:
+    f.write(bars.svg(rows, (("dispatch_nvl_GBps", "#4472c4"), ("combine_nvl_GBps", "#ed7d31")),
+                     lambda r: f"EP{r['pes']} {path_name(r)}",
+                     f"Normal mode: dispatch (blue) and combine (orange) NVL GB/s, "
+                     f"{machine or 'GPU'}"))
 with open(os.path.join(out, "ep-ht.md"), "w") as f:
     f.write(text)
 print(text)

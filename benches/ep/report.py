@@ -12,6 +12,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bars  # noqa: E402
+
 out = sys.argv[1]
 rows = []
 for path in sorted(glob.glob(os.path.join(out, "ep*-*.out"))):
@@ -85,33 +88,10 @@ for r in rows:
 text = "\n".join(lines) + "\n"
 
 
-def svg(rows):
-    """Bars of dispatch and combine µs per configuration (no plotting library needed)."""
-    W, bar, gap, left, top = 760, 14, 10, 230, 30
-    h = top + len(rows) * (2 * bar + gap) + 30
-    vmax = max([r["dispatch_us"] or 0 for r in rows] + [r["combine_us"] or 0 for r in rows] + [1])
-    scale = (W - left - 80) / vmax
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" '
-           f'font-family="sans-serif" font-size="11">',
-           f'<text x="10" y="18" font-size="13">LL dispatch (blue) and combine (orange), µs per '
-           f'call, {machine or "GPU"}</text>']
-    y = top
-    for r in rows:
-        name = f"EP{r['pes']} {'direct' if r['p2p'] else 'proxy'} {r['messages']}"
-        out.append(f'<text x="10" y="{y + bar + 4}">{name}</text>')
-        for k, (key, color) in enumerate((("dispatch_us", "#4472c4"), ("combine_us", "#ed7d31"))):
-            v = r[key] or 0
-            yy = y + k * bar
-            out.append(f'<rect x="{left}" y="{yy}" width="{v * scale:.1f}" height="{bar - 2}" '
-                       f'fill="{color}"/>')
-            out.append(f'<text x="{left + v * scale + 4:.1f}" y="{yy + bar - 4}">{v:.0f}</text>')
-        y += 2 * bar + gap
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
-
-
 with open(os.path.join(out, "ep-ll.svg"), "w") as f:
-    f.write(svg(rows))
+    f.write(bars.svg(rows, (("dispatch_us", "#4472c4"), ("combine_us", "#ed7d31")),
+                     lambda r: f"EP{r['pes']} {'direct' if r['p2p'] else 'proxy'} {r['messages']}",
+                     f"LL dispatch (blue) and combine (orange), µs per call, {machine or 'GPU'}"))
 with open(os.path.join(out, "ep-ll.md"), "w") as f:
     f.write(text)
 print(text)
