@@ -116,12 +116,8 @@ pub struct HtLayout {
     pub shape: HtShape,
     /// Nodes (R).
     pub nodes: usize,
-    /// Bytes the buffer gives one ring slot (the larger kind).
+    /// Bytes of one ring slot.
     pub slot_bytes: usize,
-    /// Slot stride of a dispatch and of a combine (each at most `slot_bytes`).
-    pub dispatch_slot: usize,
-    #[allow(missing_docs)]
-    pub combine_slot: usize,
     /// int32 words of one notify message.
     pub msg_ints: usize,
     /// Control words (all cleared by the reset kernel).
@@ -142,30 +138,11 @@ pub struct HtLayout {
     pub bytes: usize,
 }
 
-/// Bytes of a dispatch slot: header, ids and weights, then the row (`x_elem_bytes` a channel)
-/// and its scales, a multiple of 16.
-pub fn dispatch_slot_bytes(
-    hidden: usize,
-    topk: usize,
-    x_elem_bytes: usize,
-    num_scales: usize,
-) -> usize {
-    (16 + (8 * topk).next_multiple_of(16) + hidden * x_elem_bytes + 4 * num_scales)
-        .next_multiple_of(16)
-}
-
-/// Bytes of a combine slot: header and weights (where a dispatch slot has its ids and
-/// weights), then a bf16 row.
-pub fn combine_slot_bytes(hidden: usize, topk: usize) -> usize {
-    (16 + (8 * topk).next_multiple_of(16) + 2 * hidden).next_multiple_of(16)
-}
-
-/// Bytes the buffer gives each slot: the larger of the two kinds. Each operation strides its
-/// rings by its own kind (they are drained and reset between operations), so an FP8 dispatch
-/// moves FP8-sized slots.
+/// Bytes of one slot for `hidden`, `topk` and the dispatched rows' element size and scales:
+/// the larger of a dispatch slot and a combine slot (bf16 rows), a multiple of 16.
 pub fn slot_bytes(hidden: usize, topk: usize, x_elem_bytes: usize, num_scales: usize) -> usize {
-    dispatch_slot_bytes(hidden, topk, x_elem_bytes, num_scales)
-        .max(combine_slot_bytes(hidden, topk))
+    let row = 16 + (8 * topk).next_multiple_of(16);
+    (row + (hidden * x_elem_bytes + 4 * num_scales).max(2 * hidden)).next_multiple_of(16)
 }
 
 impl HtLayout {
@@ -229,8 +206,6 @@ impl HtLayout {
             shape: s,
             nodes: r,
             slot_bytes: slot,
-            dispatch_slot: dispatch_slot_bytes(s.hidden, s.topk, s.x_elem_bytes, s.num_scales),
-            combine_slot: combine_slot_bytes(s.hidden, s.topk),
             msg_ints,
             ctrl_words,
             inbox,
@@ -373,9 +348,6 @@ mod tests {
         // A slot: header + 8 ids + 8 weights (64 bytes), then the larger of FP8 + scales
         // (7168 + 224) and the combine's bf16 row (14336).
         assert_eq!(l.slot_bytes, 16 + 64 + 14336);
-        // An FP8 dispatch strides by its own, smaller slot; a combine by the bf16 one.
-        assert_eq!(l.dispatch_slot, 16 + 64 + 7168 + 224);
-        assert_eq!(l.combine_slot, l.slot_bytes);
         assert_eq!(l.nodes, 1);
         assert_eq!(l.ctrl_words, 2 * 12 * 8 + 2 * 12 + 8);
         assert_eq!(l.msg_ints, 8 + 24 + 32);
