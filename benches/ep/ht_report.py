@@ -13,49 +13,31 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bars  # noqa: E402
+import common  # noqa: E402
 
 out = sys.argv[1]
-
-
-def ranks_of(path):
-    ranks = []
-    with open(path) as f:
-        for line in f:
-            at = line.find('{"label"')
-            if at >= 0:
-                ranks.append(json.loads(line[at:]))
-    return ranks
 
 
 rows = []
 for path in sorted(glob.glob(os.path.join(out, "ht*-*.out"))):
     if path.endswith("-traced.out"):
         continue
-    ranks = ranks_of(path)
+    ranks = common.ranks_of(path)
     if not ranks:
         continue
-    r = dict(ranks[0])
-    r.pop("rank", None)
-    for k in ("dispatch_us", "dispatch_full_us", "combine_us", "dispatch_nvl_GBps",
-              "dispatch_full_nvl_GBps", "combine_nvl_GBps", "dispatch_rdma_GBps",
-              "combine_rdma_GBps", "received_rows", "rdma_tokens_sent"):
-        vals = [x[k] for x in ranks if x.get(k) is not None]
-        r[k] = round(sum(vals) / len(vals), 2) if vals else None
-    r["ranks_reporting"] = len(ranks)
-    sums = glob.glob(os.path.join(out, f"trace-{r['label']}", "t.pshmem-gpu-proxy-*.summary.json"))
-    traced = ranks_of(path.replace(".out", "-traced.out")) if os.path.exists(
-        path.replace(".out", "-traced.out")) else []
+    r = common.merged(ranks, ("dispatch_us", "dispatch_full_us", "combine_us",
+                              "dispatch_nvl_GBps", "dispatch_full_nvl_GBps", "combine_nvl_GBps",
+                              "dispatch_rdma_GBps", "combine_rdma_GBps", "received_rows",
+                              "rdma_tokens_sent"))
+    sums = common.proxy_summaries(out, r["label"])
+    tpath = path.replace(".out", "-traced.out")
+    traced = common.ranks_of(tpath) if os.path.exists(tpath) else []
     if sums and traced:
         msgs = nbytes = 0
         for s in sums:
             with open(s) as f:
-                d = json.load(f)
-            for kind in ("put_counted", "signal_counted"):
-                k = d.get("per_kind", {}).get(kind)
-                if k:
-                    msgs += k["messages"]
-                    nbytes += k["bytes"]
+                m, b = common.counted_traffic(json.load(f))
+            msgs, nbytes = msgs + m, nbytes + b
         per = traced[0]["iters"] * r["pes"]  # full dispatches traced, over all PEs
         r["proxy_messages_per_dispatch_per_pe"] = round(msgs / per, 1)
         r["proxy_MB_per_dispatch_per_pe"] = round(nbytes / per / 1e6, 2)
@@ -63,11 +45,7 @@ for path in sorted(glob.glob(os.path.join(out, "ht*-*.out"))):
 rows.sort(key=lambda r: (r["pes"], r["nodes"], not r["p2p"]))
 with open(os.path.join(out, "ep-ht.json"), "w") as f:
     json.dump(rows, f, indent=1)
-machine = ""
-mt = os.path.join(out, "machine.txt")
-if os.path.exists(mt):
-    machine = open(mt).read().strip().replace("\n", "; ")
-
+machine = common.machine(out)
 
 def path_name(r):
     if r["nodes"] > 1:
@@ -100,7 +78,7 @@ for r in rows:
         f"{r['combine_nvl_GBps']} | {rdma} | {msgs} |")
 text = "\n".join(lines) + "\n"
 with open(os.path.join(out, "ep-ht.svg"), "w") as f:
-    f.write(bars.svg(rows, (("dispatch_nvl_GBps", "#4472c4"), ("combine_nvl_GBps", "#ed7d31")),
+    f.write(common.svg(rows, (("dispatch_nvl_GBps", "#4472c4"), ("combine_nvl_GBps", "#ed7d31")),
                      lambda r: f"EP{r['pes']} {path_name(r)}",
                      f"Normal mode: dispatch (blue) and combine (orange) NVL GB/s, "
                      f"{machine or 'GPU'}"))

@@ -13,42 +13,28 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bars  # noqa: E402
+import common  # noqa: E402
 
 out = sys.argv[1]
 rows = []
 for path in sorted(glob.glob(os.path.join(out, "ep*-*.out"))):
     if path.endswith("-traced.out"):
         continue
-    ranks = []
-    with open(path) as f:
-        for line in f:
-            at = line.find('{"label"')
-            if at >= 0:
-                ranks.append(json.loads(line[at:]))
+    ranks = common.ranks_of(path)
     if not ranks:
         continue
-    r = dict(ranks[0])
-    r.pop("rank", None)
-    for k in ("dispatch_us", "combine_us", "dispatch_GBps", "combine_GBps", "dispatch_send_us",
-              "dispatch_recv_us", "combine_send_us", "combine_recv_us"):
-        vals = [x[k] for x in ranks if x.get(k) is not None]
-        r[k] = round(sum(vals) / len(vals), 2) if vals else None
-    r["ranks_reporting"] = len(ranks)
+    r = common.merged(ranks, ("dispatch_us", "combine_us", "dispatch_GBps", "combine_GBps",
+                              "dispatch_send_us", "dispatch_recv_us", "combine_send_us",
+                              "combine_recv_us"))
     r["dispatch_us_per_rank"] = [x["dispatch_us"] for x in sorted(ranks, key=lambda x: x.get("rank", 0))]
-    name = r["label"]
-    tdir = os.path.join(out, f"trace-{name}")
-    sums = glob.glob(os.path.join(tdir, "t.pshmem-gpu-proxy-*.summary.json"))
+    sums = common.proxy_summaries(out, r["label"])
     if sums:
         msgs = 0.0
         queued, flight = [], []
         for s in sums:
             with open(s) as f:
                 d = json.load(f)
-            for kind in ("put_counted", "signal_counted"):
-                k = d.get("per_kind", {}).get(kind)
-                if k:
-                    msgs += k["messages"]
+            msgs += common.counted_traffic(d)[0]
             queued.append(d["ring_to_post_us"]["median"])
             flight.append(d["post_to_finish_us"]["median"])
         # The traced run: 10 dispatches per PE, no warm-up (ll_bench.py --only dispatch).
@@ -62,10 +48,7 @@ for path in sorted(glob.glob(os.path.join(out, "ep*-*.out"))):
 rows.sort(key=lambda r: (r["pes"], not r["p2p"], r["messages"]))
 with open(os.path.join(out, "ep-ll.json"), "w") as f:
     json.dump(rows, f, indent=1)
-machine = ""
-mt = os.path.join(out, "machine.txt")
-if os.path.exists(mt):
-    machine = open(mt).read().strip().replace("\n", "; ")
+machine = common.machine(out)
 lines = [
     "# MoE low-latency dispatch/combine (pshmem.ep)",
     "",
@@ -89,7 +72,7 @@ text = "\n".join(lines) + "\n"
 
 
 with open(os.path.join(out, "ep-ll.svg"), "w") as f:
-    f.write(bars.svg(rows, (("dispatch_us", "#4472c4"), ("combine_us", "#ed7d31")),
+    f.write(common.svg(rows, (("dispatch_us", "#4472c4"), ("combine_us", "#ed7d31")),
                      lambda r: f"EP{r['pes']} {'direct' if r['p2p'] else 'proxy'} {r['messages']}",
                      f"LL dispatch (blue) and combine (orange), µs per call, {machine or 'GPU'}"))
 with open(os.path.join(out, "ep-ll.md"), "w") as f:
