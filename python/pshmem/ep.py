@@ -127,7 +127,7 @@ class Buffer:
         self._destroyed = False
         self._idx = 0
         self._layouts: dict = {}
-        self._node_size = _node_size(self.rank, self.group_size)
+        self._nodes: Optional[int] = None  # ranks per node, found at the first normal-mode call
         # The kernels' module is loaded here, while nothing runs: a load waits for running
         # kernels and holds the driver meanwhile, so a first dispatch queued behind a barrier
         # waiting on the proxy would stall every PE until PSHMEM_OP_TIMEOUT.
@@ -398,7 +398,7 @@ class Buffer:
 
     def _ht_layout(self, op: str, config: "Config", hidden: int, topk: int, elem: int,
                    scales: int, num_experts: int, channels: int) -> dict:
-        shape = dict(num_ranks=self.group_size, node_size=self._node_size,
+        shape = dict(num_ranks=self.group_size, node_size=self._node_size(),
                      num_channels=channels,
                      nvl_slots=config.num_max_nvl_chunked_recv_tokens,
                      rdma_slots=config.num_max_rdma_chunked_recv_tokens, hidden=hidden,
@@ -425,6 +425,13 @@ class Buffer:
     def _ht_launch(self, kernel: str, blocks: int, args: dict) -> None:
         _C.ep_ht_launch(kernel, max(1, blocks), _torch().cuda.current_stream().cuda_stream, args)
 
+    def _node_size(self) -> int:
+        # Only the normal mode needs nodes of contiguous ranks: the low-latency mode works
+        # whatever the ranks' placement, so it is not checked at construction.
+        if self._nodes is None:
+            self._nodes = _contiguous_node_size(self.rank, self.group_size)
+        return self._nodes
+
     def _check_ht(self, op: str) -> None:
         if self._destroyed:
             raise InvalidArgument(f"Buffer.{op}: the buffer was destroyed")
@@ -438,7 +445,7 @@ class Buffer:
         torch = _torch()
         self._check_ht("get_dispatch_layout")
         _wait(previous_event)
-        N, G = self.group_size, self._node_size
+        N, G = self.group_size, self._node_size()
         R = N // G
         if topk_idx.dim() != 2 or topk_idx.dtype != torch.int64 or not topk_idx.is_cuda \
                 or not topk_idx.is_contiguous():
@@ -485,7 +492,7 @@ class Buffer:
         op = "dispatch"
         self._check_ht(op)
         _wait(previous_event)
-        N, G = self.group_size, self._node_size
+        N, G = self.group_size, self._node_size()
         R = N // G
         xs = None
         if isinstance(x, tuple):
@@ -626,7 +633,7 @@ class Buffer:
         op = "combine"
         self._check_ht(op)
         _wait(previous_event)
-        N, G = self.group_size, self._node_size
+        N, G = self.group_size, self._node_size()
         R = N // G
         h = _check_ht_handle(op, handle, None)
         rows, T, H = h.num_recv, h.num_tokens, x.size(-1)
@@ -743,7 +750,7 @@ def _wait(previous_event: Any) -> None:
         previous_event.current_stream_wait()
 
 
-def _node_size(rank: int, n: int) -> int:
+def _contiguous_node_size(rank: int, n: int) -> int:
     """Ranks per node (same host) of the running job; checks that every node is a contiguous
     block of that many ranks, as the normal mode's layout assumes."""
     g = pshmem.TEAM_NODE.n_pes()
