@@ -41,10 +41,12 @@ p.add_argument("--experts-per-rank", type=int, default=4)
 p.add_argument("--repeat", type=int, default=2)
 p.add_argument("--num-sms", type=int, default=8)
 p.add_argument("--quick", action="store_true", help="fewer modes")
+p.add_argument("--stacks-after", type=float, default=0,
+               help="debugging a stall: print every thread's Python stack after this many s")
 args = p.parse_args()
-if os.environ.get("EP_HT_STACKS"):  # debugging a stall: every thread's stack after N s
+if args.stacks_after > 0:
     import faulthandler
-    faulthandler.dump_traceback_later(float(os.environ["EP_HT_STACKS"]), exit=False)
+    faulthandler.dump_traceback_later(args.stacks_after, exit=False)
 
 local = int(os.environ.get("PSHMEM_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")))
 torch.cuda.set_device(local % torch.cuda.device_count())
