@@ -108,3 +108,39 @@ def test_the_default_configs_use_the_sms_set():
         assert "Config(16, " in repr(Buffer.get_dispatch_config(8))
     finally:
         Buffer.set_num_sms(24)
+
+
+# ---- the MoE test workers' shared checks (python/tests/workers/epcheck.py) --------------------
+
+
+def _epcheck():
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(__file__), "workers", "epcheck.py")
+    spec = importlib.util.spec_from_file_location("epcheck", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_workers_calc_diff_and_digest_tell_tensors_apart():
+    torch = pytest.importorskip("torch")
+    ep = _epcheck()
+    x = torch.arange(64, dtype=torch.float32).view(8, 8)
+    assert ep.calc_diff(x, x) == pytest.approx(0.0, abs=1e-12)
+    assert ep.calc_diff(x, -x) > 0.5
+    assert ep.digest(x) == ep.digest(x.clone())
+    y = x.clone()
+    y[3, 5] += 1
+    assert ep.digest(y) != ep.digest(x)
+    assert ep.digest(None) == 0 and ep.digest(torch.zeros(0)) == 0
+
+
+def test_the_workers_checks_record_and_name_failures(capsys):
+    pytest.importorskip("torch")
+    ep = _epcheck()
+    c = ep.Checks(3)
+    c.check(True, "fine")
+    c.check(False, "rows differ")
+    assert c.failures == ["rows differ"]
+    assert "[PE 3] FAILED: rows differ" in capsys.readouterr().out

@@ -31,6 +31,7 @@ import time
 import torch
 
 import pshmem
+from epcheck import Checks, calc_diff, digest
 from pshmem.ep import Buffer, Config
 
 p = argparse.ArgumentParser()
@@ -57,28 +58,9 @@ R = N // G
 H, El = args.hidden, args.experts_per_rank
 E = El * N
 K = min(args.topk, E)
-failures = []
+checks = Checks(me)
+check, failures = checks.check, checks.failures
 
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print(f"[PE {me}] FAILED: {what}", flush=True)
-
-
-def calc_diff(x, y):
-    x, y = x.double() + 1, y.double() + 1
-    denom = (x * x + y * y).sum()
-    return (1 - 2 * (x * y).sum() / denom).item()
-
-
-def digest(t):
-    if t is None:
-        return 0
-    b = t.contiguous().view(torch.uint8).view(-1)
-    n = b.numel() // 8 * 8
-    w = b[:n].view(torch.int64)
-    return int(torch.bitwise_xor(w.sum(), w[::7].sum() * 31).item()) if n else 0
 
 
 def tokens_of(rank, s):

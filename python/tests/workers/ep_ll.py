@@ -26,6 +26,7 @@ import time
 import torch
 
 import pshmem
+from epcheck import Checks, calc_diff, digest
 from pshmem.ep import Buffer
 
 p = argparse.ArgumentParser()
@@ -48,19 +49,8 @@ Tmax = args.max_tokens or T
 El = args.experts_per_rank
 E = El * N
 K = min(K, E)
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print(f"[PE {me}] FAILED: {what}", flush=True)
-
-
-def calc_diff(x, y):
-    x, y = x.double() + 1, y.double() + 1
-    denom = (x * x + y * y).sum()
-    return (1 - 2 * (x * y).sum() / denom).item()
+checks = Checks(me)
+check, failures = checks.check, checks.failures
 
 
 def all_gather(t):
@@ -83,12 +73,6 @@ def dequant(recv_x):
         return f.view(q.shape)
     return recv_x.float()
 
-
-def digest(t):
-    b = t.contiguous().view(torch.uint8).view(-1)
-    n = b.numel() // 8 * 8
-    w = b[:n].view(torch.int64)
-    return int(torch.bitwise_xor(w.sum(), w[::7].sum() * 31).item()) if n else 0
 
 
 # Row values with at most four significant bits: exact in bf16 and in FP8 e4m3 under either
