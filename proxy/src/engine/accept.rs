@@ -229,8 +229,8 @@ impl Engine {
         self.enqueue(ring, pe, w);
     }
 
-    /// Queues signal `seq` (counted, or plain) behind a gate where the mode needs one: gated
-    /// mode, for a counted signal, or a plain one under strong signals.
+    /// Queues signal `seq` (counted, or plain) behind what the mode needs in gated mode: a
+    /// hold for a counted signal, a gate for a plain one under strong signals.
     fn enqueue_signal(
         &mut self,
         ring: u16,
@@ -240,7 +240,11 @@ impl Engine {
         tag: Option<Tag>,
         counted: bool,
     ) {
-        if self.mode == SignalMode::Gated && (counted || self.cfg.strong_signals) {
+        // A counted signal covers only what precedes it: it waits aside and later work goes
+        // on. A strong plain signal keeps the gate (signals are applied in issue order).
+        if self.mode == SignalMode::Gated && counted {
+            self.enqueue(ring, pe, Work::Hold);
+        } else if self.mode == SignalMode::Gated && self.cfg.strong_signals {
             self.enqueue(ring, pe, Work::Gate);
         }
         let w = Work::Signal {
@@ -260,7 +264,7 @@ impl Engine {
         if self.mode != SignalMode::Ordered {
             for pe in 0..self.n as u32 {
                 let q = &self.rings[ring as usize].queues[pe as usize];
-                if q.outstanding > 0 || !q.work.is_empty() {
+                if !q.drained() || !q.work.is_empty() {
                     self.enqueue(ring, pe, Work::Gate);
                 }
             }
@@ -488,7 +492,7 @@ impl Engine {
         let r = self.write_value(pe, self.staging.scratch, (remote, value, width), None, ctx);
         match r {
             Ok(()) => {
-                self.rings[ring as usize].queues[pe as usize].outstanding += 1;
+                self.rings[ring as usize].queues[pe as usize].posted(|| seq);
                 self.inflight += 1;
                 self.pe_inflight[pe as usize] += 1;
                 if let Some(t) = &mut self.trace {
@@ -511,7 +515,7 @@ impl Engine {
         let q = &self.rings[ring as usize].queues[pe as usize];
         if q.work.is_empty() {
             let done = match w {
-                Work::Gate => q.outstanding == 0,
+                Work::Gate | Work::Hold => q.drained(),
                 _ => self.issue_one(ring, pe, &mut w) == Issued::All,
             };
             if done {

@@ -39,8 +39,8 @@ fn fast_done(
     *inflight.0 -= 1;
     inflight.1[f.pe as usize] -= 1;
     let ring = &mut rings[f.ring as usize];
-    ring.queues[f.pe as usize].outstanding -= 1;
     let seq = ring.done.seq_from_low(f.seq_low);
+    ring.queues[f.pe as usize].completed(|| seq);
     if let Some(t) = trace {
         t.finish(f.ring, seq);
     }
@@ -168,7 +168,9 @@ impl Engine {
                 self.mem_fault(p.pe, e);
             }
         }
-        self.rings[p.ring as usize].queues[p.pe as usize].outstanding -= 1;
+        let ops = &self.ops;
+        let q = &mut self.rings[p.ring as usize].queues[p.pe as usize];
+        q.completed(|| ops.get(p.op).map_or(0, |o| o.seq));
         self.release(p.op);
     }
 

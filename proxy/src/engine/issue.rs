@@ -64,12 +64,33 @@ impl Engine {
     fn issue_queue(&mut self, r: u16, pe: u32) -> Issued {
         loop {
             let q = &mut self.rings[r as usize].queues[pe as usize];
+            let drained = q.drained();
             let Some(front) = q.work.front_mut() else {
                 return Issued::All;
             };
             let issued = match front {
-                Work::Gate if q.outstanding == 0 => Issued::All,
+                Work::Gate | Work::Hold if drained => Issued::All,
                 Work::Gate => Issued::Blocked,
+                Work::Hold => {
+                    // Its signal waits aside; what follows it goes on issuing.
+                    q.work.pop_front();
+                    let w = q
+                        .work
+                        .pop_front()
+                        .expect("a hold is queued with its signal");
+                    let seq = match w {
+                        Work::Signal {
+                            op: OpRef::Fast(seq),
+                            ..
+                        } => seq,
+                        _ => unreachable!("a hold is followed by a fast signal: {w:?}"),
+                    };
+                    if q.held.is_empty() {
+                        self.holding.push((r, pe));
+                    }
+                    q.hold(seq, w);
+                    continue;
+                }
                 _ => {
                     // Taken out while issued (the transport and the queues are both `self`).
                     let mut w = std::mem::replace(front, Work::Gate);
@@ -86,6 +107,33 @@ impl Engine {
             let w = q.work.pop_front().expect("the front is still queued");
             self.finish_issuing(&w);
         }
+    }
+
+    /// Issues every held signal whose preceding parts all completed, oldest first per queue
+    /// (ahead of the work queued after it, all of it later); one that cannot be issued yet
+    /// stays held, and the queue's later signals wait behind it. Returns how many went.
+    pub(super) fn release_held(&mut self) -> usize {
+        let mut n = 0;
+        let mut holding = std::mem::take(&mut self.holding);
+        holding.retain(|&(r, pe)| {
+            loop {
+                let q = &mut self.rings[r as usize].queues[pe as usize];
+                let Some((seq, mut w)) = q.release() else {
+                    break;
+                };
+                if self.issue_one(r, pe, &mut w) == Issued::Blocked {
+                    self.rings[r as usize].queues[pe as usize].unrelease(seq, w);
+                    break;
+                }
+                self.finish_issuing(&w);
+                n += 1;
+            }
+            !self.rings[r as usize].queues[pe as usize].held.is_empty()
+        });
+        // Parking during the issues above may have added queues.
+        holding.append(&mut self.holding);
+        self.holding = holding;
+        n
     }
 
     /// A work item is fully issued: if it was its operation's last, the operation's issuing
@@ -178,7 +226,7 @@ impl Engine {
                 }
                 issued
             }
-            Work::Gate => Issued::All,
+            Work::Gate | Work::Hold => Issued::All,
         }
     }
 
@@ -426,7 +474,12 @@ impl Engine {
         match res {
             Ok(()) => {
                 let (ring, seq) = match part {
-                    PartRef::Fast(f) => (f.ring, None),
+                    PartRef::Fast(f) => {
+                        let rs = &self.rings[f.ring as usize];
+                        // Needed only by a trace and by a queue holding signals.
+                        let need = self.trace.is_some() || !rs.queues[pe as usize].held.is_empty();
+                        (f.ring, need.then(|| rs.done.seq_from_low(f.seq_low)))
+                    }
                     PartRef::Tracked(k) => {
                         let p = self.parts.get(k).expect("a posted part is live");
                         let (op, ring) = (p.op, p.ring);
@@ -438,18 +491,12 @@ impl Engine {
                         (ring, seq)
                     }
                 };
-                if let Some(t) = &mut self.trace {
-                    let seq = match part {
-                        PartRef::Fast(f) => {
-                            Some(self.rings[ring as usize].done.seq_from_low(f.seq_low))
-                        }
-                        PartRef::Tracked(_) => seq,
-                    };
-                    if let Some(seq) = seq {
-                        t.post(ring, seq, pe);
-                    }
+                if let (Some(t), Some(seq)) = (&mut self.trace, seq) {
+                    t.post(ring, seq, pe);
                 }
-                self.rings[ring as usize].queues[pe as usize].outstanding += 1;
+                // A tracked part's operation is live while the part is (none: a bookkeeping
+                // slip; 0 counts it before every held signal, which then waits for it).
+                self.rings[ring as usize].queues[pe as usize].posted(|| seq.unwrap_or(0));
                 self.inflight += 1;
                 self.pe_inflight[pe as usize] += 1;
                 Post::Done

@@ -7,7 +7,9 @@
 //!    (operations on this PE itself are applied at once, in order, by `home`);
 //! 3. `issue`: issue queued work front first, until the transport pushes back (`Retry`),
 //!    staging runs out, or a fence gate closes; RMA parts, or host-staged chunks (`staged`);
-//! 4. `complete`: poll the transport and finish parts and operations;
+//! 4. `complete`: poll the transport and finish parts and operations; then issue the counted
+//!    signals held aside (gated mode) whose preceding parts all completed, ahead of their
+//!    queues (everything still queued there is later);
 //! 5. `serve`: peers' requests (AMOs, signals, staged stores and gets), acks, tagged writes;
 //!    send the acks gathered this turn (one message per peer);
 //! 6. move each ring's `completed` counter past its finished prefix (here);
@@ -133,6 +135,9 @@ pub struct Engine {
     failed: bool,
     /// Parts posted and not yet complete (bounded by `ProxyConfig::max_inflight`).
     inflight: usize,
+    /// The (ring, PE) queues holding counted signals aside (gated mode) until what precedes
+    /// them completes.
+    holding: Vec<(u16, u32)>,
     /// Parts in flight per destination PE (bounded by `ProxyConfig::max_inflight_per_pe`).
     pe_inflight: Vec<u32>,
     /// Reused buffers (no allocation per turn).
@@ -229,6 +234,7 @@ impl Engine {
             dead_seen: 0,
             failed: false,
             inflight: 0,
+            holding: Vec::new(),
             pe_inflight: vec![0; n],
             events: Vec::new(),
             msgs: Vec::new(),
@@ -377,7 +383,10 @@ impl Engine {
         }
         let since = *idle.since.get_or_insert_with(Instant::now);
         // Sleep only with nothing in flight: a completion or ack may be moments away.
-        let waiting = self.parts.len() > 0 || !self.active.is_empty() || self.staged_busy();
+        let waiting = self.parts.len() > 0
+            || !self.active.is_empty()
+            || !self.holding.is_empty()
+            || self.staged_busy();
         if waiting || self.cfg.idle_after.is_zero() || since.elapsed() < self.cfg.idle_after {
             idle.spins = idle.spins.wrapping_add(1);
             if idle.spins % 64 == 0 {
@@ -401,6 +410,7 @@ impl Engine {
             && self.outbox.is_empty()
             && self.acks.is_empty()
             && self.active.is_empty()
+            && self.holding.is_empty()
             && !self.staged_busy()
             && self.rings.iter().all(|r| r.stash.is_empty())
     }
@@ -422,6 +432,9 @@ impl Engine {
         }
         let at = self.charge(Cost::Issue, at);
         work += self.poll();
+        if !self.holding.is_empty() {
+            work += self.release_held();
+        }
         let at = self.charge(Cost::Progress, at);
         if self.landing.is_some() {
             work += self.flush_copies();

@@ -80,13 +80,17 @@ pub(super) enum Work {
     },
     /// Passes once everything issued before it to this PE has completed.
     Gate,
+    /// Sets the next item (a counted signal) aside until everything issued before it to this
+    /// PE has completed, while the items after it go on issuing (gated mode): the signal
+    /// covers only what precedes it, so unlike a [`Work::Gate`] it holds nothing back.
+    Hold,
 }
 
 impl Work {
     /// The operation whose issuing this item ends, if it is the operation's last item.
     pub(super) fn ends(&self) -> Option<OpRef> {
         match *self {
-            Work::Xfer(Xfer { last: false, .. }) | Work::Gate => None,
+            Work::Xfer(Xfer { last: false, .. }) | Work::Gate | Work::Hold => None,
             Work::Xfer(Xfer { op, .. })
             | Work::P { op, .. }
             | Work::Amo { op, .. }
@@ -113,6 +117,83 @@ pub(super) struct PeQueue {
     pub outstanding: u32,
     /// In the active list.
     pub active: bool,
+    /// Signals set aside by a [`Work::Hold`], oldest first, each with its operation's
+    /// sequence number (these increase: a queue holds its ring's operations in order).
+    pub held: VecDeque<(u64, Work)>,
+    /// While signals are held: the parts in flight between them by sequence number —
+    /// `segs[i]` those of operations after `held[i - 1]` and before `held[i]`, the last one
+    /// those after every held signal (`held.len() + 1` entries, summing to `outstanding`).
+    pub segs: VecDeque<u32>,
+}
+
+impl PeQueue {
+    /// Nothing in flight and nothing held: what a [`Work::Gate`] waits for.
+    pub fn drained(&self) -> bool {
+        self.outstanding == 0 && self.held.is_empty()
+    }
+
+    /// The segment of the parts of operation `seq` (see `segs`): held seqs increase.
+    fn seg(&self, seq: u64) -> usize {
+        self.held.partition_point(|(s, _)| *s < seq)
+    }
+
+    /// A part of operation `seq()` was posted.
+    #[inline]
+    pub fn posted(&mut self, seq: impl FnOnce() -> u64) {
+        self.outstanding += 1;
+        if !self.held.is_empty() {
+            let i = self.seg(seq());
+            self.segs[i] += 1;
+        }
+    }
+
+    /// A part of operation `seq()` completed.
+    #[inline]
+    pub fn completed(&mut self, seq: impl FnOnce() -> u64) {
+        self.outstanding -= 1;
+        if !self.held.is_empty() {
+            let i = self.seg(seq());
+            self.segs[i] -= 1;
+        }
+    }
+
+    /// Sets signal `w` of operation `seq` aside until the parts in flight before it complete
+    /// (it is at the front: everything before it was issued).
+    pub fn hold(&mut self, seq: u64, w: Work) {
+        self.open_segs();
+        self.held.push_back((seq, w));
+        self.segs.push_back(0);
+    }
+
+    /// Before a queue's first held signal: one segment of every part in flight.
+    fn open_segs(&mut self) {
+        if self.held.is_empty() {
+            self.segs.clear();
+            self.segs.push_back(self.outstanding);
+        }
+    }
+
+    /// The oldest held signal and its operation's seq, once nothing before it is in flight.
+    pub fn release(&mut self) -> Option<(u64, Work)> {
+        if self.segs.front() != Some(&0) {
+            return None;
+        }
+        self.segs.pop_front();
+        let held = self.held.pop_front();
+        if self.held.is_empty() {
+            self.segs.clear();
+        }
+        held
+    }
+
+    /// Puts back the signal [`PeQueue::release`] gave, which could not be issued yet: it
+    /// stays the oldest, with nothing before it in flight.
+    pub fn unrelease(&mut self, seq: u64, w: Work) {
+        // Every part in flight is later than it (it was not posted): they follow it.
+        self.open_segs();
+        self.held.push_front((seq, w));
+        self.segs.push_front(0);
+    }
 }
 
 /// One logical operation from a ring that needs bookkeeping.

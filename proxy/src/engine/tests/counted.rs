@@ -116,3 +116,187 @@ fn the_per_pe_limit_bounds_parts_in_flight_to_each_destination() {
         }
     }
 }
+
+/// Gated mode: a counted signal waits aside for the parts before it, and what follows it to
+/// the same PE is not held back — a later put lands while the signal still waits for an
+/// earlier put's completion (slow completions), and the signal still never shows before the
+/// data it counts.
+#[test]
+fn a_held_counted_signal_lets_later_puts_go() {
+    let mut overtaken = 0;
+    for seed in 1..=4 {
+        let fab = InProcConfig {
+            seed,
+            cq_data_size: 0,
+            land_delay: 0,
+            completion_delay: 200,
+            ..InProcConfig::default()
+        };
+        let mut w = World::new(2, fab, cfg());
+        assert_eq!(w.engines[0].mode, SignalMode::Gated);
+        let (a, b, sig) = (4096u64, 64 * 1024u64, 512 * 1024u64);
+        let data = pattern(seed as usize, 3_000);
+        let later = pattern(seed as usize + 9, 3_000);
+        w.fill(0, 256 * 1024, &data);
+        w.fill(0, 300 * 1024, &later);
+        let put = |remote, local| Desc::PutCounted {
+            pe: 1,
+            remote,
+            local: Local::Heap(local),
+            len: 3_000,
+            sig,
+        };
+        w.push(0, put(a, 256 * 1024));
+        w.push(
+            0,
+            Desc::SignalCounted {
+                pe: 1,
+                remote: sig,
+                value: (-2i64) as u64,
+                op: SignalOp::Set,
+            },
+        );
+        let last = w.push(
+            0,
+            Desc::Put {
+                pe: 1,
+                remote: b,
+                local: Local::Heap(300 * 1024),
+                len: 3_000,
+            },
+        );
+        let mut seen = false;
+        w.run(
+            |w| w.completed(0) >= last,
+            |w| {
+                if w.word(1, sig) != 0 {
+                    assert_eq!(
+                        w.bytes(1, a, 3_000),
+                        data,
+                        "seed {seed}: signal before its put"
+                    );
+                }
+                // The later put landed before the first put completed (a gate would have
+                // held it behind the signal, and the signal behind that completion).
+                seen |= w.completed(0) == 0 && w.bytes(1, b, 3_000) == later;
+            },
+        );
+        assert_eq!(w.word(1, sig), (-2i64) as u64, "seed {seed}");
+        assert!(w.engines[0].holding.is_empty());
+        overtaken += seen as usize;
+    }
+    assert!(
+        overtaken > 0,
+        "a later put never went while the signal was held"
+    );
+}
+
+/// A counted round: its signal's value and its puts (offset, data).
+type Round = (u64, Vec<(u64, Vec<u8>)>);
+
+/// Pushes rounds of 1, 0, 2, 0 and 3 counted puts of `len` bytes to PE 1 (an empty round's
+/// signal follows the previous signal with nothing between), each closed by a counted signal
+/// setting word `sig` to -(puts) - 1 - 10 k for round k; returns them and the next offset.
+fn push_rounds(w: &mut World, seed: u64, sig: u64, len: usize) -> (Vec<Round>, u64) {
+    let mut rounds = Vec::new();
+    let mut at = 4096u64;
+    for (k, puts) in [1usize, 0, 2, 0, 3].into_iter().enumerate() {
+        let mut mine = Vec::new();
+        for i in 0..puts {
+            let data = pattern(seed as usize * 10 + k * 3 + i, len);
+            let local = w.source(true, 256 * 1024 + at, &data);
+            w.push(
+                0,
+                Desc::PutCounted {
+                    pe: 1,
+                    remote: at,
+                    local,
+                    len: len as u64,
+                    sig,
+                },
+            );
+            mine.push((at, data));
+            at += 4096;
+        }
+        let value = (-(puts as i64) - 1 - 10 * k as i64) as u64;
+        w.push(
+            0,
+            Desc::SignalCounted {
+                pe: 1,
+                remote: sig,
+                value,
+                op: SignalOp::Set,
+            },
+        );
+        rounds.push((value, mine));
+    }
+    (rounds, at)
+}
+
+/// Gated mode under back-pressure (one flight in the air per endpoint, slow completions, so a
+/// released signal often cannot be posted at once): several counted signals to one word are
+/// held at once and released in their order — the word never goes back to an earlier round's
+/// value, and each value shows only after its round's data — and a fence after them keeps a
+/// later put behind every one of them.
+#[test]
+fn held_signals_keep_their_order_and_fences_wait_for_them() {
+    let mut most_held = 0;
+    for seed in 1..=6 {
+        let fab = InProcConfig {
+            seed,
+            cq_data_size: 0,
+            land_delay: 20,
+            completion_delay: 50,
+            max_outstanding: 1,
+            ..InProcConfig::default()
+        };
+        let mut w = World::new(2, fab, cfg());
+        assert_eq!(w.engines[0].mode, SignalMode::Gated);
+        let (sig, len) = (512 * 1024u64, 2_000);
+        let (rounds, at) = push_rounds(&mut w, seed, sig, len);
+        w.push(0, Desc::Fence);
+        let after = pattern(seed as usize + 77, len);
+        let local = w.source(true, 256 * 1024 + at, &after);
+        let last = w.push(
+            0,
+            Desc::Put {
+                pe: 1,
+                remote: at,
+                local,
+                len: len as u64,
+            },
+        );
+        let mut reached = 0usize; // rounds whose value the word has shown
+        w.run(
+            |w| w.completed(0) >= last,
+            |w| {
+                let held = w.engines[0].rings.iter().map(|r| r.queues[1].held.len());
+                most_held = most_held.max(held.max().unwrap_or(0));
+                let v = w.word(1, sig);
+                if v != 0 {
+                    let k = rounds.iter().position(|(want, _)| *want == v);
+                    let k = k.unwrap_or_else(|| panic!("seed {seed}: word {v:#x}"));
+                    assert!(k + 1 >= reached, "seed {seed}: round {k} after a later one");
+                    reached = reached.max(k + 1);
+                    for (off, data) in &rounds[k].1 {
+                        assert_eq!(&w.bytes(1, *off, len), data, "seed {seed}: round {k}");
+                    }
+                }
+                if reached < rounds.len() {
+                    assert_ne!(
+                        w.bytes(1, at, len),
+                        after,
+                        "seed {seed}: the fence was passed"
+                    );
+                }
+            },
+        );
+        assert_eq!(w.word(1, sig), rounds[rounds.len() - 1].0, "seed {seed}");
+        assert_eq!(w.bytes(1, at, len), after);
+        assert!(w.engines[0].holding.is_empty());
+    }
+    assert!(
+        most_held >= 2,
+        "never more than {most_held} signal held at once"
+    );
+}
