@@ -41,3 +41,19 @@ pub fn value(name: &str) -> u64 {
         .map(|(_, v)| v)
         .unwrap_or_else(|| panic!("the C probe reports nothing named {name:?}"))
 }
+
+/// Asserts that a Rust mirror of C type `t` has the C compiler's size and field offsets
+/// (`fields`: the C field names with the mirror's offsets).
+pub fn assert_mirror(t: &str, fields: &[(&str, usize)], size: usize) {
+    for (f, off) in fields {
+        assert_eq!(value(&format!("{t}.{f}")), *off as u64, "{t}.{f}");
+    }
+    assert_eq!(value(&format!("sizeof {t}")), size as u64, "sizeof {t}");
+}
+
+/// Asserts that every (C name, Rust value) pair equals the C compiler's value.
+pub fn assert_constants(pairs: &[(&str, u64)]) {
+    for (name, v) in pairs {
+        assert_eq!(value(name), *v, "{name}");
+    }
+}

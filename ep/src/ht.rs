@@ -116,8 +116,12 @@ pub struct HtLayout {
     pub shape: HtShape,
     /// Nodes (R).
     pub nodes: usize,
-    /// Bytes of one ring slot.
+    /// Bytes the buffer gives one ring slot (the larger kind).
     pub slot_bytes: usize,
+    /// Slot stride of a dispatch and of a combine (each at most `slot_bytes`).
+    pub dispatch_slot: usize,
+    #[allow(missing_docs)]
+    pub combine_slot: usize,
     /// int32 words of one notify message.
     pub msg_ints: usize,
     /// Control words (all cleared by the reset kernel).
@@ -138,11 +142,30 @@ pub struct HtLayout {
     pub bytes: usize,
 }
 
-/// Bytes of one slot for `hidden`, `topk` and the dispatched rows' element size and scales:
-/// the larger of a dispatch slot and a combine slot (bf16 rows), a multiple of 16.
+/// Bytes of a dispatch slot: header, ids and weights, then the row (`x_elem_bytes` a channel)
+/// and its scales, a multiple of 16.
+pub fn dispatch_slot_bytes(
+    hidden: usize,
+    topk: usize,
+    x_elem_bytes: usize,
+    num_scales: usize,
+) -> usize {
+    (16 + (8 * topk).next_multiple_of(16) + hidden * x_elem_bytes + 4 * num_scales)
+        .next_multiple_of(16)
+}
+
+/// Bytes of a combine slot: header and weights (where a dispatch slot has its ids and
+/// weights), then a bf16 row.
+pub fn combine_slot_bytes(hidden: usize, topk: usize) -> usize {
+    (16 + (8 * topk).next_multiple_of(16) + 2 * hidden).next_multiple_of(16)
+}
+
+/// Bytes the buffer gives each slot: the larger of the two kinds. Each operation strides its
+/// rings by its own kind (they are drained and reset between operations), so an FP8 dispatch
+/// moves FP8-sized slots.
 pub fn slot_bytes(hidden: usize, topk: usize, x_elem_bytes: usize, num_scales: usize) -> usize {
-    let row = 16 + (8 * topk).next_multiple_of(16);
-    (row + (hidden * x_elem_bytes + 4 * num_scales).max(2 * hidden)).next_multiple_of(16)
+    dispatch_slot_bytes(hidden, topk, x_elem_bytes, num_scales)
+        .max(combine_slot_bytes(hidden, topk))
 }
 
 impl HtLayout {
@@ -206,6 +229,8 @@ impl HtLayout {
             shape: s,
             nodes: r,
             slot_bytes: slot,
+            dispatch_slot: dispatch_slot_bytes(s.hidden, s.topk, s.x_elem_bytes, s.num_scales),
+            combine_slot: combine_slot_bytes(s.hidden, s.topk),
             msg_ints,
             ctrl_words,
             inbox,
@@ -297,10 +322,8 @@ mod tests {
     fn the_arguments_and_constants_match_the_c_header() {
         use std::mem::offset_of;
 
-        use pshmem_abi::probe::value;
-        let t = "pshmem_ep_ht_args_t";
-        assert_eq!(value(&format!("sizeof {t}")), size_of::<HtArgs>() as u64);
-        for (f, off) in [
+        use pshmem_abi::probe::{assert_constants, assert_mirror};
+        let fields = [
             ("msg_ints", offset_of!(HtArgs, msg_ints)),
             ("slot_bytes", offset_of!(HtArgs, slot_bytes)),
             ("ctrl", offset_of!(HtArgs, ctrl)),
@@ -312,18 +335,15 @@ mod tests {
             ("x", offset_of!(HtArgs, x)),
             ("send_head", offset_of!(HtArgs, send_head)),
             ("bias1", offset_of!(HtArgs, bias1)),
-        ] {
-            assert_eq!(value(&format!("{t}.{f}")), off as u64, "{t}.{f}");
-        }
-        for (name, v) in [
+        ];
+        assert_mirror("pshmem_ep_ht_args_t", &fields, size_of::<HtArgs>());
+        assert_constants(&[
             ("PSHMEM_EP_HT_MAX_RANKS", MAX_RANKS as u64),
             ("PSHMEM_EP_HT_MAX_NODE", MAX_NODE as u64),
             ("PSHMEM_EP_HT_MAX_CHANNELS", MAX_CHANNELS as u64),
             ("PSHMEM_EP_HT_THREADS", u64::from(THREADS)),
             ("PSHMEM_EP_HT_MAX_TOPK", MAX_TOPK as u64),
-        ] {
-            assert_eq!(value(name), v, "{name}");
-        }
+        ]);
     }
 
     fn shape(ranks: usize, node_size: usize) -> HtShape {
@@ -348,6 +368,9 @@ mod tests {
         // A slot: header + 8 ids + 8 weights (64 bytes), then the larger of FP8 + scales
         // (7168 + 224) and the combine's bf16 row (14336).
         assert_eq!(l.slot_bytes, 16 + 64 + 14336);
+        // An FP8 dispatch strides by its own, smaller slot; a combine by the bf16 one.
+        assert_eq!(l.dispatch_slot, 16 + 64 + 7168 + 224);
+        assert_eq!(l.combine_slot, l.slot_bytes);
         assert_eq!(l.nodes, 1);
         assert_eq!(l.ctrl_words, 2 * 12 * 8 + 2 * 12 + 8);
         assert_eq!(l.msg_ints, 8 + 24 + 32);

@@ -432,9 +432,14 @@ class Buffer:
             self._nodes = _contiguous_node_size(self.rank, self.group_size)
         return self._nodes
 
-    def _check_ht(self, op: str) -> None:
+    def _start_ht(self, op: str, previous_event: Any) -> "tuple[int, int, int]":
+        """Every normal-mode call's start: the buffer is live, ``previous_event`` waited for;
+        returns (ranks, ranks per node, nodes)."""
         if self._destroyed:
             raise InvalidArgument(f"Buffer.{op}: the buffer was destroyed")
+        _wait(previous_event)
+        N, G = self.group_size, self._node_size()
+        return N, G, N // G
 
     def get_dispatch_layout(self, topk_idx: Any, num_experts: int, previous_event: Any = None,
                             async_finish: bool = False, allocate_on_comm_stream: bool = False):
@@ -443,10 +448,7 @@ class Buffer:
         is_token_in_rank bool [T, N], event)`` (int32 counts; a token counts once per rank and
         once per node)."""
         torch = _torch()
-        self._check_ht("get_dispatch_layout")
-        _wait(previous_event)
-        N, G = self.group_size, self._node_size()
-        R = N // G
+        N, G, R = self._start_ht("get_dispatch_layout", previous_event)
         if topk_idx.dim() != 2 or topk_idx.dtype != torch.int64 or not topk_idx.is_cuda \
                 or not topk_idx.is_contiguous():
             raise InvalidArgument("get_dispatch_layout: topk_idx must be a contiguous CUDA int64 "
@@ -490,10 +492,7 @@ class Buffer:
         empty."""
         torch = _torch()
         op = "dispatch"
-        self._check_ht(op)
-        _wait(previous_event)
-        N, G = self.group_size, self._node_size()
-        R = N // G
+        N, G, R = self._start_ht(op, previous_event)
         xs = None
         if isinstance(x, tuple):
             x, xs = x
@@ -631,10 +630,7 @@ class Buffer:
         the sums of ``topk_weights`` (the received ones: the original weights come back)."""
         torch = _torch()
         op = "combine"
-        self._check_ht(op)
-        _wait(previous_event)
-        N, G = self.group_size, self._node_size()
-        R = N // G
+        N, G, R = self._start_ht(op, previous_event)
         h = _check_ht_handle(op, handle, None)
         rows, T, H = h.num_recv, h.num_tokens, x.size(-1)
         if x.dtype != torch.bfloat16 or x.dim() != 2 or x.size(0) != rows or not x.is_contiguous():

@@ -303,7 +303,12 @@ fn ep_ht_launch(
         ));
     }
     // The areas follow from the layout, not from the caller.
-    a.slot_bytes = l.slot_bytes as u64;
+    // Each operation strides its rings by its own slot kind (at most the buffer's).
+    a.slot_bytes = if k == HtKernel::Combine {
+        l.combine_slot
+    } else {
+        l.dispatch_slot
+    } as u64;
     a.msg_ints = l.msg_ints as i32;
     a.ctrl = buf;
     a.inbox = buf + l.inbox as u64;

@@ -82,9 +82,10 @@ __device__ inline void pshmemx_putmem_counted_nbi_warp(void *dest, const void *s
     pshmemx_putmem_counted_nbi_warp_on(NULL, dest, src, n, sig, pe);
 }
 
-/* The counted signal (one thread). */
-__device__ inline void pshmemx_signal_counted_on(const pshmem_ring_device_t *r, uint64_t *sig,
-                                                 uint64_t v, int op, int pe) {
+/* A signal of kind `opcode` (counted, or plain) on ring `r` (one thread): direct where the
+ * word is reachable, else one slot for the proxy. */
+__device__ __forceinline__ void pshmem_i_signal_on(const pshmem_ring_device_t *r, uint32_t opcode,
+                                                   uint64_t *sig, uint64_t v, int op, int pe) {
     uint64_t *remote = (uint64_t *)pshmem_ptr(sig, pe);
     if (remote) {
         pshmem_i_signal_direct(remote, v, op);
@@ -93,9 +94,14 @@ __device__ inline void pshmemx_signal_counted_on(const pshmem_ring_device_t *r, 
     if (!pshmem_i_valid_pe(pe)) return;
     uint64_t off = pshmem_i_offset(sig, 8, pe);
     if (off == ~0ull) return;
-    pshmem_slot_t s =
-        pshmem_i_slot(PSHMEM_OP_SIGNAL_COUNTED, 0, (uint32_t)op, 1, (uint32_t)pe, off, v, 0);
+    pshmem_slot_t s = pshmem_i_slot(opcode, 0, (uint32_t)op, 1, (uint32_t)pe, off, v, 0);
     pshmem_i_push_on(r, &s, 1);
+}
+
+/* The counted signal (one thread). */
+__device__ inline void pshmemx_signal_counted_on(const pshmem_ring_device_t *r, uint64_t *sig,
+                                                 uint64_t v, int op, int pe) {
+    pshmem_i_signal_on(r, PSHMEM_OP_SIGNAL_COUNTED, sig, v, op, pe);
 }
 __device__ inline void pshmemx_signal_counted(uint64_t *sig, uint64_t v, int op, int pe) {
     pshmemx_signal_counted_on(NULL, sig, v, op, pe);
@@ -105,16 +111,7 @@ __device__ inline void pshmemx_signal_counted(uint64_t *sig, uint64_t v, int op,
  * thread), e.g. a credit that covers no data, kept off the ring whose counted signals gate. */
 __device__ inline void pshmemx_signal_op_on(const pshmem_ring_device_t *r, uint64_t *sig,
                                             uint64_t v, int op, int pe) {
-    uint64_t *remote = (uint64_t *)pshmem_ptr(sig, pe);
-    if (remote) {
-        pshmem_i_signal_direct(remote, v, op);
-        return;
-    }
-    if (!pshmem_i_valid_pe(pe)) return;
-    uint64_t off = pshmem_i_offset(sig, 8, pe);
-    if (off == ~0ull) return;
-    pshmem_slot_t s = pshmem_i_slot(PSHMEM_OP_SIGNAL, 0, (uint32_t)op, 1, (uint32_t)pe, off, v, 0);
-    pshmem_i_push_on(r, &s, 1);
+    pshmem_i_signal_on(r, PSHMEM_OP_SIGNAL, sig, v, op, pe);
 }
 
 #endif /* PSHMEM_COUNTED_CUH */

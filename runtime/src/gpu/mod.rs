@@ -943,17 +943,9 @@ impl Gpu {
 mod tests {
     use std::mem::{offset_of, size_of};
 
-    use pshmem_abi::probe::value;
+    use pshmem_abi::probe::{assert_mirror, value};
 
     use super::{DeviceState, RingDeviceHandle};
-
-    /// Every field offset and the size of a Rust mirror equal the C compiler's.
-    fn matches_c(t: &str, fields: &[(&str, usize)], size: usize) {
-        for (f, off) in fields {
-            assert_eq!(value(&format!("{t}.{f}")), *off as u64, "{t}.{f}");
-        }
-        assert_eq!(value(&format!("sizeof {t}")), size as u64, "sizeof {t}");
-    }
 
     #[test]
     fn device_state_matches_the_c_header() {
@@ -976,7 +968,7 @@ mod tests {
             ("max_teams", offset_of!(DeviceState, max_teams)),
             ("version", offset_of!(DeviceState, version)),
         ];
-        matches_c("pshmem_device_state_t", &fields, size_of::<DeviceState>());
+        assert_mirror("pshmem_device_state_t", &fields, size_of::<DeviceState>());
         assert_eq!(
             value("PSHMEM_STATE_VERSION"),
             u64::from(super::STATE_VERSION)
@@ -997,7 +989,7 @@ mod tests {
             ("ll_off", offset_of!(TeamEntry, ll_off)),
             ("ll_seq", offset_of!(TeamEntry, ll_seq)),
         ];
-        matches_c("pshmem_team_device_t", &fields, size_of::<TeamEntry>());
+        assert_mirror("pshmem_team_device_t", &fields, size_of::<TeamEntry>());
         assert_eq!(
             pshmem_abi::probe::value("PSHMEM_LL_BYTES"),
             super::teams::LL_BYTES as u64
@@ -1013,7 +1005,7 @@ mod tests {
             ("tail_cache", offset_of!(RingDeviceHandle, tail_cache)),
             ("capacity", offset_of!(RingDeviceHandle, capacity)),
         ];
-        matches_c(
+        assert_mirror(
             "pshmem_ring_device_t",
             &fields,
             size_of::<RingDeviceHandle>(),

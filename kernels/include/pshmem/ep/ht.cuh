@@ -192,6 +192,30 @@ struct Cmd {
     uint32_t ball, at;
 };
 
+/* The group's half of a step the leader warp commanded in `cmd`: each warp copies its share of
+ * the selected tokens (`copy(slot index, token)`, the i-th selected token going to slot `at +
+ * i`), then the leader publishes them and moves the task's cursors past the window. */
+template <typename Copy>
+__device__ __forceinline__ Cmd copy_selected(const Group &gr, const Cmd *cmd, const Prod &p,
+                                             uint32_t &sent, int &cur, Copy copy) {
+    gr.sync();
+    const Cmd k = *cmd;
+    if (k.kind == 1 && k.ball) {
+        uint32_t b = k.ball;
+        for (int i = 0; b; ++i, b &= b - 1)
+            if (i % gr.wpg == gr.w) copy(k.at + i, k.base + __ffs(b) - 1);
+        __threadfence_system(); /* the slots before the tail that publishes them */
+    }
+    gr.sync();
+    if (k.kind == 1 && gr.lead) {
+        const uint32_t n = __popc(k.ball);
+        p.publish(k.at, k.at + n);
+        sent = k.at + n;
+        cur = k.base + k.end;
+    }
+    return k;
+}
+
 /* ---- layout ---------------------------------------------------------------------------- */
 
 /* Tokens per rank / node / expert and the token-in-rank matrix (outputs zeroed by the host).
@@ -419,26 +443,10 @@ __device__ inline void dispatch_send(const Args &a, const Geo &g, int c) {
             }
             if (lane == 0) *cmd = k;
         }
-        gr.sync();
-        const Cmd k = *cmd;
-        if (k.kind == 1 && k.ball) {
-            uint32_t b = k.ball;
-            for (int i = 0; b; ++i, b &= b - 1) {
-                if (i % gr.wpg != gr.w) continue;
-                const int t = k.base + __ffs(b) - 1;
-                const uint32_t q = k.at + i;
-                write_token(p.slot(q), a, g, t, inter ? node_mask(a, g, t, j) : 0);
-                if (lane == 0) a.send_head[(int64_t)t * ntasks + j] = (int32_t)q;
-            }
-            __threadfence_system();
-        }
-        gr.sync();
-        if (k.kind == 1 && gr.lead) {
-            const uint32_t n = __popc(k.ball);
-            p.publish(k.at, k.at + n);
-            s_sent[j] = k.at + n;
-            s_cur[j] = k.base + k.end;
-        }
+        const Cmd k = copy_selected(gr, cmd, p, s_sent[j], s_cur[j], [&](uint32_t q, int t) {
+            write_token(p.slot(q), a, g, t, inter ? node_mask(a, g, t, j) : 0);
+            if (lane == 0) a.send_head[(int64_t)t * ntasks + j] = (int32_t)q;
+        });
         return k.kind;
     });
 }
@@ -499,23 +507,10 @@ __device__ inline void dispatch_forward(const Args &a, const Geo &g, int c) {
             }
             if (lane == 0) *cmd = k;
         }
-        gr.sync();
-        const Cmd k = *cmd;
-        if (k.kind == 1 && k.ball) {
-            uint32_t b = k.ball;
-            for (int i = 0; b; ++i, b &= b - 1) {
-                if (i % gr.wpg != gr.w) continue;
-                const int q = k.base + __ffs(b) - 1;
-                warp_copy(p.slot(k.at + i), rslots + (uint64_t)(q % SR) * sb, sb);
-            }
-            __threadfence_system();
-        }
-        gr.sync();
+        const Cmd k = copy_selected(gr, cmd, p, s_sent[j], s_cur[j], [&](uint32_t q, int r) {
+            warp_copy(p.slot(q), rslots + (uint64_t)(r % SR) * sb, sb);
+        });
         if (k.kind == 1 && gr.lead) {
-            const uint32_t cnt = __popc(k.ball);
-            p.publish(k.at, k.at + cnt);
-            s_sent[j] = k.at + cnt;
-            s_cur[j] = k.base + k.end;
             /* The RDMA slots every local rank's task has passed go back to their producer. */
             int low = k.base + k.end;
             for (int l2 = 0; l2 < g.G; ++l2) low = min(low, ((volatile int *)s_cur)[sn * g.G + l2]);

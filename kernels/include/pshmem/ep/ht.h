@@ -23,7 +23,8 @@
  * its head word): NVL (c, consumer) in one node, (c, source node * G + consumer's local index)
  * across nodes; RDMA (c, consumer's node).
  *
- * One slot (slot_bytes, a multiple of 16): 16-byte header (int32 source token index, int32 mask
+ * One slot (slot_bytes, a multiple of 16: the operation's own kind, dispatch or combine; the
+ * buffer gives every slot the larger): 16-byte header (int32 source token index, int32 mask
  * of the destination node's local ranks that want the token, 2 reserved), then K int32 expert
  * ids (global, -1 none) and K float weights, then at 16 + round16(8K) the row (H bytes FP8 or
  * 2H bytes bf16; combine: 2H bf16) and after it the dispatch's float scales. A combine slot
