@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::{
     fabric::Fabric,
     sim::simulate,
-    stream::{Kernels, Op, Pattern, Routing, Shape, Signalling, System},
+    stream::{Kernels, Op, Pattern, Rings, Routing, Shape, Signalling, System},
 };
 
 /// Routing seed of every table (one routing per (GPUs, experts), shared by all systems).
@@ -31,19 +31,22 @@ pub fn uccl() -> System {
             unpack_us: 47.0,
         },
         count_msgs: true,
-        route_exchange: false,
+        private_rows: None,
     }
 }
 
-/// pplx-garden on p5en: counts exchanged first, then one bulk write per remote GPU (a token
-/// once per destination GPU), counted at the receiver; one CPU worker per GPU. Its kernels'
-/// time is its EP8 result (NVLink only: 49.7 µs dispatch, 64.2 µs combine) split evenly
-/// between send and receive — not fitted. Its speculative private-buffer sends are not
-/// modelled (they hide part of the count exchange: the model errs slow).
+/// pplx-garden on p5en (`p2p-all-to-all/src/a2a_worker.rs`, its benchmark's defaults): one
+/// bulk write per remote GPU of a row per (token, expert), counted at the receiver; one CPU
+/// worker per GPU. Up to 256 rows per peer (`max_private_tokens`) go into private buffers
+/// before the count exchange — at 128 tokens all of them, so the exchange gates nothing. The
+/// dispatch's writes shard the peer list over the 2 NICs, NIC i to the receiver's NIC i
+/// (`GroupTransferRouting::AllDomainsShardPeers`); at EP16 every receiver then takes all its
+/// rows on one NIC. Its kernels' time is its EP8 result (NVLink only: 49.7 µs dispatch,
+/// 64.2 µs combine) split evenly between send and receive — not fitted.
 pub fn pplx() -> System {
     System {
         name: "pplx-garden (per-peer bulk)".into(),
-        pattern: Pattern::PerPeer,
+        pattern: Pattern::PerPeer { shard_peers: true },
         signalling: Signalling::ReceiverCount,
         threads: 1,
         post_us: 0.3,
@@ -56,7 +59,7 @@ pub fn pplx() -> System {
             unpack_us: 32.1,
         },
         count_msgs: false,
-        route_exchange: true,
+        private_rows: Some(256),
     }
 }
 
@@ -109,8 +112,114 @@ pub fn ours(per_token: bool) -> System {
         dispatch: OURS_DISPATCH,
         combine: OURS_COMBINE,
         count_msgs: true,
-        route_exchange: false,
+        private_rows: None,
     }
+}
+
+/// pshmem.ep's normal-mode kernels (`kernels/include/pshmem/ep/ht.cuh`): 10 channels, windows
+/// of 32 tokens, RDMA rings of 128 slots (the defaults of `pshmem.ep.Buffer`), a counted put
+/// and a counted tail signal per chunk, 4 proxy threads. Kernel time: measured at EP 2 on one
+/// H100 shared by 2 PEs, no network ([`OURS_HT_DISPATCH_US`]); see [`normal`].
+pub fn ours_normal() -> System {
+    normal(
+        "pshmem.ep normal",
+        true,
+        OURS_HT_DISPATCH_US,
+        OURS_HT_COMBINE_US,
+    )
+}
+
+/// UCCL-EP's normal mode: DeepEP's internode kernels (the same rings and chunks; the tail
+/// rides in the chunk's last write as its immediate), 4 proxy threads. Kernel time: its
+/// published EP8 result on p5en (NVLink only: 500 µs dispatch, 973 µs combine) — not fitted.
+pub fn uccl_normal() -> System {
+    normal("UCCL-EP normal (model)", false, 500.0, 973.0)
+}
+
+/// A normal-mode system whose kernels take `dispatch_us` and `combine_us` without the
+/// network: chunks are ready in proportion as each channel's cursor advances over that time,
+/// and after its last chunk lands a receiver needs one more chunk's step (forwarding inside
+/// the node and the receiver's copy).
+fn normal(name: &str, tail_msgs: bool, dispatch_us: f64, combine_us: f64) -> System {
+    let rings = Rings {
+        channels: 10,
+        chunk: 32,
+        slots: 128,
+        tail_msgs,
+    };
+    let step = rings.chunk as f64 / Shape::prefill(256).tokens.div_ceil(rings.channels) as f64;
+    System {
+        name: name.into(),
+        pattern: Pattern::NodeRing(rings),
+        signalling: Signalling::ReceiverCount,
+        threads: 4,
+        post_us: 0.3,
+        dispatch: Kernels {
+            pack_us: dispatch_us,
+            unpack_us: dispatch_us * step,
+        },
+        combine: Kernels {
+            pack_us: combine_us,
+            unpack_us: combine_us * step,
+        },
+        count_msgs: false,
+        private_rows: None,
+    }
+}
+
+/// Our normal-mode kernel times, µs: the cached dispatch (FP8) and the combine at EP 2 on one
+/// H100 shared by 2 PEs under MPS, direct (IPC) path — `scripts/bench-ep.sh` EP_MODES=ht,
+/// `benches/results/ep-ht-h100` (commit a8eca65). Pessimistic for a GPU of one's own.
+pub const OURS_HT_DISPATCH_US: f64 = 839.0;
+/// See [`OURS_HT_DISPATCH_US`].
+pub const OURS_HT_COMBINE_US: f64 = 3825.6;
+
+/// The normal-mode benchmarks' routing (DeepEP's `test_internode.py`): experts rounded down
+/// to a multiple of the GPUs, each token's experts among those of `min(nodes, 4)` nodes.
+pub fn normal_routing(ep: usize, per_node: usize, fp8: bool) -> Routing {
+    let experts = 256 / ep * ep;
+    let shape = Shape {
+        fp8,
+        ..Shape::prefill(experts)
+    };
+    Routing::grouped(ep, shape, SEED, per_node, 4)
+}
+
+/// A published normal-mode figure the model is compared with (not fitted to).
+#[derive(Debug, Clone, Serialize)]
+pub struct NormalCheck {
+    /// GPUs.
+    pub ep: usize,
+    /// Published dispatch / combine, µs.
+    pub published_us: (f64, f64),
+    /// The model's, µs.
+    pub model_us: (f64, f64),
+}
+
+/// UCCL-EP's published normal mode on p5en (4096 tokens, FP8 dispatch, BF16 combine;
+/// `../shared/research/MOE_EFA.md` §B1) against the model with the fitted fabric. (Its µs ×
+/// GB/s give DeepEP's count: FP8 rows once per (token, node) own node included — 60 MB per
+/// GPU at EP16, 109 MB at EP32 — of which the model sends the remote ones.)
+pub fn normal_check(f: &Fabric) -> Vec<NormalCheck> {
+    [
+        (16, 1196.0, 6379.0),
+        (24, 1633.0, 6365.0),
+        (32, 2022.0, 4899.0),
+    ]
+    .iter()
+    .map(|&(ep, d, c)| {
+        let r = normal_routing(ep, f.gpus_per_node, true);
+        let s = uccl_normal();
+        NormalCheck {
+            ep,
+            published_us: (d, c),
+            model_us: (
+                simulate(f, &s, &r, Op::Dispatch).us,
+                simulate(f, &s, &r, Op::Combine).us,
+            ),
+        }
+    })
+    .collect()
 }
 
 /// A published figure the model is fitted to.
@@ -130,31 +239,52 @@ pub struct Anchor {
 
 /// The calibration points: UCCL-EP's and pplx-garden's published p5en LL results
 /// (`../shared/ANCHORS.md`). Experts: 288 for UCCL-EP (DeepEP's benchmark), 256 for pplx-garden
-/// (DeepSeek-V3's count; an assumption).
+/// (its benchmark's default).
 pub fn anchors() -> Vec<Anchor> {
-    let mut v = Vec::new();
-    for (system, experts, rows) in [
-        ("uccl", 288, [(16, 226.0, 293.0), (32, 465.0, 694.0)]),
-        ("pplx", 256, [(16, 214.8, 241.5), (32, 229.1, 335.0)]),
-    ] {
-        for (ep, d, c) in rows {
-            v.push(Anchor {
+    anchor_rows(&[
+        ("uccl", 288, 16, 226.0, 293.0),
+        ("uccl", 288, 32, 465.0, 694.0),
+        ("pplx", 256, 16, 214.8, 241.5),
+        ("pplx", 256, 32, 229.1, 335.0),
+    ])
+}
+
+/// Published p5en LL results the fit does not see (`../shared/research/MOE_EFA.md` §B1, §B2):
+/// UCCL-EP at EP24 and pplx-garden at EP64, to check the model out of sample.
+pub fn holdout() -> Vec<Anchor> {
+    anchor_rows(&[
+        ("uccl", 288, 24, 386.0, 580.0),
+        ("pplx", 256, 64, 266.7, 391.2),
+    ])
+}
+
+fn anchor_rows(rows: &[(&'static str, usize, usize, f64, f64)]) -> Vec<Anchor> {
+    rows.iter()
+        .flat_map(|&(system, experts, ep, d, c)| {
+            [(Op::Dispatch, d), (Op::Combine, c)].map(|(op, us)| Anchor {
                 system,
                 ep,
                 experts,
-                op: Op::Dispatch,
-                us: d,
-            });
-            v.push(Anchor {
-                system,
-                ep,
-                experts,
-                op: Op::Combine,
-                us: c,
-            });
-        }
-    }
-    v
+                op,
+                us,
+            })
+        })
+        .collect()
+}
+
+/// pplx-garden's dispatch at `ep` GPUs as published (its writes shard the peers over the
+/// NICs) and with each peer's bytes sharded over every NIC instead, µs: the cost of its peer
+/// sharding, which leaves one of each receiver's two NICs idle at EP16.
+pub fn pplx_sharding(f: &Fabric, ep: usize) -> (f64, f64) {
+    let r = Routing::uniform(ep, Shape::decode(256), SEED);
+    let bytes = System {
+        pattern: Pattern::PerPeer { shard_peers: false },
+        ..pplx()
+    };
+    (
+        simulate(f, &pplx(), &r, Op::Dispatch).us,
+        simulate(f, &bytes, &r, Op::Dispatch).us,
+    )
 }
 
 fn system_of(name: &str) -> System {
@@ -177,7 +307,12 @@ pub struct CalRow {
 
 /// The model against every anchor on `f`.
 pub fn calibrate(f: &Fabric) -> Vec<CalRow> {
-    anchors()
+    evaluate(f, anchors())
+}
+
+/// The model against `anchors` on `f`.
+pub fn evaluate(f: &Fabric, anchors: Vec<Anchor>) -> Vec<CalRow> {
+    anchors
         .into_iter()
         .map(|a| {
             let r = Routing::uniform(a.ep, Shape::decode(a.experts), SEED);
@@ -241,27 +376,52 @@ pub fn fit(base: &Fabric) -> (Fabric, Vec<CalRow>) {
     (best.1, best.2)
 }
 
-/// Our stream generator against one traced run: messages per dispatch per PE.
+/// Our stream generator against one traced run: messages and bytes per dispatch per PE.
 #[derive(Debug, Clone, Serialize)]
 pub struct TraceCheck {
     /// The traced configuration (directory name).
     pub run: String,
     /// PEs.
     pub ep: usize,
-    /// Per-token or batched.
-    pub per_token: bool,
+    /// "batched", "per-token" or "normal".
+    pub mode: &'static str,
     /// Messages per dispatch per PE in the trace.
     pub traced: f64,
-    /// The generator's, every peer remote (as in the traced runs, all through the proxy).
+    /// The generator's at the traced run's shape and placement.
     pub generated: f64,
+    /// MB per dispatch per PE in the trace, where recorded.
+    pub traced_mb: Option<f64>,
+    /// The generator's MB per dispatch per PE.
+    pub generated_mb: f64,
 }
 
-/// Messages per dispatch per PE our generator gives at `ep` PEs, 8 experts each, every peer
-/// reached over the network (as in a traced run through the proxy).
-pub fn generated_msgs(ep: usize, per_token: bool) -> f64 {
+/// Messages and MB per dispatch per PE our LL generator gives at `ep` PEs, 8 experts each,
+/// every peer reached over the network (as in a traced run through the proxy).
+pub fn generated_msgs(ep: usize, per_token: bool) -> (f64, f64) {
     let r = Routing::uniform(ep, Shape::decode(8 * ep), SEED);
-    let sys = ours(per_token);
-    crate::stream::messages(&sys, &r, Op::Dispatch, 1).len() as f64 / ep as f64
+    per_pe(
+        &crate::stream::messages(&ours(per_token), &r, Op::Dispatch, 1, 1),
+        ep,
+    )
+}
+
+/// Messages and MB per dispatch per PE our normal-mode generator gives at `ep` PEs in `nodes`
+/// nodes, with the benchmark's routing (uniform top-8 of 256 experts) and FP8 rows.
+pub fn generated_normal(ep: usize, nodes: usize) -> (f64, f64) {
+    let r = Routing::uniform(ep, Shape::prefill(256), SEED);
+    let per_node = ep.div_ceil(nodes.max(1));
+    per_pe(
+        &crate::stream::messages(&ours_normal(), &r, Op::Dispatch, per_node, 1),
+        ep,
+    )
+}
+
+fn per_pe(msgs: &[crate::stream::Msg], ep: usize) -> (f64, f64) {
+    let bytes: u64 = msgs.iter().map(|m| m.bytes).sum();
+    (
+        msgs.len() as f64 / ep as f64,
+        bytes as f64 / ep as f64 / 1e6,
+    )
 }
 
 /// A projection row.
@@ -288,13 +448,30 @@ pub fn experts_at(ep: usize) -> usize {
     if ep >= 64 { 256 } else { 288 }
 }
 
-/// Every system at EP 16, 32 and 64 on `f`.
+/// Every low-latency system at EP 16, 32 and 64 on `f` (decode shape).
 pub fn project(f: &Fabric) -> Vec<Projection> {
     let systems = [ours(false), ours(true), uccl(), pplx(), deepep_nvshmem()];
+    project_with(f, &systems, |ep| {
+        Routing::uniform(ep, Shape::decode(experts_at(ep)), SEED)
+    })
+}
+
+/// The normal-mode systems at EP 16, 32 and 64 on `f` (prefill shape, FP8 dispatch, the
+/// benchmarks' grouped routing).
+pub fn project_normal(f: &Fabric) -> Vec<Projection> {
+    let systems = [ours_normal(), uccl_normal()];
+    project_with(f, &systems, |ep| normal_routing(ep, f.gpus_per_node, true))
+}
+
+fn project_with(
+    f: &Fabric,
+    systems: &[System],
+    routing: impl Fn(usize) -> Routing,
+) -> Vec<Projection> {
     let mut v = Vec::new();
     for ep in [16, 32, 64] {
-        let r = Routing::uniform(ep, Shape::decode(experts_at(ep)), SEED);
-        for s in &systems {
+        let r = routing(ep);
+        for s in systems {
             let d = simulate(f, s, &r, Op::Dispatch);
             let c = simulate(f, s, &r, Op::Combine);
             v.push(Projection {
@@ -311,33 +488,31 @@ pub fn project(f: &Fabric) -> Vec<Projection> {
     v
 }
 
-/// One parameter's effect on our dispatch and combine at EP32 on p5en.
+/// One parameter's effect on our systems' dispatch and combine.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sensitivity {
     /// What changed.
     pub change: String,
-    /// Batched dispatch / combine, µs.
-    pub batched: (f64, f64),
-    /// Per-token dispatch / combine, µs.
-    pub per_token: (f64, f64),
+    /// Dispatch / combine µs of each system, in the order given.
+    pub results: Vec<(f64, f64)>,
 }
 
-/// Our two modes at EP `ep` under each parameter halved and doubled (and a few alternatives).
-pub fn sensitivity(f: &Fabric, ep: usize) -> Vec<Sensitivity> {
-    let r = Routing::uniform(ep, Shape::decode(experts_at(ep)), SEED);
-    let run = |f: &Fabric, b: &System, t: &System, change: String| Sensitivity {
+/// `systems` on routing `r` under each fabric parameter halved and doubled, other proxy
+/// costs, and the kernels of `fast` (a faster system's).
+pub fn sensitivity(f: &Fabric, r: &Routing, systems: &[System], fast: &System) -> Vec<Sensitivity> {
+    let run = |f: &Fabric, sys: &[System], change: String| Sensitivity {
         change,
-        batched: (
-            simulate(f, b, &r, Op::Dispatch).us,
-            simulate(f, b, &r, Op::Combine).us,
-        ),
-        per_token: (
-            simulate(f, t, &r, Op::Dispatch).us,
-            simulate(f, t, &r, Op::Combine).us,
-        ),
+        results: sys
+            .iter()
+            .map(|s| {
+                (
+                    simulate(f, s, r, Op::Dispatch).us,
+                    simulate(f, s, r, Op::Combine).us,
+                )
+            })
+            .collect(),
     };
-    let (b, t) = (ours(false), ours(true));
-    let mut v = vec![run(f, &b, &t, "baseline".into())];
+    let mut v = vec![run(f, systems, "baseline".into())];
     type FabricKnob = (&'static str, fn(&mut Fabric, f64), fn(&Fabric) -> f64);
     let knobs: [FabricKnob; 7] = [
         ("per-message time", |f, v| f.x_msg_us = v, |f| f.x_msg_us),
@@ -356,33 +531,35 @@ pub fn sensitivity(f: &Fabric, ep: usize) -> Vec<Sensitivity> {
         for m in [0.5, 2.0] {
             let mut g = f.clone();
             set(&mut g, get(f) * m);
-            v.push(run(&g, &b, &t, format!("{name} ×{m}")));
+            v.push(run(&g, systems, format!("{name} ×{m}")));
         }
     }
-    let with = |s: &System, post: f64, threads: usize, k: Option<(Kernels, Kernels)>| {
-        let mut s = s.clone();
-        s.post_us = post;
-        s.threads = threads;
-        if let Some((d, c)) = k {
-            s.dispatch = d;
-            s.combine = c;
-        }
-        s
+    let with = |post: f64, threads: usize, k: Option<(Kernels, Kernels)>| -> Vec<System> {
+        systems
+            .iter()
+            .map(|s| {
+                let mut s = s.clone();
+                s.post_us = post;
+                s.threads = threads;
+                if let Some((d, c)) = k {
+                    s.dispatch = d;
+                    s.combine = c;
+                }
+                s
+            })
+            .collect()
     };
     for (post, threads) in [(1.0, 4), (3.0, 4), (0.3, 1), (1.0, 1)] {
         v.push(run(
             f,
-            &with(&b, post, threads, None),
-            &with(&t, post, threads, None),
+            &with(post, threads, None),
             format!("proxy post {post} µs, {threads} thread(s)"),
         ));
     }
-    let k = Some((uccl().dispatch, uccl().combine));
     v.push(run(
         f,
-        &with(&b, 0.3, 4, k),
-        &with(&t, 0.3, 4, k),
-        "kernels as fast as UCCL-EP's".into(),
+        &with(0.3, 4, Some((fast.dispatch, fast.combine))),
+        format!("kernels as fast as {}", fast.name),
     ));
     v
 }

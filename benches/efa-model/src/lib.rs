@@ -1,10 +1,11 @@
-//! A discrete-event model of MoE low-latency dispatch and combine over AWS EFA, for systems
-//! whose GPUs hand messages to CPU proxy threads (no GPU-initiated RDMA on EFA).
+//! A discrete-event model of MoE dispatch and combine (low-latency and normal modes) over AWS
+//! EFA, for systems whose GPUs hand messages to CPU proxy threads (no GPU-initiated RDMA on
+//! EFA).
 //!
 //! Nothing here ran on EFA hardware. The model (structure from `../shared/research/MOE_EFA.md`
-//! §D) replays the message streams of a decode step — which GPU sends how many bytes to which,
-//! when each message is ready — through FIFO servers: the sender's proxy threads (a post cost
-//! each), the sender's NICs and the receiver's NICs (a per-packet cost that grows with the
+//! §D) replays the message streams of a decode step (a prefill step in the normal mode) —
+//! which GPU sends how many bytes to which, when each message is ready — through FIFO
+//! servers: the sender's proxy threads (a post cost each), the sender's NICs and the receiver's NICs (a per-packet cost that grows with the
 //! number of remote nodes, a cross-rail factor, and the NIC's bandwidth), the wire latency,
 //! then the receiver's completion and signal path and its receive kernel. An operation takes
 //! as long as its slowest receiver. The network is feed-forward, so serving every queue in
@@ -22,4 +23,4 @@ pub mod stream;
 
 pub use fabric::Fabric;
 pub use sim::{Outcome, simulate};
-pub use stream::{Op, Pattern, Shape, Signalling, System};
+pub use stream::{Op, Pattern, Rings, Shape, Signalling, System};

@@ -49,13 +49,20 @@ impl Queues {
     fn run(&mut self, f: &Fabric, n: usize, post_us: f64, msgs: &[Msg]) -> Vec<f64> {
         let mut order: Vec<usize> = (0..msgs.len()).collect();
         // Proxy threads: a thread posts its messages in the order the GPU made them ready
-        // (counts after the data they cover).
+        // (counts after the data they cover); those ready together from the GPU of the same
+        // local index on the next node on (`dst − src − per_node` mod n), as DeepEP staggers.
+        // The model's NICs serve messages one after another where EFA's interleave the writes
+        // in flight: without this stagger every sender of a node would start at the same
+        // receiver and convoy, which interleaving avoids.
+        let pn = f.gpus_per_node % n.max(1);
+        let stagger = |m: &Msg| (m.dst as usize + 2 * n - m.src as usize - pn) % n.max(1);
         order.sort_by(|&a, &b| {
             let (x, y) = (&msgs[a], &msgs[b]);
             (x.src, x.thread)
                 .cmp(&(y.src, y.thread))
                 .then(x.ready_us.total_cmp(&y.ready_us))
                 .then(x.count.cmp(&y.count))
+                .then(stagger(x).cmp(&stagger(y)))
         });
         let mut posted = vec![0.0; msgs.len()];
         for &i in &order {
@@ -74,8 +81,13 @@ impl Queues {
         for &i in &order {
             let m = &msgs[i];
             let s = m.src as usize;
-            nic[i] = self.next_nic[s] % self.nics;
-            self.next_nic[s] += 1;
+            nic[i] = match m.nic {
+                Some(k) => k as usize % self.nics,
+                None => {
+                    self.next_nic[s] += 1;
+                    (self.next_nic[s] - 1) % self.nics
+                }
+            };
             svc[i] = f.service_us(m.bytes, s, m.dst as usize, n);
             let q = s * self.nics + nic[i];
             tx_start[i] = posted[i].max(self.tx_free[q]);
@@ -99,12 +111,13 @@ impl Queues {
 }
 
 /// Messages of [`STRIPE_BYTES`] or more split in one part per NIC (a bulk write is sharded over
-/// the GPU's NICs, as pplx-garden shards by bytes and proxyshmem stripes over rails).
+/// the GPU's NICs, as pplx-garden shards by bytes and proxyshmem stripes over rails), unless
+/// the system pins their NIC.
 fn stripe(msgs: Vec<Msg>, nics: usize) -> Vec<Msg> {
     let nics = nics.max(1) as u64;
     let mut out = Vec::with_capacity(msgs.len());
     for m in msgs {
-        if m.bytes >= STRIPE_BYTES && nics > 1 {
+        if m.bytes >= STRIPE_BYTES && nics > 1 && m.nic.is_none() {
             for k in 0..nics {
                 let bytes = m.bytes / nics + u64::from(k < m.bytes % nics);
                 out.push(Msg { bytes, ..m });
@@ -126,12 +139,16 @@ pub fn simulate(f: &Fabric, sys: &System, r: &Routing, op: Op) -> Outcome {
         Op::Dispatch => sys.dispatch,
         Op::Combine => sys.combine,
     };
-    let mut msgs = stripe(messages(sys, r, op, f.gpus_per_node), f.nics_per_gpu);
+    let mut msgs = stripe(
+        messages(sys, r, op, f.gpus_per_node, f.nics_per_gpu),
+        f.nics_per_gpu,
+    );
     let mut q = Queues::new(n, sys.threads.max(1), f.nics_per_gpu.max(1));
     let mut extra = 0usize;
-    if sys.route_exchange && op == Op::Dispatch {
-        // Every GPU first tells every remote peer its counts; its bulk writes start once all
-        // peers' counts reached it.
+    if msgs.iter().any(|m| m.after_route) {
+        // Every GPU tells every remote peer its counts; the rows beyond the private buffers
+        // go once all peers' counts reached their sender. (The exchange's messages share the
+        // queues only through this gate: in the published shapes nothing overflows.)
         let route: Vec<Msg> = (0..n)
             .flat_map(|s| {
                 (0..n)
@@ -143,6 +160,8 @@ pub fn simulate(f: &Fabric, sys: &System, r: &Routing, op: Op) -> Outcome {
                         ready_us: k.pack_us,
                         thread: (g % sys.threads.max(1)) as u32,
                         count: true,
+                        nic: None,
+                        after_route: false,
                     })
             })
             .collect();
@@ -152,7 +171,7 @@ pub fn simulate(f: &Fabric, sys: &System, r: &Routing, op: Op) -> Outcome {
             let s = &mut start[m.dst as usize];
             *s = s.max(t + f.cqe_us);
         }
-        for m in &mut msgs {
+        for m in msgs.iter_mut().filter(|m| m.after_route) {
             m.ready_us = m.ready_us.max(start[m.src as usize]);
         }
         extra = route.len();

@@ -1,9 +1,10 @@
 //! The systems and the message streams they produce for one dispatch or combine.
 //!
-//! Routing is DeepEP's benchmark's: every GPU holds `tokens` tokens, each choosing `topk`
-//! distinct experts uniformly at random (seeded, so every system sees the same routing);
-//! experts are spread evenly over the GPUs. Only messages between nodes are produced: traffic
-//! inside a node goes over NVLink, overlapped with the network.
+//! Routing is DeepEP's benchmarks': every GPU holds `tokens` tokens, each choosing `topk`
+//! distinct experts uniformly at random (seeded, so every system sees the same routing) — in
+//! the normal-mode benchmark among the experts of at most 4 randomly chosen nodes; experts are
+//! spread evenly over the GPUs. Only messages between nodes are produced: traffic inside a
+//! node goes over NVLink, overlapped with the network.
 
 use rand::{SeedableRng, rngs::SmallRng, seq::index::sample};
 use serde::Serialize;
@@ -19,6 +20,8 @@ pub struct Shape {
     pub topk: usize,
     /// Experts in all.
     pub experts: usize,
+    /// Dispatch rows in FP8 with a float scale per 128 channels (else BF16).
+    pub fp8: bool,
 }
 
 impl Shape {
@@ -29,12 +32,38 @@ impl Shape {
             hidden: 7168,
             topk: 8,
             experts,
+            fp8: true,
         }
     }
 
-    /// Bytes of one dispatched row: FP8 channels, one float scale per 128, a 16-byte header.
+    /// Prefill shape of the normal-mode benchmarks (DeepEP's, UCCL-EP's, ours): 4096 tokens,
+    /// hidden 7168, top-8.
+    pub fn prefill(experts: usize) -> Self {
+        Self {
+            tokens: 4096,
+            ..Self::decode(experts)
+        }
+    }
+
+    /// Bytes of one normal-mode ring slot for `op`: pshmem.ep's layout (`ep/ht.h`) — a
+    /// 16-byte header, the top-k ids and weights, then the FP8 row and its scales (dispatch)
+    /// or the BF16 row (combine), a multiple of 16. DeepEP's slots differ by a few bytes.
+    pub fn slot(&self, op: Op) -> u64 {
+        let row = match op {
+            Op::Dispatch if self.fp8 => self.hidden + self.hidden / 128 * 4,
+            _ => 2 * self.hidden,
+        };
+        (16 + (8 * self.topk).next_multiple_of(16) + row).next_multiple_of(16) as u64
+    }
+
+    /// Bytes of one dispatched row: FP8 channels, one float scale per 128 (or BF16
+    /// channels), a 16-byte header.
     pub fn dispatch_row(&self) -> u64 {
-        (self.hidden + self.hidden / 128 * 4 + 16) as u64
+        if self.fp8 {
+            (self.hidden + self.hidden / 128 * 4 + 16) as u64
+        } else {
+            self.combine_row() + 16
+        }
     }
 
     /// Bytes of one combined row: BF16 channels.
@@ -61,9 +90,36 @@ pub enum Pattern {
     /// One write per (remote expert, peer) of all its rows, after the send kernel
     /// (pshmem.ep's default, batched).
     PerExpert,
-    /// One bulk write per remote peer GPU (pplx-garden): dispatch sends a token once per
-    /// destination GPU, combine one partial sum per (token, expert GPU).
-    PerPeer,
+    /// One bulk write per remote peer GPU (pplx-garden, `p2p-all-to-all/src/a2a_worker.rs`):
+    /// a row per (token, expert) both ways (its send buffer is laid out by expert: no
+    /// deduplication per GPU). With `shard_peers` (pplx-garden's dispatch) the writes shard
+    /// the *peers* over the sender's NICs — its list of remote peers, by node then local
+    /// index, cut in one contiguous part per NIC — and NIC i writes to the receiver's NIC i;
+    /// otherwise (its combine) each peer's bytes are sharded over every NIC.
+    PerPeer {
+        /// Dispatch writes pinned to a NIC by the peer's place in the list.
+        shard_peers: bool,
+    },
+    /// The normal (high-throughput) mode of DeepEP's internode kernels, which pshmem.ep's
+    /// normal mode and UCCL-EP (DeepEP's kernels) follow: a token goes once per remote node
+    /// it has experts on, to the GPU of the same local index (rail-aligned), in chunks
+    /// streamed per (channel, node) ring while the kernel runs; combine returns one partial
+    /// sum per (token, remote node) the same way.
+    NodeRing(Rings),
+}
+
+/// The rings of [`Pattern::NodeRing`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Rings {
+    /// Channels: each streams its contiguous share of the tokens.
+    pub channels: usize,
+    /// Tokens the sender scans per publish: one message per window with a token for the node.
+    pub chunk: usize,
+    /// Slots of a (channel, node) ring: a chunk that wraps its end is two writes.
+    pub slots: usize,
+    /// A separate tail (count) message per chunk (pshmem.ep: a counted signal after its put)
+    /// rather than the tail carried in the chunk's last write (UCCL-EP's immediate).
+    pub tail_msgs: bool,
 }
 
 /// How the receiver learns that the data it counts has landed.
@@ -105,8 +161,10 @@ pub struct System {
     pub combine: Kernels,
     /// One count (or flag) message per (remote expert, peer) besides the data.
     pub count_msgs: bool,
-    /// Counts are exchanged first and the bulk writes wait for every peer's (pplx-garden).
-    pub route_exchange: bool,
+    /// Counts are exchanged while the first rows go (pplx-garden): per peer, up to this many
+    /// rows are written into a private buffer at once, the rest after every peer's counts
+    /// arrived (a second write, its bytes sharded over the NICs). `None`: no exchange.
+    pub private_rows: Option<usize>,
 }
 
 /// One network message.
@@ -124,6 +182,11 @@ pub struct Msg {
     pub thread: u32,
     /// A count or flag (posted after the data it covers).
     pub count: bool,
+    /// The sending (and receiving) NIC when the system pins it; `None`: round-robin, and
+    /// striped over every NIC from [`crate::sim::STRIPE_BYTES`].
+    pub nic: Option<u8>,
+    /// Posted only once the route exchange completed (rows beyond the private buffer).
+    pub after_route: bool,
 }
 
 /// The experts each token of each GPU chose: `[gpu][token] -> experts`.
@@ -151,6 +214,32 @@ impl Routing {
         Self { choice, n, shape }
     }
 
+    /// DeepEP's normal-mode benchmark routing: each token picks `groups` distinct nodes of
+    /// `per_node` GPUs at random, then `topk` distinct experts among theirs, from `seed`.
+    pub fn grouped(n: usize, shape: Shape, seed: u64, per_node: usize, groups: usize) -> Self {
+        let nodes = n.div_ceil(per_node).max(1);
+        let per_expert_node = shape.experts.div_ceil(nodes);
+        let groups = groups.clamp(1, nodes);
+        let choice = (0..n)
+            .map(|g| {
+                let mut rng = SmallRng::seed_from_u64(seed ^ (g as u64).wrapping_mul(0x9E37_79B9));
+                (0..shape.tokens)
+                    .map(|_| {
+                        let picked = sample(&mut rng, nodes, groups).into_vec();
+                        let pool = (groups * per_expert_node).min(shape.experts);
+                        sample(&mut rng, pool, shape.topk.min(pool))
+                            .into_iter()
+                            .map(|i| {
+                                picked[i / per_expert_node] * per_expert_node + i % per_expert_node
+                            })
+                            .collect()
+                    })
+                    .collect()
+            })
+            .collect();
+        Self { choice, n, shape }
+    }
+
     /// The GPU holding expert `e`.
     pub fn gpu_of(&self, e: usize) -> usize {
         e / self.shape.experts.div_ceil(self.n)
@@ -162,9 +251,9 @@ pub fn remote(a: usize, b: usize, per_node: usize) -> bool {
     a / per_node != b / per_node
 }
 
-/// The network messages of `op` for `sys` under `r`, with `per_node` GPUs a node. Count
-/// messages follow the data of their sender and thread.
-pub fn messages(sys: &System, r: &Routing, op: Op, per_node: usize) -> Vec<Msg> {
+/// The network messages of `op` for `sys` under `r`, with `per_node` GPUs and `nics` NICs a
+/// GPU. Count messages follow the data of their sender and thread.
+pub fn messages(sys: &System, r: &Routing, op: Op, per_node: usize, nics: usize) -> Vec<Msg> {
     let sh = r.shape;
     let k = match op {
         Op::Dispatch => sys.dispatch,
@@ -177,62 +266,77 @@ pub fn messages(sys: &System, r: &Routing, op: Op, per_node: usize) -> Vec<Msg> 
     let thr = |key: usize| (key % sys.threads.max(1)) as u32;
     // (source GPU s, expert e, rows n): the traffic of s's tokens with expert e, before
     // choosing who sends (dispatch: s to e's GPU; combine: e's GPU back to s).
+    if let Pattern::NodeRing(rings) = sys.pattern {
+        return node_ring(rings, sys, r, op, per_node);
+    }
     let mut out = Vec::new();
-    let mut push = |s: usize, g: usize, bytes: u64, ready: f64, key: usize, count: bool| {
+    let msg = |s: usize, g: usize, bytes: u64, ready: f64, key: usize, count: bool| {
         let (src, dst) = match op {
             Op::Dispatch => (s, g),
             Op::Combine => (g, s),
         };
-        out.push(Msg {
+        Msg {
             src: src as u32,
             dst: dst as u32,
             bytes,
             ready_us: ready,
             thread: thr(key),
             count,
-        });
+            nic: None,
+            after_route: false,
+        }
     };
     for (s, tokens) in r.choice.iter().enumerate() {
         let mut per_expert = vec![0u64; sh.experts];
-        let mut per_gpu_tokens = vec![0u64; r.n];
+        let mut per_gpu_rows = vec![0u64; r.n];
         for (t, experts) in tokens.iter().enumerate() {
-            let mut seen = vec![false; r.n];
             for &e in experts {
                 let g = r.gpu_of(e);
                 per_expert[e] += 1;
-                if !seen[g] {
-                    seen[g] = true;
-                    per_gpu_tokens[g] += 1;
-                }
+                per_gpu_rows[g] += 1;
                 if sys.pattern == Pattern::PerToken && remote(s, g, per_node) {
                     let ready = k.pack_us * (t + 1) as f64 / sh.tokens as f64;
-                    push(s, g, row, ready, e, false);
+                    out.push(msg(s, g, row, ready, e, false));
                 }
             }
         }
-        // Destinations in an order staggered by the sender (as DeepEP and pplx do): from the
-        // GPU of the same local index on the next node on, so that at each step the senders
-        // of a node write to different receivers.
+        // Destinations in an order staggered by the sender (as DeepEP does): from the GPU of
+        // the same local index on the next node on, so that at each step the senders of a
+        // node write to different receivers.
         let first = s + per_node;
         let experts = (0..sh.experts).map(|i| (i + first * sh.experts / r.n) % sh.experts);
-        let gpus = (0..r.n).map(|i| (i + first) % r.n);
         match sys.pattern {
-            Pattern::PerToken => {}
+            Pattern::PerToken | Pattern::NodeRing(_) => {}
             Pattern::PerExpert => {
                 for e in experts.clone() {
                     let (g, rows) = (r.gpu_of(e), per_expert[e]);
                     if rows > 0 && remote(s, g, per_node) {
-                        push(s, g, rows * row, k.pack_us, e, false);
+                        out.push(msg(s, g, rows * row, k.pack_us, e, false));
                     }
                 }
             }
-            Pattern::PerPeer => {
-                for g in gpus.filter(|&g| remote(s, g, per_node)) {
-                    // A token once per destination GPU; combine returns one partial sum per
-                    // (token, expert GPU) (an assumption about pplx-garden's combine).
-                    let rows = per_gpu_tokens[g];
-                    if rows > 0 {
-                        push(s, g, rows * row, k.pack_us, g, false);
+            Pattern::PerPeer { shard_peers } => {
+                // pplx-garden's peer list: the next node's GPUs by local index, then the
+                // node after; its NIC shards follow this list (the queues stagger the
+                // posting order).
+                let node = s / per_node;
+                let peers: Vec<usize> = (1..r.n.div_ceil(per_node))
+                    .flat_map(|d| (0..per_node).map(move |l| ((node + d) * per_node + l) % r.n))
+                    .collect();
+                let private = sys.private_rows.unwrap_or(usize::MAX) as u64;
+                let shard = peers.len().div_ceil(nics.max(1)).max(1);
+                for (i, &g) in peers.iter().enumerate() {
+                    let rows = per_gpu_rows[g];
+                    let mut m = msg(s, g, rows.min(private) * row, k.pack_us, g, false);
+                    m.nic = (shard_peers && op == Op::Dispatch).then_some((i / shard) as u8);
+                    if op == Op::Dispatch && rows > private {
+                        out.push(m);
+                        m.bytes = (rows - private) * row;
+                        m.nic = None;
+                        m.after_route = true;
+                    }
+                    if m.bytes > 0 {
+                        out.push(m);
                     }
                 }
             }
@@ -241,7 +345,67 @@ pub fn messages(sys: &System, r: &Routing, op: Op, per_node: usize) -> Vec<Msg> 
             for e in experts {
                 let g = r.gpu_of(e);
                 if remote(s, g, per_node) {
-                    push(s, g, 8, k.pack_us, e, true);
+                    out.push(msg(s, g, 8, k.pack_us, e, true));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The messages of [`Pattern::NodeRing`]: for each (source GPU, channel, remote node), one
+/// write per window of `chunk` tokens holding a token for that node (two where it wraps the
+/// ring's end), ready as the channel's cursor passes the window, plus its tail. Dispatch goes
+/// from the token's GPU to the GPU of the same local index on the node, combine back.
+fn node_ring(rg: Rings, sys: &System, r: &Routing, op: Op, per_node: usize) -> Vec<Msg> {
+    let sh = r.shape;
+    let k = match op {
+        Op::Dispatch => sys.dispatch,
+        Op::Combine => sys.combine,
+    };
+    let slot = sh.slot(op);
+    let nodes = r.n.div_ceil(per_node);
+    let per = sh.tokens.div_ceil(rg.channels.max(1));
+    let window = rg.chunk.max(1);
+    let mut out = Vec::new();
+    for (s, tokens) in r.choice.iter().enumerate() {
+        let on_node = |t: usize, m: usize| tokens[t].iter().any(|&e| r.gpu_of(e) / per_node == m);
+        for c in 0..rg.channels.max(1) {
+            let (t0, t1) = ((c * per).min(sh.tokens), ((c + 1) * per).min(sh.tokens));
+            for m in (0..nodes).filter(|&m| m != s / per_node) {
+                let g = m * per_node + s % per_node;
+                let (src, dst) = match op {
+                    Op::Dispatch => (s, g),
+                    Op::Combine => (g, s),
+                };
+                let msg = |bytes: u64, ready_us: f64, count: bool| Msg {
+                    src: src as u32,
+                    dst: dst as u32,
+                    bytes,
+                    ready_us,
+                    thread: (c % sys.threads.max(1)) as u32,
+                    count,
+                    nic: None,
+                    after_route: false,
+                };
+                let mut pos = 0usize;
+                for w in (t0..t1).step_by(window) {
+                    let end = (w + window).min(t1);
+                    let n = (w..end).filter(|&t| on_node(t, m)).count();
+                    if n == 0 {
+                        continue;
+                    }
+                    let ready = k.pack_us * (end - t0) as f64 / (t1 - t0) as f64;
+                    let slots = rg.slots.max(1);
+                    let first = n.min(slots - pos % slots);
+                    out.push(msg(first as u64 * slot, ready, false));
+                    if n > first {
+                        out.push(msg((n - first) as u64 * slot, ready, false));
+                    }
+                    if rg.tail_msgs {
+                        out.push(msg(8, ready, true));
+                    }
+                    pos += n;
                 }
             }
         }

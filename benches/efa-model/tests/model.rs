@@ -3,7 +3,7 @@
 
 use pshmem_efa_model::{
     Fabric, Op, Pattern, Shape, Signalling, System, calib, simulate,
-    stream::{Kernels, Routing, messages},
+    stream::{Kernels, Msg, Routing, messages},
 };
 
 fn tiny_system(pattern: Pattern) -> System {
@@ -22,7 +22,7 @@ fn tiny_system(pattern: Pattern) -> System {
             unpack_us: 5.0,
         },
         count_msgs: false,
-        route_exchange: false,
+        private_rows: None,
     }
 }
 
@@ -34,6 +34,7 @@ fn two_gpus(tokens: usize) -> Routing {
         hidden: 1024,
         topk: 1,
         experts: 2,
+        fp8: true,
     };
     let mut r = Routing::uniform(2, shape, 7);
     r.choice = vec![vec![vec![1]; tokens], vec![vec![0]; tokens]];
@@ -140,7 +141,7 @@ fn routing_picks_distinct_experts_and_streams_stay_between_nodes() {
             assert_eq!(s.len(), 8);
         }
     }
-    for m in messages(&calib::uccl(), &r, Op::Dispatch, 8) {
+    for m in messages(&calib::uccl(), &r, Op::Dispatch, 8, 2) {
         assert_ne!(m.src / 8, m.dst / 8);
     }
 }
@@ -156,7 +157,7 @@ fn generator_matches_the_traced_message_counts() {
         (4, true, 787.8),
         (8, true, 954.0),
     ] {
-        let g = calib::generated_msgs(ep, per_token);
+        let g = calib::generated_msgs(ep, per_token).0;
         let err = (g - traced).abs() / traced;
         assert!(
             err < 0.05,
@@ -165,29 +166,93 @@ fn generator_matches_the_traced_message_counts() {
     }
 }
 
-/// The one anchor the model misses by more than 15 %, and by how much at most: pplx-garden's
-/// EP16 dispatch, as slow as its EP32 dispatch and nearly its EP16 combine (which moves about
-/// twice the bytes); the model has no pplx-specific cost that would appear at EP16 only.
-const KNOWN_MISS: (&str, usize, Op, f64) = ("pplx", 16, Op::Dispatch, 35.0);
+#[test]
+fn the_normal_generator_matches_the_traced_runs() {
+    // From benches/results/ep-ht-h100 (a8eca65): two emulated nodes, IPC inside, so every
+    // proxy message crosses between them; puts and counted tails per dispatch per PE, and MB.
+    // The traced runs went over tcp, where a full ring cuts some chunks short: a few more
+    // messages than the generator's windows.
+    for (ep, traced, mb) in [(2, 300.0, 30.48), (4, 296.7, 30.5)] {
+        let (g, gmb) = calib::generated_normal(ep, 2);
+        assert!(
+            g <= traced && (traced - g) / traced < 0.1,
+            "EP{ep}: generated {g} messages, traced {traced}"
+        );
+        assert!(
+            (gmb - mb).abs() / mb < 0.02,
+            "EP{ep}: generated {gmb} MB, traced {mb}"
+        );
+    }
+}
+
+#[test]
+fn normal_rings_go_once_per_remote_node_to_the_same_local_index() {
+    let f = Fabric::p5en();
+    let r = calib::normal_routing(32, 8, true);
+    let sys = calib::ours_normal();
+    let msgs = messages(&sys, &r, Op::Dispatch, 8, 2);
+    let slot = r.shape.slot(Op::Dispatch);
+    let mut rows = 0u64;
+    for (s, tokens) in r.choice.iter().enumerate() {
+        for experts in tokens {
+            let mut nodes: Vec<usize> = experts.iter().map(|&e| r.gpu_of(e) / 8).collect();
+            nodes.sort_unstable();
+            nodes.dedup();
+            // DeepEP's benchmark routing: at most 4 nodes a token.
+            assert!(nodes.len() <= 4);
+            rows += nodes.iter().filter(|&&m| m != s / 8).count() as u64;
+        }
+    }
+    let (data, tails): (Vec<&Msg>, Vec<&Msg>) = msgs.iter().partition(|m| !m.count);
+    assert_eq!(data.iter().map(|m| m.bytes).sum::<u64>(), rows * slot);
+    // A tail per chunk; a chunk that wraps its ring is two writes.
+    assert!(tails.len() <= data.len() && data.len() < tails.len() * 2);
+    for m in &msgs {
+        assert_eq!(m.src % 8, m.dst % 8, "rail-aligned");
+        assert_ne!(m.src / 8, m.dst / 8, "between nodes");
+    }
+    // Combine: the same chunks back, BF16 rows.
+    let back = messages(&sys, &r, Op::Combine, 8, 2);
+    assert_eq!(back.len(), msgs.len());
+    let b: u64 = back.iter().filter(|m| !m.count).map(|m| m.bytes).sum();
+    assert_eq!(b, rows * r.shape.slot(Op::Combine));
+    // The kernels bound it from below; the network adds to them.
+    let d = simulate(&f, &sys, &r, Op::Dispatch).us;
+    assert!(d > sys.dispatch.pack_us + sys.dispatch.unpack_us);
+}
+
+#[test]
+fn pplx_peer_sharding_idles_half_the_receiving_nics_at_ep16() {
+    // Its dispatch pins each peer to a NIC (the first half of its list to NIC 0): at EP16 a
+    // receiver takes every row on one NIC, at EP32 two thirds on its busier one.
+    let f = Fabric::p5en();
+    let (peers16, bytes16) = calib::pplx_sharding(&f, 16);
+    let (peers32, bytes32) = calib::pplx_sharding(&f, 32);
+    assert!(peers16 > 1.3 * bytes16, "{peers16} vs {bytes16}");
+    assert!(peers32 / bytes32 < peers16 / bytes16);
+}
 
 #[test]
 fn the_preset_reproduces_the_anchors() {
-    let rows = calib::calibrate(&Fabric::p5en());
-    for r in &rows {
+    for r in &calib::calibrate(&Fabric::p5en()) {
         let a = &r.anchor;
-        let bound = if (a.system, a.ep, a.op) == (KNOWN_MISS.0, KNOWN_MISS.1, KNOWN_MISS.2) {
-            KNOWN_MISS.3
-        } else {
-            15.0
-        };
         assert!(
-            r.err_pct.abs() <= bound,
-            "{} EP{} {:?}: model {:.1} µs, published {:.1} µs ({:+.1} %, bound {bound} %)",
+            r.err_pct.abs() <= 15.0,
+            "{} EP{} {:?}: model {:.1} µs, published {:.1} µs ({:+.1} %)",
             a.system,
             a.ep,
             a.op,
             r.model_us,
             a.us,
+            r.err_pct
+        );
+    }
+    // Out of sample (not fitted): UCCL-EP at EP24, pplx-garden at EP64.
+    for r in &calib::evaluate(&Fabric::p5en(), calib::holdout()) {
+        assert!(
+            r.err_pct.abs() <= 20.0,
+            "{:?}: {:+.1} %",
+            r.anchor,
             r.err_pct
         );
     }
