@@ -56,6 +56,26 @@ pub struct Bootstrap {
     rt: Option<tokio::runtime::Runtime>,
 }
 
+/// Reports, from outside the bootstrap, that a rank died (see [`Bootstrap::death_reporter`]).
+/// Cheap to clone; harmless after the job failed or finished (it then does nothing).
+#[derive(Clone)]
+pub struct DeathReporter(Arc<Shared>);
+
+impl std::fmt::Debug for DeathReporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("DeathReporter").field(&self.0.me).finish()
+    }
+}
+
+impl DeathReporter {
+    /// This rank lost its connection to rank `dead` (`detail` says how): the job fails as if
+    /// the bootstrap had seen `dead` die, on this rank at once and, through rank 0, on every
+    /// other, whose errors then name `dead` rather than this rank when it leaves.
+    pub fn peer_lost(&self, dead: usize, detail: &str) {
+        self.0.report_dead(dead, detail);
+    }
+}
+
 impl std::fmt::Debug for Bootstrap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Bootstrap")
@@ -217,6 +237,12 @@ impl Bootstrap {
             }
             None => st.hooks.push(Box::new(hook)),
         }
+    }
+
+    /// A handle through which the data path reports a rank it found dead (its connection to
+    /// that rank was lost) to the whole job; see [`DeathReporter::peer_lost`].
+    pub fn death_reporter(&self) -> DeathReporter {
+        DeathReporter(self.shared.clone())
     }
 
     /// Gathers every rank's bytes (sizes may differ) on every rank, in rank order.

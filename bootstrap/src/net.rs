@@ -287,6 +287,32 @@ impl Shared {
         }
     }
 
+    /// This rank learned, outside the bootstrap (its data path lost the connection), that rank
+    /// `dead` died. A rank other than 0 tells rank 0 first, which relays it to everyone, so
+    /// that the others hear which rank died rather than only see this rank leave: non-root
+    /// ranks are connected to rank 0 alone, and rank 0 may read this rank's exit before the
+    /// dead rank's. Then the failure is recorded here as if the bootstrap had seen it.
+    pub(crate) fn report_dead(&self, dead: usize, detail: &str) {
+        if dead >= self.n || dead == self.me {
+            return;
+        }
+        {
+            let st = self.lock();
+            if st.failure.is_some() || st.finalizing {
+                return;
+            }
+        }
+        let detail = format!("rank {}'s data path: {detail}", self.me);
+        if self.me != 0 {
+            // Queued before `fail` wakes the waiters: a waiter that returns at once and drops
+            // the bootstrap flushes what is queued before it closes.
+            let mut w = Writer::default();
+            w.u32(dead as u32).str(&detail);
+            self.send(0, Kind::Abort, Bytes::from(w.0));
+        }
+        self.fail(Failure::Died { dead, detail });
+    }
+
     /// Rank 0: queues an `Abort` describing `failure` to every other rank.
     fn relay_abort(&self, failure: &Failure) {
         let (dead, reason) = match failure {
@@ -318,19 +344,20 @@ impl Shared {
     }
 }
 
-/// Decodes an `Abort` payload into a failure.
-fn abort_failure(payload: &[u8]) -> Failure {
+/// Decodes an `Abort` payload sent by rank `from` into a failure (rank 0 relays aborts to the
+/// others; the others report a death they saw to rank 0).
+fn abort_failure(from: usize, payload: &[u8]) -> Failure {
     let mut r = Reader::new(payload, "abort");
     match (r.u32(), r.str()) {
         (Ok(dead), Ok(reason)) if dead != u32::MAX => Failure::Died {
             dead: dead as usize,
-            detail: format!("reported by rank 0: {reason}"),
+            detail: format!("reported by rank {from}: {reason}"),
         },
         (Ok(_), Ok(reason)) => Failure::Aborted {
             reason: reason.to_string(),
         },
         _ => Failure::Aborted {
-            reason: "rank 0 aborted the job (unreadable reason)".into(),
+            reason: format!("rank {from} aborted the job (unreadable reason)"),
         },
     }
 }
@@ -354,7 +381,7 @@ pub(crate) async fn reader_task<R: AsyncRead + Unpin>(
                 shared.lock().leaving[peer] = true;
             }
             Ok((Kind::Abort, payload)) => {
-                shared.fail(abort_failure(&payload));
+                shared.fail(abort_failure(peer, &payload));
                 return;
             }
             Ok((kind, _)) => {

@@ -152,6 +152,20 @@ pub struct Health {
     dead_gen: AtomicU64,
     /// Set once a fault is recorded (a cheap check for the proxy loop).
     faulted: AtomicBool,
+    /// Told when the transport finds a peer gone (see [`Health::on_peer_lost`]).
+    lost_hooks: Mutex<Vec<LostHook>>,
+}
+
+/// What a [`LostHook`] runs: told which peer the transport lost, and how.
+type LostFn = dyn Fn(usize, &str) + Send + Sync;
+
+/// A callback told which peer the transport lost.
+struct LostHook(Box<LostFn>);
+
+impl std::fmt::Debug for LostHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LostHook")
+    }
 }
 
 impl Health {
@@ -184,6 +198,12 @@ impl Health {
         detail: String,
         cause: Option<FaultCause>,
     ) {
+        let lost = match &cause {
+            Some(FaultCause::Transport(TransportError::PeerLost { pe, reason, .. })) => {
+                Some((*pe, reason.clone()))
+            }
+            _ => None,
+        };
         {
             let mut first = self.first.lock().unwrap_or_else(|p| p.into_inner());
             if first.is_none() {
@@ -206,6 +226,26 @@ impl Health {
         for r in self.rings.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             r.raise(code, pe.map(|p| p as u32));
         }
+        if let Some((pe, reason)) = lost {
+            for h in self
+                .lost_hooks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+            {
+                (h.0)(pe, &reason);
+            }
+        }
+    }
+
+    /// Registers a callback run (from the proxy thread, outside every lock here) whenever a
+    /// fault's cause is the transport losing a peer ([`TransportError::PeerLost`]): the runtime
+    /// tells the job through it, since the bootstrap of a rank other than 0 sees only rank 0.
+    pub fn on_peer_lost(&self, hook: impl Fn(usize, &str) + Send + Sync + 'static) {
+        self.lost_hooks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(LostHook(Box::new(hook)));
     }
 
     /// A peer died (the bootstrap noticed): fail everything that waits on it.
@@ -513,4 +553,40 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
         .map(|s| s.to_string())
         .or_else(|| p.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".into())
+}
+
+#[cfg(test)]
+mod health_tests {
+    use super::*;
+
+    /// Only a fault caused by the transport losing a peer tells the lost-peer hooks, each time
+    /// (the bootstrap keeps the first failure); other faults and the bootstrap's own death
+    /// notices do not echo back.
+    #[test]
+    fn a_lost_peer_reaches_the_hooks_and_nothing_else_does() {
+        let h = Health::new();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        h.on_peer_lost(move |pe, how| s.lock().unwrap().push((pe, how.to_string())));
+        h.raise(code::PROXY, None, "a proxy fault".into());
+        h.peer_dead(3, "the bootstrap saw it".into());
+        let other = TransportError::InvalidArgument {
+            op: "put",
+            reason: "out of range".into(),
+        };
+        h.raise_with(code::OP_FAILED, Some(2), "bad".into(), Some(other.into()));
+        assert!(seen.lock().unwrap().is_empty());
+        for _ in 0..2 {
+            let lost = TransportError::PeerLost {
+                pe: 1,
+                op: "put",
+                reason: "connection closed".into(),
+            };
+            h.raise_with(code::OP_FAILED, Some(1), "lost".into(), Some(lost.into()));
+        }
+        let want = vec![(1, "connection closed".to_string()); 2];
+        assert_eq!(*seen.lock().unwrap(), want);
+        // The first fault still sticks.
+        assert_eq!(h.fault().unwrap().code, code::PROXY);
+    }
 }

@@ -278,6 +278,8 @@ impl Pshmem {
                 Some(d) => h.peer_dead(d, e.to_string()),
                 None => h.raise(code::PROXY, None, e.to_string()),
             });
+            let job = bs.death_reporter();
+            health.on_peer_lost(move |pe, how| job.peer_lost(pe, how));
         }
         let threads = cfg.proxy_threads;
         let mut proxies = Vec::new();

@@ -70,7 +70,12 @@ fn collectives_8_ranks() {
 
 /// Survivors must fail naming `dead`, within 5 s of `t0` (epoch ms).
 fn assert_death_reported(res: &[RankResult], dead: usize, t0: u128) {
-    for r in res.iter().filter(|r| r.rank != dead) {
+    assert_told(res.iter().filter(|r| r.rank != dead), dead, t0);
+}
+
+/// Each of `ranks` must fail naming `dead`, within 5 s of `t0` (epoch ms).
+fn assert_told<'a>(ranks: impl Iterator<Item = &'a RankResult>, dead: usize, t0: u128) {
+    for r in ranks {
         assert!(
             !r.ok(),
             "rank {} succeeded although rank {dead} died:\n{r}",
@@ -96,6 +101,36 @@ fn rank_killing_itself_mid_collective_is_reported_within_5s() {
         .wait();
     let dying = &res[2].fields("DYING")[0]["epoch_ms"];
     assert_death_reported(&res, 2, dying.parse().unwrap());
+}
+
+/// A rank whose data path lost rank 1 reports it and leaves at once: the others must fail
+/// naming rank 1 (relayed by rank 0), not the reporter, whose exit they also see. Rank 1 itself
+/// is alive here, so only the death report can name it.
+#[test]
+fn a_death_seen_by_the_data_path_is_reported_to_every_rank() {
+    for reporter in [2, 0] {
+        let args = [
+            "bs-loop",
+            "--size",
+            "16",
+            "--sleep-ms",
+            "5",
+            "--die-at",
+            "20",
+        ];
+        let rep = reporter.to_string();
+        let mut args = args.to_vec();
+        args.extend(["--reporter", &rep, "--lost", "1"]);
+        let res = job(4, &args).launch().wait();
+        let t0: u128 = res[reporter].fields("REPORTED")[0]["epoch_ms"]
+            .parse()
+            .unwrap();
+        assert_told(
+            res.iter().filter(|r| r.rank != reporter && r.rank != 1),
+            1,
+            t0,
+        );
+    }
 }
 
 #[test]

@@ -84,7 +84,9 @@ enum Cmd {
         #[arg(long, default_value_t = 100)]
         warmup: usize,
     },
-    /// Allgathers in a loop; `victim` kills itself with SIGKILL at iteration `die_at`.
+    /// Allgathers in a loop; `victim` kills itself with SIGKILL at iteration `die_at`; at that
+    /// iteration `reporter` reports rank `lost` dead (as its data path does when it loses the
+    /// connection) and leaves at once, without finalize.
     BsLoop {
         #[arg(long, default_value_t = 1000000)]
         iters: usize,
@@ -96,6 +98,10 @@ enum Cmd {
         die_at: usize,
         #[arg(long, default_value_t = 0)]
         sleep_ms: u64,
+        #[arg(long)]
+        reporter: Option<usize>,
+        #[arg(long, default_value_t = 0)]
+        lost: usize,
     },
     /// Join, a few small collectives, stay `hold_ms`, finalize; report the error if any.
     BsInit {
@@ -409,6 +415,8 @@ fn main() -> ExitCode {
             victim,
             die_at,
             sleep_ms,
+            reporter,
+            lost,
         } => {
             let data = vec![me as u8; size];
             for i in 0..iters {
@@ -416,6 +424,14 @@ fn main() -> ExitCode {
                     println!("DYING epoch_ms={}", epoch_ms());
                     // SIGKILL ourselves in the middle of the job: no goodbye, no cleanup.
                     let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+                }
+                if reporter == Some(me) && i == die_at {
+                    bs.death_reporter()
+                        .peer_lost(lost, "the test lost its connection");
+                    println!("REPORTED epoch_ms={}", epoch_ms());
+                    // Leave at once, as a runtime whose data path failed does.
+                    drop(bs);
+                    return ExitCode::from(4);
                 }
                 if let Err(e) = bs.allgather(&data) {
                     return report(&e);
