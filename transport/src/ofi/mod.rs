@@ -35,8 +35,8 @@ use pshmem_env as env;
 use pshmem_libfabric_sys as sys;
 
 use self::fabric::{
-    Av, Cq, CqRead, Domain, Endpoint, Fabric, Hints, InfoList, InfoRef, Mr, MrSource, bits, check,
-    strerror,
+    Av, Cq, CqError, CqRead, Domain, Endpoint, Fabric, Hints, InfoList, InfoRef, Mr, MrSource,
+    bits, check, strerror,
 };
 use crate::{
     AmoOp, AtomicWidth, Caps, Event, LocalMem, LocalRef, MemKind, MrId, Pe, PostError, RemoteMrId,
@@ -259,6 +259,9 @@ pub struct OfiTransport {
     /// The shm provider's region files of this PE's endpoints (unlinked once every PE has
     /// connected; see `shm`).
     shm_regions: Vec<String>,
+    /// The provider runs over sockets and reports a socket's errno as its provider error (see
+    /// [`connection_lost`]).
+    socket_errnos: bool,
 }
 
 // SAFETY: the transport is used by one thread at a time; its raw pointers (registration
@@ -520,6 +523,7 @@ impl OfiTransport {
             manual_progress: i.domain_attr().data_progress == sys::fi_progress_FI_PROGRESS_MANUAL,
             rails: cfg.rails,
         };
+        let socket_errnos = over_sockets(&i.provider());
         let mut t = Self {
             me,
             n,
@@ -534,6 +538,7 @@ impl OfiTransport {
             entries: vec![sys::fi_cq_data_entry::default(); 64],
             next_data_rail: 0,
             shm_regions: Vec::new(),
+            socket_errnos,
         };
         if prov == "shm" {
             t.shm_regions = t
@@ -580,6 +585,34 @@ impl OfiTransport {
             )
         };
         check(rc, "fi_recv").map(|_| ())
+    }
+
+    /// The error of a failed completion of an operation of `kind` to `pe`: the peer lost when
+    /// the provider says its connection is gone (the runtime then tells the whole job, which
+    /// may not have seen the death yet), else the completion's own codes.
+    fn completion_error(&self, pe: Pe, kind: OpKind, ce: CqError) -> TransportError {
+        let text = if ce.text.is_empty() {
+            strerror(ce.err)
+        } else {
+            ce.text
+        };
+        if pe < self.n && connection_lost(self.socket_errnos, ce.prov_errno) {
+            return TransportError::PeerLost {
+                pe,
+                op: kind.name(),
+                reason: format!(
+                    "{text} (error {}, provider error {})",
+                    ce.err, ce.prov_errno
+                ),
+            };
+        }
+        TransportError::Completion {
+            pe,
+            op: kind.name(),
+            code: ce.err,
+            prov_errno: ce.prov_errno,
+            text,
+        }
     }
 
     fn peer_ok(&self, pe: Pe, op: &'static str) -> Result<(), PostError> {
@@ -955,17 +988,7 @@ impl OfiTransport {
                             Some(rec) => (rec.pe, rec.kind),
                             None => (usize::MAX, OpKind::Write),
                         };
-                        let error = TransportError::Completion {
-                            pe,
-                            op: kind.name(),
-                            code: ce.err,
-                            prov_errno: ce.prov_errno,
-                            text: if ce.text.is_empty() {
-                                strerror(ce.err)
-                            } else {
-                                ce.text
-                            },
-                        };
+                        let error = self.completion_error(pe, kind, ce);
                         self.finish_part(i as u32, Some(error), on_event);
                     }
                     None => {
@@ -1005,6 +1028,29 @@ pub const DEFAULT_INCOMING_PER_PEER: usize = 256;
 /// Whether `provider` is libfabric's EFA provider (alone or under a utility provider).
 fn is_efa(provider: &str) -> bool {
     provider.starts_with("efa")
+}
+
+/// Whether `provider` runs over sockets (tcp, sockets, udp; alone or under a utility
+/// provider), whose provider error is the socket's errno.
+fn over_sockets(provider: &str) -> bool {
+    ["tcp", "sockets", "udp"]
+        .iter()
+        .any(|p| provider.split(';').next() == Some(p))
+}
+
+/// Whether a failed completion's provider error says the connection to its peer is gone.
+/// Only a provider over sockets is read so: the others' codes are their own (EFA's are its
+/// device's completion statuses), and nothing is inferred from them.
+fn connection_lost(socket_errnos: bool, prov_errno: i32) -> bool {
+    const GONE: [i32; 6] = [
+        libc::ECONNRESET,
+        libc::ENOTCONN,
+        libc::ECONNREFUSED,
+        libc::ECONNABORTED,
+        libc::EPIPE,
+        libc::EHOSTUNREACH,
+    ];
+    socket_errnos && GONE.contains(&prov_errno)
 }
 
 /// The fabric of EFA devices without the efa provider's own protocol (libfabric ≥ 1.22).
@@ -1564,6 +1610,21 @@ impl Transport for OfiTransport {
 #[cfg(test)]
 mod entry_tests {
     use super::*;
+
+    #[test]
+    fn only_a_socket_providers_connection_errors_mean_a_lost_peer() {
+        for p in ["tcp", "tcp;ofi_rxm", "sockets", "udp;ofi_rxd"] {
+            assert!(over_sockets(p), "{p}");
+        }
+        for p in ["efa", "efa-direct", "verbs;ofi_rxm", "shm", "tcpx"] {
+            assert!(!over_sockets(p), "{p}");
+        }
+        assert!(connection_lost(true, libc::ENOTCONN));
+        assert!(connection_lost(true, libc::ECONNRESET));
+        assert!(!connection_lost(true, libc::EIO));
+        // EFA's completion statuses are small numbers too: never read as errnos.
+        assert!(!connection_lost(false, libc::ENOTCONN));
+    }
 
     fn e(p: &str, f: &str, d: &str) -> (String, String, String) {
         (p.into(), f.into(), d.into())
