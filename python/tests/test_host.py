@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -57,11 +58,31 @@ def test_every_operation_through_the_proxy():
     assert r.stdout.count("ops on cpu: passed") == 3
 
 
-def torchrun(port: int, *args: str, **extra: str) -> subprocess.CompletedProcess:
-    """``torchrun --nproc-per-node 2 ARGS...`` (skips where torchrun is not installed)."""
+def free_port_pair() -> int:
+    """A port P such that P and P + 1 are free now (torchrun's store listens on P, the
+    bootstrap on P + 1), so that concurrent runs and other services do not collide."""
+    for _ in range(100):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            if port >= 65535:
+                continue
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no two consecutive free ports found")
+
+
+def torchrun(*args: str, **extra: str) -> subprocess.CompletedProcess:
+    """``torchrun --nproc-per-node 2 ARGS...`` on free ports (skips where torchrun is not
+    installed)."""
     exe = Path(PY).parent / "torchrun"
     if not exe.exists():
         pytest.skip("torchrun is not installed next to this python")
+    port = free_port_pair()
     cmd = [str(exe), "--nproc-per-node", "2", "--master-port", str(port), *args]
     r = subprocess.run(cmd, cwd=ROOT, env=env(**extra), capture_output=True, text=True,
                        timeout=300)
@@ -71,19 +92,19 @@ def torchrun(port: int, *args: str, **extra: str) -> subprocess.CompletedProcess
 
 def test_init_from_a_torch_distributed_group():
     # torchrun's variables, a gloo group, and pshmem.init(group=...) on top of it.
-    r = torchrun(29517, str(WORKERS / "ops.py"), "--device", "cpu", "--group")
+    r = torchrun(str(WORKERS / "ops.py"), "--device", "cpu", "--group")
     assert r.stdout.count("ops on cpu: passed") == 2
 
 
 def test_init_from_torchrun_environment():
     # No group: the bootstrap reads RANK/WORLD_SIZE/MASTER_ADDR and listens on MASTER_PORT+1.
-    r = torchrun(29527, str(WORKERS / "ops.py"), "--device", "cpu",
+    r = torchrun(str(WORKERS / "ops.py"), "--device", "cpu",
                  PSHMEM_JOB_SECRET="0123456789abcdef")
     assert r.stdout.count("ops on cpu: passed") == 2
 
 
 def test_example_under_torchrun():
-    r = torchrun(29537, str(ROOT / "examples" / "python" / "ring.py"), "--device", "cpu",
+    r = torchrun(str(ROOT / "examples" / "python" / "ring.py"), "--device", "cpu",
                  "--iters", "3", PSHMEM_JOB_SECRET="0123456789abcdef")
     assert "ring: all checks passed" in r.stdout
 
