@@ -302,7 +302,8 @@ impl Shared {
                 return;
             }
         }
-        let detail = format!("rank {}'s data path: {detail}", self.me);
+        // Rank 0 prefixes "reported by rank N" when it reads the report; here it is local.
+        let detail = format!("seen by the data path: {detail}");
         if self.me != 0 {
             // Queued before `fail` wakes the waiters: a waiter that returns at once and drops
             // the bootstrap flushes what is queued before it closes.

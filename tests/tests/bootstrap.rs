@@ -109,6 +109,7 @@ fn rank_killing_itself_mid_collective_is_reported_within_5s() {
 #[test]
 fn a_death_seen_by_the_data_path_is_reported_to_every_rank() {
     for reporter in [2, 0] {
+        let rep = reporter.to_string();
         let args = [
             "bs-loop",
             "--size",
@@ -117,10 +118,11 @@ fn a_death_seen_by_the_data_path_is_reported_to_every_rank() {
             "5",
             "--die-at",
             "20",
+            "--reporter",
+            &rep,
+            "--lost",
+            "1",
         ];
-        let rep = reporter.to_string();
-        let mut args = args.to_vec();
-        args.extend(["--reporter", &rep, "--lost", "1"]);
         let res = job(4, &args).launch().wait();
         let t0: u128 = res[reporter].fields("REPORTED")[0]["epoch_ms"]
             .parse()
