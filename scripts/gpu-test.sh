@@ -83,7 +83,8 @@ if [ "$NGPU" -ge 1 ] && want perf; then
   run env PSHMEM_GPU_SYMMETRIC_SIZE=3G "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" sync_latency barrier_latency bcast_latency fcollect_latency alltoall_latency reduce_latency reducescatter_latency -b 4 -e 268435456 -f 4 -n 5 --json "$OUT/perf-$where-coll.json"
   run env PSHMEM_GPU_SYMMETRIC_SIZE=3G "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" bcast_latency fcollect_latency alltoall_latency reduce_latency reducescatter_latency --coll stream -b 4 -e 268435456 -f 4 -n 5 --json "$OUT/perf-$where-coll-stream.json"
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" sync_latency bcast_latency fcollect_latency alltoall_latency reduce_latency reducescatter_latency -b 4 -e 1048576 -f 16 -n 5 --json "$OUT/perf-staged-coll.json"
-  [ "$NGPU" -ge 2 ] && run bash scripts/bench-coll.sh "$BIN" "$OUT/coll-vs-nccl"
+  # (GPU_TEST_NO_COLL: scripts/multi-gpu.sh runs that comparison as a part of its own.)
+  [ "$NGPU" -ge 2 ] && [ -z "${GPU_TEST_NO_COLL:-}" ] && run bash scripts/bench-coll.sh "$BIN" "$OUT/coll-vs-nccl"
 fi
 # The NVSHMEM-compatible programs (examples/nvshmem/), built here as their users build them
 # (nvcc against the NVSHMEM-style tree of scripts/nvshmem-home.sh; on a machine without Rust, a

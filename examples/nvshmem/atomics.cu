@@ -1,13 +1,15 @@
 /* Every thread of every PE adds to, and sets its bit in, counters on PE 0 (fetch_add, add, or,
  * inc); one thread per PE flips its bit with xor and clears it with fetch_and in words PE 0
  * set from the host; the PEs then take turns with compare_swap; PE 0 checks the totals; then
- * host-side fetch_add and fetch. */
+ * host-side fetch_add and fetch. Last, a timed run: every thread of every PE fetch-adds one word
+ * on PE 0 (all PEs at once, contended), and each PE prints its rate. */
 #include <nvshmem.h>
 #include <nvshmemx.h>
 
 #include "common.h"
 
 #define THREADS 256
+#define RATE_ITERS 16 /* fetch-adds per thread in the timed run */
 
 __global__ void hammer(unsigned long long *c, int me) {
     nvshmem_ulonglong_atomic_fetch_add(&c[0], 1ull, 0);
@@ -28,11 +30,15 @@ __global__ void take_turn(int *turn, int me, int n, int *seen) {
     (void)n;
 }
 
+__global__ void fetch_add_rate(unsigned long long *w, int iters) {
+    for (int i = 0; i < iters; ++i) (void)nvshmem_ulonglong_atomic_fetch_add(w, 1ull, 0);
+}
+
 int main(void) {
     nvshmem_init();
     select_device();
     int me = nvshmem_my_pe(), n = nvshmem_n_pes();
-    unsigned long long *c = (unsigned long long *)nvshmem_calloc(6, sizeof(unsigned long long));
+    unsigned long long *c = (unsigned long long *)nvshmem_calloc(7, sizeof(unsigned long long));
     int *turn = (int *)nvshmem_calloc(1, sizeof(int));
     int *seen;
     CUDA_CHECK(cudaMallocManaged(&seen, sizeof(int)));
@@ -64,7 +70,27 @@ int main(void) {
     nvshmem_barrier_all();
     unsigned long long total = nvshmem_ulonglong_atomic_fetch(&c[0], 0);
     FAIL_IF(total != 4ull * THREADS * n + 5ull * n, "atomics", "host fetch_add total %llu", total);
-    printf("OK atomics pe=%d n=%d\n", me, n);
+    /* The timed run (c[6]): one untimed iteration first (loads the kernel, warms the path). */
+    fetch_add_rate<<<4, THREADS>>>(&c[6], 1);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    nvshmem_barrier_all();
+    cudaEvent_t t0, t1;
+    CUDA_CHECK(cudaEventCreate(&t0));
+    CUDA_CHECK(cudaEventCreate(&t1));
+    CUDA_CHECK(cudaEventRecord(t0));
+    fetch_add_rate<<<4, THREADS>>>(&c[6], RATE_ITERS);
+    CUDA_CHECK(cudaEventRecord(t1));
+    CUDA_CHECK(cudaEventSynchronize(t1));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+    nvshmem_barrier_all();
+    unsigned long long rate_total = nvshmem_ulonglong_atomic_fetch(&c[6], 0);
+    FAIL_IF(rate_total != 4ull * THREADS * n * (RATE_ITERS + 1), "atomics", "timed total %llu",
+            rate_total);
+    double mops = 4.0 * THREADS * RATE_ITERS / (ms * 1e3);
+    printf("OK atomics pe=%d n=%d fetch_add_Mops=%.2f\n", me, n, mops);
+    CUDA_CHECK(cudaEventDestroy(t0));
+    CUDA_CHECK(cudaEventDestroy(t1));
     nvshmem_free(turn);
     nvshmem_free(c);
     nvshmem_finalize();

@@ -4,7 +4,9 @@
  * broadcast, fcollect and alltoall, on the world and on an even/odd split; every result is
  * checked against its closed form, on the world, an even/odd split, every third PE, one-PE
  * teams and the rows and columns of a 2-D split. The arrays are larger than the scratch chunk, so that
- * members reached through the proxy are pulled in several chunks. */
+ * members reached through the proxy are pulled in several chunks. Last, a timed run on the world
+ * from the host on a stream: barriers, then 1 KiB sum reductions; each PE prints the time per
+ * call. */
 #include <cuda_bf16.h>
 #include <nvshmem.h>
 #include <nvshmemx.h>
@@ -192,6 +194,30 @@ static int check_team(nvshmem_team_t team, const char *label, cudaStream_t s, st
     return 0;
 }
 
+/* Time per call of `reps` world barriers, then of `reps` 256-int sum reductions, all enqueued on
+ * the stream at once (as a training step enqueues them) and timed by CUDA events. */
+#define TIMED_REPS 200
+static void time_world(cudaStream_t s, struct bufs *b, double *barrier_us, double *reduce_us) {
+    cudaEvent_t e[3];
+    for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaEventCreate(&e[i]));
+    nvshmemx_barrier_all_on_stream(s); /* warm-up, and the PEs start together */
+    nvshmemx_int_sum_reduce_on_stream(NVSHMEM_TEAM_WORLD, b->dst, b->src, 256, s);
+    nvshmemx_barrier_all_on_stream(s);
+    CUDA_CHECK(cudaEventRecord(e[0], s));
+    for (int i = 0; i < TIMED_REPS; ++i) nvshmemx_barrier_all_on_stream(s);
+    CUDA_CHECK(cudaEventRecord(e[1], s));
+    for (int i = 0; i < TIMED_REPS; ++i)
+        nvshmemx_int_sum_reduce_on_stream(NVSHMEM_TEAM_WORLD, b->dst, b->src, 256, s);
+    CUDA_CHECK(cudaEventRecord(e[2], s));
+    CUDA_CHECK(cudaEventSynchronize(e[2]));
+    float ms0 = 0, ms1 = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms0, e[0], e[1]));
+    CUDA_CHECK(cudaEventElapsedTime(&ms1, e[1], e[2]));
+    *barrier_us = ms0 * 1e3 / TIMED_REPS;
+    *reduce_us = ms1 * 1e3 / TIMED_REPS;
+    for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaEventDestroy(e[i]));
+}
+
 int main(void) {
     nvshmem_init();
     select_device();
@@ -219,12 +245,16 @@ int main(void) {
     check_team(row, "row", s, &b);
     check_team(col, "column", s, &b);
     nvshmem_barrier_all();
+    double barrier_us = 0, reduce_us = 0;
+    time_world(s, &b, &barrier_us, &reduce_us);
+    nvshmem_barrier_all();
     nvshmem_team_t teams[] = {half_team, third, single, row, col};
     for (int i = 0; i < 5; ++i)
         if (teams[i] != NVSHMEM_TEAM_INVALID) nvshmem_team_destroy(teams[i]);
     free_bufs(&b);
     CUDA_CHECK(cudaStreamDestroy(s));
-    printf("OK collectives pe=%d all\n", me);
+    printf("OK collectives pe=%d all barrier_us=%.2f reduce_1KiB_us=%.2f\n", me, barrier_us,
+           reduce_us);
     nvshmem_finalize();
     return 0;
 }

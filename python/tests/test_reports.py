@@ -1,0 +1,96 @@
+"""The multi-GPU run's report generators (benches/gpu/compare_report.py, multi_report.py) on
+synthetic part folders: the figures they print must be the ones in the JSON, ratios the right
+way round, failed runs and parts that did not run named. They run on GPU machines only after a
+long run, so a regression here would otherwise show up only there."""
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GPU = os.path.join(ROOT, "benches", "gpu")
+
+
+def run(script, *args):
+    res = subprocess.run([sys.executable, os.path.join(GPU, script), *map(str, args)],
+                         capture_output=True, text=True, check=True)
+    return res.stdout
+
+
+def runs(path, rows):
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def row(side, prog, pes, passed=True, wall=2.0, **figs):
+    return {"side": side, "program": prog, "pes": pes, "rc": 0 if passed else 1,
+            "passed": passed, "ok_lines": pes if passed else 0, "wall_s": wall, "figures": figs}
+
+
+def test_compare_report_takes_medians_of_passed_runs_and_names_failures(tmp_path):
+    runs(tmp_path / "compare.jsonl", [
+        row("ours", "ping_pong", 2, p_latency_us=0.40, put_bw_GBps=100.0, rounds=1000),
+        row("ours", "ping_pong", 2, p_latency_us=0.50, put_bw_GBps=120.0),
+        row("ours", "ping_pong", 2, p_latency_us=0.45, put_bw_GBps=110.0),
+        row("nvidia", "ping_pong", 2, p_latency_us=0.90, put_bw_GBps=55.0),
+        row("nvidia", "ping_pong", 2, passed=False, p_latency_us=0.01),
+        row("nvidia", "plugin", 2, passed=False),
+        row("ours", "plugin", 2),
+    ])
+    (tmp_path / "builds.txt").write_text("ring nvidia built\nring-without-rdc nvidia failed: ptxas fatal\n")
+    md = run("compare_report.py", tmp_path)
+    # Medians over passed runs only (the failed NVIDIA run's 0.01 is ignored); ours / theirs.
+    assert "| ping_pong | 2 | p_latency_us (µs) | 0.45 | 0.9 | 0.50 | lower |" in md
+    assert "| ping_pong | 2 | put_bw_GBps (GB/s) | 110 | 55.0 | 2.00 | higher |" in md
+    assert "rounds" not in md.split("## Figures")[1]
+    assert "| ping_pong | 2 | 3 of 3 | 1 of 2 |" in md
+    assert "| plugin | 2 | 1 of 1 | 0 of 1 |" in md
+    assert "- nvidia plugin on 2 PEs: exit 1, 0 OK lines" in md
+    assert "| ring-without-rdc | failed: ptxas fatal |" in md
+
+
+def coll_json(path, rows):
+    with open(path, "w") as f:
+        json.dump({"results": [{"test": t, "size": s, "median": m} for t, s, m in rows]}, f)
+
+
+def test_multi_report_checks_the_collective_goals_and_lists_what_did_not_run(tmp_path):
+    (tmp_path / "machine.txt").write_text("0, NVIDIA H200, 0:6, 580\n1, NVIDIA H200, 0:7, 580\n")
+    coll = tmp_path / "coll"
+    coll.mkdir()
+    (coll / "coll.md").write_text("| collective | bytes per PE |\n")
+    # allreduce: 2.5x at 4 KiB but 1.5x at 64 KiB -> not met; fcollect small: 3x -> met;
+    # fcollect large: 0.95x -> met; barrier 1.5 µs (the block form is faster) -> met.
+    coll_json(coll / "pshmem-coll.json", [
+        ("reduce_latency", 4096, 4.0), ("reduce_latency", 65536, 10.0),
+        ("fcollect_latency", 4096, 3.0), ("fcollect_latency", 16 << 20, 100.0),
+        ("barrier_latency", 0, 3.0)])
+    coll_json(coll / "pshmem-coll-block.json", [("barrier_latency", 0, 1.5)])
+    coll_json(coll / "nccl-coll.json", [
+        ("reduce_latency", 4096, 10.0), ("reduce_latency", 65536, 15.0),
+        ("fcollect_latency", 4096, 9.0), ("fcollect_latency", 16 << 20, 95.0),
+        ("barrier_latency", 0, 20.0)])
+    md = run("multi_report.py", tmp_path, "h200-x2")
+    assert "# Multi-GPU runs — h200-x2" in md
+    assert "One GPU" not in md
+    assert "| allreduce ≤ 64 KiB ≥ 2× NCCL | NCCL / ours 1.50–2.50 (worst at 65536 B) | **no** |" in md
+    assert "| fcollect ≤ 1 MiB ≥ 2× NCCL | NCCL / ours 3.00–3.00 (worst at 4096 B) | yes |" in md
+    assert "| fcollect ≥ 16 MiB ≥ 0.9× NCCL | NCCL / ours 0.95–0.95 (worst at 16777216 B) | yes |" in md
+    assert "| device barrier across 2 GPUs ≤ 2 µs | 1.50 µs | yes |" in md
+    not_run = md.split("## Not run, and why")[1]
+    for part in ("part `test`", "part `examples`", "part `ep`", "part `p2p`"):
+        assert part in not_run
+    assert "collectives beside NCCL" not in not_run
+
+
+def test_multi_report_on_one_gpu_says_why_nccl_did_not_run(tmp_path):
+    (tmp_path / "machine.txt").write_text("0, NVIDIA H100 80GB HBM3, 0:7, 580\n")
+    d = tmp_path / "gpu-test-all"
+    d.mkdir()
+    (d / "gpu-tests.log").write_text("== a\n== b\ngpu-test: passed (log: x)\n")
+    md = run("multi_report.py", tmp_path)
+    assert "**One GPU**" in md
+    assert "- `gpu-test-all`: gpu-test: passed (log: x) — 2 steps" in md
+    assert "Not run: needs 2 GPUs (NCCL runs one rank per GPU)." in md

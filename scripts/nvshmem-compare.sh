@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# The NVSHMEM-compatible programs (examples/nvshmem/) side by side with NVIDIA's NVSHMEM 3.4.5:
+# the same sources built twice, against our NVSHMEM-style tree (scripts/nvshmem-home.sh, as
+# examples/nvshmem/build.sh builds them) and against the nvidia-nvshmem-cu13 package (its
+# include/ and lib/), then each program run on 2 and 4 PEs by each runtime, alternating, REPS
+# times. Both sides use the -rdc=true builds: NVIDIA's device library is relocatable device
+# code, so its non-rdc builds do not link (tried and recorded below). Ours start under pshmrun,
+# NVIDIA's under mpirun with NVSHMEM_BOOTSTRAP=MPI (its documented MPI bootstrap; the package has
+# no launcher of its own). Records per run: passed (every PE printed its OK line, exit 0), the
+# job's wall time (launcher included) and the key=value figures of PE 0's OK line; then
+# benches/gpu/compare_report.py writes OUT/compare.md (ours / NVSHMEM's).
+# On one GPU both runtimes share it under CUDA MPS (NVSHMEM needs MPS for several PEs per GPU,
+# as we do). NVIDIA's proxy transports need a NIC this machine lacks, so runs through the proxy
+# are ours only (scripts/gpu-test.sh runs them).
+# Usage: scripts/nvshmem-compare.sh [BIN_DIR] [OUT_DIR]   (defaults: target/release, compare-out)
+#   REPS (default 2), COMPARE_PES (default "2 4"), COMPARE_TIMEOUT (seconds per run, 90)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN="${1:-target/release}"
+OUT="${2:-compare-out}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+LOG="$OUT/compare.log"
+: > "$LOG"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+NGPU="$(nvidia-smi -L 2>/dev/null | wc -l)"
+NVCC="$(command -v nvcc || ls /usr/local/cuda/bin/nvcc .tools/cuda/nvidia/cu13/bin/nvcc 2>/dev/null | head -1)"
+NV="$(python3 -c 'import nvidia.nvshmem as m; print(list(m.__path__)[0])' 2>/dev/null)"
+TREE="${NVSHMEM_TREE:-}"
+if [ "$BIN" = target/release ]; then
+  TREE="$(bash scripts/nvshmem-home.sh)"
+elif [ -z "$TREE" ] && [ -d "$BIN/../nvshmem-home" ]; then
+  TREE="$(cd "$BIN/../nvshmem-home" && pwd)"
+fi
+if [ "$NGPU" -lt 1 ] || [ -z "$NVCC" ] || [ -z "$NV" ] || [ -z "$TREE" ]; then
+  echo "SKIP nvshmem-compare: needs a GPU ($NGPU), nvcc ('$NVCC'), the nvidia-nvshmem package ('$NV') and our tree ('$TREE')" | tee -a "$LOG"
+  exit 0
+fi
+if [ "$NGPU" -eq 1 ] && [ -z "${CUDA_MPS_PIPE_DIRECTORY:-}" ]; then
+  MPS_DIR="$(mktemp -d)"
+  export CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log"
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d && trap 'echo quit | nvidia-cuda-mps-control' EXIT
+  echo "one GPU: both runtimes' PEs share it under CUDA MPS" | tee -a "$LOG"
+fi
+{ nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader; echo "NVSHMEM package: $NV"; "$NVCC" --version | tail -1; } > "$OUT/machine.txt" 2>&1
+
+# Ours: examples/nvshmem/build.sh (both variants; the .rdc ones are compared).
+# Built in the background while NVIDIA's builds run (each side's builds are independent).
+OURS="$OUT/ours"
+bash examples/nvshmem/build.sh "$TREE" "$OURS" "$NVCC" > "$OUT/ours-build.log" 2>&1 &
+OURS_BUILD=$!
+
+# NVIDIA's: the same sources and flags, -rdc=true, against the package (its host library is
+# shipped as libnvshmem_host.so.3 only, hence -l:).
+THEIRS="$OUT/nvidia"
+mkdir -p "$THEIRS"
+CUDA_ROOT="$(dirname "$(dirname "$NVCC")")"
+ARCH=(-gencode "arch=compute_90,code=[sm_90,compute_90]")
+LINK=(-L"$NV/lib" -l:libnvshmem_host.so.3 -lnvshmem_device -L"$CUDA_ROOT/lib64/stubs" -lcuda -Xlinker -rpath="$NV/lib")
+[ -e "$CUDA_ROOT/lib/libcudart_static.a" ] && LINK+=(-L"$CUDA_ROOT/lib")
+BUILDS="$OUT/builds.txt"
+: > "$BUILDS"
+nvbuild() { # name nvcc-args...   (in the background: one log per program)
+  local name="$1"
+  shift
+  (
+    if "$NVCC" "${ARCH[@]}" -O2 "$@" -I"$NV/include" > "$OUT/nvidia-build-$name.log" 2>&1; then
+      echo "$name nvidia built" >> "$BUILDS"
+    else
+      echo "$name nvidia failed: $(grep -m1 -iE 'error|fatal' "$OUT/nvidia-build-$name.log" | tail -c 200)" >> "$BUILDS"
+    fi
+  ) &
+}
+EX=examples/nvshmem
+for p in ring put_block ping_pong atomics team_split collective_launch on_stream collectives; do
+  nvbuild "$p" -rdc=true -o "$THEIRS/$p.rdc" "$EX/$p.cu" "${LINK[@]}"
+done
+nvbuild two_file -rdc=true -o "$THEIRS/two_file.rdc" "$EX/two_file/main.cu" "$EX/two_file/kernels.cu" "${LINK[@]}"
+nvbuild plugin -rdc=true -shared -Xcompiler -fPIC -o "$THEIRS/libplugin.rdc.so" "$EX/plugin/plugin.cu" "${LINK[@]}"
+nvbuild plugin_main -o "$THEIRS/plugin_main" "$EX/plugin/main.cu" "${LINK[@]}" -ldl
+# Recorded, not compared: a build without -rdc, and the unique-id program's C host file (gcc).
+nvbuild ring-without-rdc -o "$THEIRS/ring" "$EX/ring.cu" "${LINK[@]}"
+if gcc -std=c11 -O2 -c -I"$NV/include" -I"$CUDA_ROOT/include" -o "$THEIRS/uniqueid_main.o" "$EX/uniqueid/main.c" > "$OUT/nvidia-build-uniqueid.log" 2>&1; then
+  echo "uniqueid-c-host nvidia built" >> "$BUILDS"
+else
+  echo "uniqueid-c-host nvidia failed: $(grep -m1 -iE 'error' "$OUT/nvidia-build-uniqueid.log" | tail -c 200)" >> "$BUILDS"
+fi
+wait "$OURS_BUILD" || echo "build of ours failed (ours-build.log)" | tee -a "$LOG"
+wait
+tee -a "$LOG" < "$BUILDS"
+
+# NVIDIA's launcher: OpenMPI's mpirun (root needs its two opt-in variables; one host, so no
+# network transports).
+MPIRUN="$(command -v mpirun || true)"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export NVSHMEM_REMOTE_TRANSPORT=none NVSHMEM_SYMMETRIC_SIZE=512M PSHMEM_SYMMETRIC_SIZE=64M
+# Local processes inherit mpirun's environment; -x names the variables that matter (MPS's only
+# where one GPU is shared).
+MPI_X=(-x LD_LIBRARY_PATH -x NVSHMEM_BOOTSTRAP -x NVSHMEM_BOOTSTRAP_PMI -x NVSHMEM_REMOTE_TRANSPORT
+  -x NVSHMEM_SYMMETRIC_SIZE -x NVSHMEM_DISABLE_NVLS)
+[ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && MPI_X+=(-x CUDA_MPS_PIPE_DIRECTORY)
+# NVSHMEM's bootstrap under mpirun: its MPI plugin, else PMIx (mpirun serves both); chosen below.
+NV_BOOT=MPI
+NV_PMI=PMI
+RUNS="$OUT/compare.jsonl"
+: > "$RUNS"
+one() { # side pes name prog args...
+  local side="$1" pes="$2" name="$3"
+  shift 3
+  local t0 t1 out rc
+  t0="$(date +%s.%N)"
+  if [ "$side" = ours ]; then
+    out="$(timeout "${COMPARE_TIMEOUT:-90}" "$BIN/pshmrun" -n "$pes" --timeout "${COMPARE_TIMEOUT:-90}" -- "$@" 2>&1)"
+  else
+    out="$(LD_LIBRARY_PATH="$NV/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NVSHMEM_BOOTSTRAP="$NV_BOOT" \
+      NVSHMEM_BOOTSTRAP_PMI="$NV_PMI" timeout "${COMPARE_TIMEOUT:-90}" \
+      "$MPIRUN" -np "$pes" --oversubscribe --bind-to none "${MPI_X[@]}" "$@" 2>&1)"
+  fi
+  rc=$?
+  t1="$(date +%s.%N)"
+  {
+    echo "== $side $name pes=$pes rc=$rc"
+    echo "$out" | tail -n 15
+  } >> "$LOG"
+  # Our launcher prefixes each line with "[rank] "; mpirun does not.
+  printf '%s' "$out" | python3 -c '
+import json, re, sys
+side, name, pes, rc, t0, t1 = sys.argv[1:7]
+wall = float(t1) - float(t0)
+oks = [re.sub(r"^\[\d+\] ", "", l) for l in sys.stdin.read().splitlines() if re.match(r"^(\[\d+\] )?OK ", l)]
+figs = {}
+for l in oks:
+    if re.search(r"\bpe=0\b", l):
+        for k, v in re.findall(r"(\w+)=([-0-9.eE+]+)\b", l):
+            if k not in ("pe", "n") and re.fullmatch(r"[-0-9.eE+]+", v):
+                figs[k] = float(v)
+print(json.dumps({"side": side, "program": name, "pes": int(pes), "rc": int(rc),
+                  "passed": int(rc) == 0 and len(oks) == int(pes), "ok_lines": len(oks),
+                  "wall_s": round(wall, 3), "figures": figs}))
+' "$side" "$name" "$pes" "$rc" "$t0" "$t1" >> "$RUNS"
+  tail -n 1 "$RUNS" | tee -a "$LOG"
+}
+# Which bootstrap starts NVIDIA's ring on 2 PEs (a probe, not recorded as a run); if none does,
+# NVIDIA's side is skipped with the reason rather than timing out run after run.
+NV_OK=0
+if [ -z "$MPIRUN" ]; then
+  echo "no mpirun on this machine: NVIDIA's side cannot start (its package has no launcher)" | tee -a "$LOG"
+elif [ -x "$THEIRS/ring.rdc" ]; then
+  for boot in MPI:PMI PMI:PMIX; do
+    NV_BOOT="${boot%%:*}" NV_PMI="${boot##*:}"
+    probe="$(LD_LIBRARY_PATH="$NV/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NVSHMEM_BOOTSTRAP="$NV_BOOT" \
+      NVSHMEM_BOOTSTRAP_PMI="$NV_PMI" timeout 60 "$MPIRUN" -np 2 --oversubscribe --bind-to none "${MPI_X[@]}" \
+      "$THEIRS/ring.rdc" 2>&1)"
+    if [ "$(grep -c '^OK ' <<<"$probe")" -eq 2 ]; then
+      NV_OK=1
+      break
+    fi
+    { echo "== probe: NVSHMEM_BOOTSTRAP=$NV_BOOT NVSHMEM_BOOTSTRAP_PMI=$NV_PMI did not start"; tail -n 20 <<<"$probe"; } | tee -a "$LOG"
+  done
+fi
+if [ "$NV_OK" = 1 ]; then
+  echo "NVIDIA's side: mpirun with NVSHMEM_BOOTSTRAP=$NV_BOOT NVSHMEM_BOOTSTRAP_PMI=$NV_PMI" | tee -a "$LOG" "$OUT/nvidia-launch.txt"
+else
+  echo "NVIDIA's side: not run (no bootstrap started its ring: compare.log)" | tee -a "$LOG" "$OUT/nvidia-launch.txt"
+fi
+progs=(ring put_block ping_pong atomics team_split collective_launch on_stream collectives two_file plugin)
+for ((rep = 0; rep < ${REPS:-2}; rep++)); do
+  for pes in ${COMPARE_PES:-2 4}; do
+    for p in "${progs[@]}"; do
+      # Alternate which runtime goes first (ABBA over repetitions).
+      sides=(ours nvidia)
+      [ $((rep % 2)) -eq 1 ] && sides=(nvidia ours)
+      for side in "${sides[@]}"; do
+        dir="$OURS"
+        [ "$side" = nvidia ] && dir="$THEIRS"
+        if [ "$side" = nvidia ] && [ "$NV_OK" != 1 ]; then continue; fi
+        if [ "$p" = plugin ]; then
+          [ -x "$dir/plugin_main" ] && [ -e "$dir/libplugin.rdc.so" ] || continue
+          one "$side" "$pes" "$p" "$dir/plugin_main" "$dir/libplugin.rdc.so"
+        else
+          [ -x "$dir/$p.rdc" ] || continue
+          one "$side" "$pes" "$p" "$dir/$p.rdc"
+        fi
+      done
+    done
+  done
+done
+python3 benches/gpu/compare_report.py "$OUT" > "$OUT/compare.md"
+cat "$OUT/compare.md" >> "$LOG"
+echo "nvshmem-compare: done ($(grep -c '"passed": true' "$RUNS") of $(wc -l < "$RUNS") runs passed)" | tee -a "$LOG"
