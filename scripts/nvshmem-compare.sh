@@ -13,7 +13,7 @@
 # as we do). NVIDIA's proxy transports need a NIC this machine lacks, so runs through the proxy
 # are ours only (scripts/gpu-test.sh runs them).
 # Usage: scripts/nvshmem-compare.sh [BIN_DIR] [OUT_DIR]   (defaults: target/release, compare-out)
-#   REPS (default 2), COMPARE_PES (default "2 4"), COMPARE_TIMEOUT (seconds per run, 90)
+#   REPS (default 2), COMPARE_PES (default "2 4"), COMPARE_TIMEOUT (seconds per run, 45)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN="${1:-target/release}"
@@ -111,14 +111,18 @@ one() { # side pes name prog args...
   local t0 t1 out rc
   t0="$(date +%s.%N)"
   if [ "$side" = ours ]; then
-    out="$(timeout "${COMPARE_TIMEOUT:-90}" "$BIN/pshmrun" -n "$pes" --timeout "${COMPARE_TIMEOUT:-90}" -- "$@" 2>&1)"
+    out="$(LD_LIBRARY_PATH="$TREE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "${COMPARE_TIMEOUT:-45}" \
+      "$BIN/pshmrun" -n "$pes" --timeout "${COMPARE_TIMEOUT:-45}" -- "$@" 2>&1)"
   else
     out="$(LD_LIBRARY_PATH="$NV/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NVSHMEM_BOOTSTRAP="$NV_BOOT" \
-      NVSHMEM_BOOTSTRAP_PMI="$NV_PMI" timeout "${COMPARE_TIMEOUT:-90}" \
+      NVSHMEM_BOOTSTRAP_PMI="$NV_PMI" timeout "${COMPARE_TIMEOUT:-45}" \
       "$MPIRUN" -np "$pes" --oversubscribe --bind-to none "${MPI_X[@]}" "$@" 2>&1)"
   fi
   rc=$?
   t1="$(date +%s.%N)"
+  # A failed MPS client's context takes the server a moment to tear down; the next job's
+  # cudaSetDevice would otherwise find the GPU busy.
+  [ "$rc" -eq 0 ] || sleep 3
   {
     echo "== $side $name pes=$pes rc=$rc"
     echo "$out" | tail -n 15
@@ -128,7 +132,12 @@ one() { # side pes name prog args...
 import json, re, sys
 side, name, pes, rc, t0, t1 = sys.argv[1:7]
 wall = float(t1) - float(t0)
-oks = [re.sub(r"^\[\d+\] ", "", l) for l in sys.stdin.read().splitlines() if re.match(r"^(\[\d+\] )?OK ", l)]
+out = sys.stdin.read()
+oks = [re.sub(r"^\[\d+\] ", "", l) for l in out.splitlines() if re.match(r"^(\[\d+\] )?OK ", l)]
+lines = [re.sub(r"^\[\d+\] ", "", l) for l in out.splitlines()]
+# The first line that says why a run failed (the runtime's or the program's words).
+why = next((l.strip()[:240] for l in lines if re.search(
+    r"not supported|not implemented|error|FAIL|illegal|failed|died|timed out", l, re.I)), "")
 figs = {}
 for l in oks:
     if re.search(r"\bpe=0\b", l):
@@ -137,7 +146,7 @@ for l in oks:
                 figs[k] = float(v)
 print(json.dumps({"side": side, "program": name, "pes": int(pes), "rc": int(rc),
                   "passed": int(rc) == 0 and len(oks) == int(pes), "ok_lines": len(oks),
-                  "wall_s": round(wall, 3), "figures": figs}))
+                  "wall_s": round(wall, 3), "figures": figs, "why": "" if oks and int(rc) == 0 else why}))
 ' "$side" "$name" "$pes" "$rc" "$t0" "$t1" >> "$RUNS"
   tail -n 1 "$RUNS" | tee -a "$LOG"
 }

@@ -47,7 +47,7 @@ def test_compare_report_takes_medians_of_passed_runs_and_names_failures(tmp_path
     assert "rounds" not in md.split("## Figures")[1]
     assert "| ping_pong | 2 | 3 of 3 | 1 of 2 |" in md
     assert "| plugin | 2 | 1 of 1 | 0 of 1 |" in md
-    assert "- nvidia plugin on 2 PEs: exit 1, 0 OK lines" in md
+    assert "- nvidia plugin on 2 PEs: exit 1, 0 OK lines: `no message`" in md
     assert "| ring-without-rdc | failed: ptxas fatal |" in md
 
 
