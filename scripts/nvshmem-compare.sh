@@ -13,7 +13,7 @@
 # as we do). NVIDIA's proxy transports need a NIC this machine lacks, so runs through the proxy
 # are ours only (scripts/gpu-test.sh runs them).
 # Usage: scripts/nvshmem-compare.sh [BIN_DIR] [OUT_DIR]   (defaults: target/release, compare-out)
-#   REPS (default 2), COMPARE_PES (default "2 4"), COMPARE_TIMEOUT (seconds per run, 45)
+#   REPS (default 2), COMPARE_PES (default "2 4"), COMPARE_TIMEOUT (seconds per run, 30)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN="${1:-target/release}"
@@ -111,11 +111,11 @@ one() { # side pes name prog args...
   local t0 t1 out rc
   t0="$(date +%s.%N)"
   if [ "$side" = ours ]; then
-    out="$(LD_LIBRARY_PATH="$TREE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "${COMPARE_TIMEOUT:-45}" \
-      "$BIN/pshmrun" -n "$pes" --timeout "${COMPARE_TIMEOUT:-45}" -- "$@" 2>&1)"
+    out="$(LD_LIBRARY_PATH="$TREE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "${COMPARE_TIMEOUT:-30}" \
+      "$BIN/pshmrun" -n "$pes" --timeout "${COMPARE_TIMEOUT:-30}" -- "$@" 2>&1)"
   else
     out="$(LD_LIBRARY_PATH="$NV/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NVSHMEM_BOOTSTRAP="$NV_BOOT" \
-      NVSHMEM_BOOTSTRAP_PMI="$NV_PMI" timeout "${COMPARE_TIMEOUT:-45}" \
+      NVSHMEM_BOOTSTRAP_PMI="$NV_PMI" timeout "${COMPARE_TIMEOUT:-30}" \
       "$MPIRUN" -np "$pes" --oversubscribe --bind-to none "${MPI_X[@]}" "$@" 2>&1)"
   fi
   rc=$?
@@ -127,27 +127,7 @@ one() { # side pes name prog args...
     echo "== $side $name pes=$pes rc=$rc"
     echo "$out" | tail -n 15
   } >> "$LOG"
-  # Our launcher prefixes each line with "[rank] "; mpirun does not.
-  printf '%s' "$out" | python3 -c '
-import json, re, sys
-side, name, pes, rc, t0, t1 = sys.argv[1:7]
-wall = float(t1) - float(t0)
-out = sys.stdin.read()
-oks = [re.sub(r"^\[\d+\] ", "", l) for l in out.splitlines() if re.match(r"^(\[\d+\] )?OK ", l)]
-lines = [re.sub(r"^\[\d+\] ", "", l) for l in out.splitlines()]
-# The first line that says why a run failed (the runtime's or the program's words).
-why = next((l.strip()[:240] for l in lines if re.search(
-    r"not supported|not implemented|error|FAIL|illegal|failed|died|timed out", l, re.I)), "")
-figs = {}
-for l in oks:
-    if re.search(r"\bpe=0\b", l):
-        for k, v in re.findall(r"(\w+)=([-0-9.eE+]+)\b", l):
-            if k not in ("pe", "n") and re.fullmatch(r"[-0-9.eE+]+", v):
-                figs[k] = float(v)
-print(json.dumps({"side": side, "program": name, "pes": int(pes), "rc": int(rc),
-                  "passed": int(rc) == 0 and len(oks) == int(pes), "ok_lines": len(oks),
-                  "wall_s": round(wall, 3), "figures": figs, "why": "" if oks and int(rc) == 0 else why}))
-' "$side" "$name" "$pes" "$rc" "$t0" "$t1" >> "$RUNS"
+  printf '%s' "$out" | python3 benches/gpu/compare_report.py --record "$side" "$name" "$pes" "$rc" "$t0" "$t1" >> "$RUNS"
   tail -n 1 "$RUNS" | tee -a "$LOG"
 }
 # Which bootstrap starts NVIDIA's ring on 2 PEs (a probe, not recorded as a run); if none does,
@@ -174,6 +154,9 @@ else
   echo "NVIDIA's side: not run (no bootstrap started its ring: compare.log)" | tee -a "$LOG" "$OUT/nvidia-launch.txt"
 fi
 progs=(ring put_block ping_pong atomics team_split collective_launch on_stream collectives two_file plugin)
+# A program that failed on a runtime at a PE count is not run again there (a failure usually
+# repeats, and a hung one costs the whole timeout each time).
+declare -A FAILED=()
 for ((rep = 0; rep < ${REPS:-2}; rep++)); do
   for pes in ${COMPARE_PES:-2 4}; do
     for p in "${progs[@]}"; do
@@ -184,6 +167,7 @@ for ((rep = 0; rep < ${REPS:-2}; rep++)); do
         dir="$OURS"
         [ "$side" = nvidia ] && dir="$THEIRS"
         if [ "$side" = nvidia ] && [ "$NV_OK" != 1 ]; then continue; fi
+        [ -z "${FAILED[$side:$p:$pes]:-}" ] || continue
         if [ "$p" = plugin ]; then
           [ -x "$dir/plugin_main" ] && [ -e "$dir/libplugin.rdc.so" ] || continue
           one "$side" "$pes" "$p" "$dir/plugin_main" "$dir/libplugin.rdc.so"
@@ -191,6 +175,7 @@ for ((rep = 0; rep < ${REPS:-2}; rep++)); do
           [ -x "$dir/$p.rdc" ] || continue
           one "$side" "$pes" "$p" "$dir/$p.rdc"
         fi
+        tail -n 1 "$RUNS" | grep -q '"passed": true' || FAILED[$side:$p:$pes]=1
       done
     done
   done

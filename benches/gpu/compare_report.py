@@ -3,6 +3,7 @@
 by NVIDIA's NVSHMEM, built from the same sources.
 
     python3 benches/gpu/compare_report.py OUT > OUT/compare.md
+    ... | python3 benches/gpu/compare_report.py --record SIDE PROGRAM PES RC T0 T1 >> OUT/compare.jsonl
 
 Reads OUT/compare.jsonl (one line per run), OUT/builds.txt and OUT/machine.txt. Figures are
 medians over the repetitions that passed; ratios are ours / NVSHMEM's. Standard library only.
@@ -10,6 +11,7 @@ medians over the repetitions that passed; ratios are ours / NVSHMEM's. Standard 
 
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -24,6 +26,27 @@ UNITS = {
 }
 SKIP = {"rounds", "bytes", "blocks", "phases", "max_grid", "graph_replays", "got", "team", "member",
         "of"}
+
+
+def record(side, name, pes, rc, t0, t1, output):
+    """One run's JSON line from the job's output: passed when it exited 0 and every PE printed
+    its OK line; PE 0's key=value figures; the first line saying why a run failed."""
+    pes, rc = int(pes), int(rc)
+    # Our launcher prefixes each line with "[rank] "; mpirun does not.
+    lines = [re.sub(r"^\[\d+\] ", "", l) for l in output.splitlines()]
+    oks = [l for l in lines if l.startswith("OK ")]
+    why = next((l.strip()[:240] for l in lines if re.search(
+        r"not supported|not implemented|error|FAIL|illegal|failed|died|timed out", l, re.I)), "")
+    figs = {}
+    for l in oks:
+        if re.search(r"\bpe=0\b", l):
+            for k, v in re.findall(r"(\w+)=([-0-9.eE+]+)(?=\s|$)", l):
+                if k not in ("pe", "n"):
+                    figs[k] = float(v)
+    passed = rc == 0 and len(oks) == pes
+    return {"side": side, "program": name, "pes": pes, "rc": rc, "passed": passed,
+            "ok_lines": len(oks), "wall_s": round(float(t1) - float(t0), 3), "figures": figs,
+            "why": "" if passed else why}
 
 
 def med(xs):
@@ -41,6 +64,9 @@ def fmt(v):
 
 
 def main():
+    if sys.argv[1] == "--record":
+        print(json.dumps(record(*sys.argv[2:8], sys.stdin.read())))
+        return
     out = sys.argv[1]
     runs = [json.loads(l) for l in open(os.path.join(out, "compare.jsonl")) if l.strip()]
     machine = open(os.path.join(out, "machine.txt")).read().strip() if os.path.exists(
@@ -56,7 +82,8 @@ def main():
           "every PE printed its OK line and the job exited 0. *wall* is the job's median wall "
           "time, launcher and initialisation included (the launchers differ, so it compares "
           "start-up costs as much as the programs). Figures are PE 0's, medians of the runs "
-          "that passed; ratio = ours / NVSHMEM's.\n")
+          "that passed; ratio = ours / NVSHMEM's. A program that failed on a runtime is not "
+          "run again on it at that PE count.\n")
     launch = os.path.join(out, "nvidia-launch.txt")
     if os.path.exists(launch):
         print(open(launch).read().strip() + "\n")

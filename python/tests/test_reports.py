@@ -94,3 +94,24 @@ def test_multi_report_on_one_gpu_says_why_nccl_did_not_run(tmp_path):
     assert "**One GPU**" in md
     assert "- `gpu-test-all`: gpu-test: passed (log: x) — 2 steps" in md
     assert "Not run: needs 2 GPUs (NCCL runs one rank per GPU)." in md
+
+
+def record(output, side="ours", pes=2, rc=0):
+    res = subprocess.run([sys.executable, os.path.join(GPU, "compare_report.py"), "--record", side,
+                          "ping_pong", str(pes), str(rc), "10.0", "12.5"],
+                         input=output, capture_output=True, text=True, check=True)
+    return json.loads(res.stdout)
+
+
+def test_a_run_is_recorded_from_either_launchers_output():
+    ours = ("[1] OK ping_pong pe=1 n=2 p_latency_us=0.4 put_bw_GBps=0.0\n"
+            "[0] OK ping_pong pe=0 n=2 p_latency_us=0.492 put_bw_GBps=1321.0 blocks=32\n")
+    r = record(ours)
+    assert r["passed"] and r["ok_lines"] == 2 and r["wall_s"] == 2.5 and r["why"] == ""
+    assert r["figures"] == {"p_latency_us": 0.492, "put_bw_GBps": 1321.0, "blocks": 32.0}
+    # mpirun's lines carry no rank prefix; one PE missing its OK line fails the run.
+    r = record("OK ping_pong pe=0 n=2 p_latency_us=0.8\n", side="nvidia")
+    assert not r["passed"] and r["ok_lines"] == 1 and r["figures"] == {"p_latency_us": 0.8}
+    r = record("x\n[/src/team.cu:64] Called NVSHMEM API not supported with limited MPG runs\n",
+               side="nvidia", rc=255)
+    assert not r["passed"] and r["why"].startswith("[/src/team.cu:64] Called NVSHMEM API not supported")
