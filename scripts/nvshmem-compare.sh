@@ -120,9 +120,15 @@ one() { # side pes name prog args...
   fi
   rc=$?
   t1="$(date +%s.%N)"
-  # A failed MPS client's context takes the server a moment to tear down; the next job's
-  # cudaSetDevice would otherwise find the GPU busy.
-  [ "$rc" -eq 0 ] || sleep 3
+  if [ "$rc" -ne 0 ]; then
+    # A timed-out launcher can leave its processes behind, holding the GPU; and a failed MPS
+    # client's context takes the server a moment to tear down. Either way the next job's
+    # cudaSetDevice would find the GPU busy.
+    local prog="$1" i
+    pkill -KILL -f -- "$prog" 2>/dev/null
+    for i in $(seq 30); do pgrep -f -- "$prog" >/dev/null || break; sleep 1; done
+    sleep 3
+  fi
   {
     echo "== $side $name pes=$pes rc=$rc"
     echo "$out" | tail -n 15
