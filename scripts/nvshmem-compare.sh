@@ -105,30 +105,46 @@ NV_BOOT=MPI
 NV_PMI=PMI
 RUNS="$OUT/compare.jsonl"
 : > "$RUNS"
+launch() { # side pes prog args...   (sets OUT_TEXT; returns the job's exit status)
+  local side="$1" pes="$2"
+  shift 2
+  if [ "$side" = ours ]; then
+    OUT_TEXT="$(LD_LIBRARY_PATH="$TREE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "${COMPARE_TIMEOUT:-30}" \
+      "$BIN/pshmrun" -n "$pes" --timeout "${COMPARE_TIMEOUT:-30}" -- "$@" 2>&1)"
+  else
+    OUT_TEXT="$(LD_LIBRARY_PATH="$NV/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NVSHMEM_BOOTSTRAP="$NV_BOOT" \
+      NVSHMEM_BOOTSTRAP_PMI="$NV_PMI" timeout "${COMPARE_TIMEOUT:-30}" \
+      "$MPIRUN" -np "$pes" --oversubscribe --bind-to none "${MPI_X[@]}" "$@" 2>&1)"
+  fi
+}
+settle() { # prog: after a failed job
+  # A timed-out launcher can leave its processes behind, holding the GPU; and a failed MPS
+  # client's context takes the server a while to tear down.
+  local i
+  pkill -KILL -f -- "$1" 2>/dev/null
+  for i in $(seq 30); do pgrep -f -- "$1" >/dev/null || break; sleep 1; done
+  sleep 3
+}
 one() { # side pes name prog args...
   local side="$1" pes="$2" name="$3"
   shift 3
   local t0 t1 out rc
   t0="$(date +%s.%N)"
-  if [ "$side" = ours ]; then
-    out="$(LD_LIBRARY_PATH="$TREE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "${COMPARE_TIMEOUT:-30}" \
-      "$BIN/pshmrun" -n "$pes" --timeout "${COMPARE_TIMEOUT:-30}" -- "$@" 2>&1)"
-  else
-    out="$(LD_LIBRARY_PATH="$NV/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NVSHMEM_BOOTSTRAP="$NV_BOOT" \
-      NVSHMEM_BOOTSTRAP_PMI="$NV_PMI" timeout "${COMPARE_TIMEOUT:-30}" \
-      "$MPIRUN" -np "$pes" --oversubscribe --bind-to none "${MPI_X[@]}" "$@" 2>&1)"
-  fi
+  launch "$side" "$pes" "$@"
   rc=$?
-  t1="$(date +%s.%N)"
-  if [ "$rc" -ne 0 ]; then
-    # A timed-out launcher can leave its processes behind, holding the GPU; and a failed MPS
-    # client's context takes the server a moment to tear down. Either way the next job's
-    # cudaSetDevice would find the GPU busy.
-    local prog="$1" i
-    pkill -KILL -f -- "$prog" 2>/dev/null
-    for i in $(seq 30); do pgrep -f -- "$prog" >/dev/null || break; sleep 1; done
-    sleep 3
+  if [ "$rc" -ne 0 ] && grep -q "busy or unavailable" <<<"$OUT_TEXT"; then
+    # The GPU was still held by the previous (failed) job, not by this program: once more,
+    # after a pause; the log says so.
+    echo "== $side $name pes=$pes: GPU busy at start (the previous job's teardown); retried after 10 s" >> "$LOG"
+    settle "$1"
+    sleep 10
+    t0="$(date +%s.%N)"
+    launch "$side" "$pes" "$@"
+    rc=$?
   fi
+  out="$OUT_TEXT"
+  t1="$(date +%s.%N)"
+  [ "$rc" -eq 0 ] || settle "$1"
   {
     echo "== $side $name pes=$pes rc=$rc"
     echo "$out" | tail -n 15

@@ -33,10 +33,11 @@ def record(side, name, pes, rc, t0, t1, output):
     its OK line; PE 0's key=value figures; the first line saying why a run failed."""
     pes, rc = int(pes), int(rc)
     # Our launcher prefixes each line with "[rank] "; mpirun does not.
+    output = re.sub(r"\x1b\[[0-9;]*m", "", output)  # the runtimes' log colours
     lines = [re.sub(r"^\[\d+\] ", "", l) for l in output.splitlines()]
     oks = [l for l in lines if l.startswith("OK ")]
     why = next((l.strip()[:240] for l in lines if re.search(
-        r"not supported|not implemented|error|FAIL|illegal|failed|died|timed out", l, re.I)), "")
+        r"not supported|not implemented|busy or unavailable|error|FAIL|illegal|failed|died|timed out", l, re.I)), "")
     figs = {}
     for l in oks:
         if re.search(r"\bpe=0\b", l):

@@ -115,3 +115,11 @@ def test_a_run_is_recorded_from_either_launchers_output():
     r = record("x\n[/src/team.cu:64] Called NVSHMEM API not supported with limited MPG runs\n",
                side="nvidia", rc=255)
     assert not r["passed"] and r["why"].startswith("[/src/team.cu:64] Called NVSHMEM API not supported")
+
+
+def test_the_reason_is_read_without_log_colours_and_names_a_busy_gpu():
+    out = ("[1] common.h:34: cudaSetDevice(0): CUDA-capable device(s) is/are busy or unavailable\n"
+           "[0] \x1b[2m2026-11-25T04:04:46Z\x1b[0m \x1b[31mERROR\x1b[0m rank 1 died\n")
+    r = record(out, rc=2)
+    assert r["why"] == "common.h:34: cudaSetDevice(0): CUDA-capable device(s) is/are busy or unavailable"
+    assert "\x1b" not in record("[0] \x1b[31mERROR\x1b[0m rank 1 died\n", rc=2)["why"]
