@@ -27,7 +27,9 @@ if [ "$NGPU" -lt 1 ]; then
   echo "SKIP multi-gpu: no GPU (nvidia-smi lists none)"
   exit 0
 fi
-COMMIT="$(git rev-parse --short HEAD 2>/dev/null || cat "$BIN/../commit.txt" 2>/dev/null || echo unknown)"
+# What was built: the stamp a carried binary folder brings (BIN/../commit.txt), else the checkout's
+# HEAD (a copied tree's git metadata can be older than its files).
+COMMIT="$(cat "$BIN/../commit.txt" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 { nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv,noheader; nvidia-smi topo -m | head -$((NGPU + 1)); } > "$OUT/machine.txt" 2>&1
 echo "$(date -u +%FT%TZ) commit=$COMMIT gpus=$NGPU parts=${PARTS# } gpu_test_parts=${GPU_TEST_PARTS:-all}" >> "$OUT/run.txt"
 fail=0

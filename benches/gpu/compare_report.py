@@ -136,7 +136,7 @@ def main():
         print("## Runs that did not pass\n")
         print("See `compare.log` for each one's last lines.\n")
         for r in failed:
-            why = (r.get("why") or "no message").replace("`", "'")
+            why = re.sub(r"\x1b\[[0-9;]*m", "", r.get("why") or "no message").replace("`", "'")
             print(f"- {r['side']} {r['program']} on {r['pes']} PEs: exit {r['rc']}, "
                   f"{r['ok_lines']} OK lines: `{why}`")
         print()

@@ -80,7 +80,7 @@ def coll_goals(coll_dir):
 def main():
     out = sys.argv[1]
     name = sys.argv[2] if len(sys.argv) > 2 else os.path.basename(os.path.abspath(out))
-    machine = (read(os.path.join(out, "machine.txt"), "unknown") or "unknown").strip()
+    machine = re.sub(r"\x1b\[[0-9;]*m", "", read(os.path.join(out, "machine.txt"), "unknown") or "unknown").strip()
     ngpu = len([l for l in machine.splitlines() if re.match(r"^\d+, ", l)])
     runs = (read(os.path.join(out, "run.txt"), "") or "").strip().splitlines()
     parts = (read(os.path.join(out, "parts.txt"), "") or "").strip().splitlines()
