@@ -23,11 +23,12 @@ if [ "$NGPU" -lt 1 ] || ! "$PY" -c "import torch, pshmem.ep" 2>/dev/null; then
 fi
 LOG="$OUT/bench-ep.log"
 : > "$LOG"
-if [ "$NGPU" -eq 1 ] && [ -z "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && command -v nvidia-cuda-mps-control >/dev/null; then
-  MPS_DIR="$(mktemp -d)"
-  export CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log"
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d && trap 'echo quit | nvidia-cuda-mps-control' EXIT
+# Several EP ranks per GPU where the sizes outnumber the GPUs: under MPS (scripts/mps.sh).
+. scripts/mps.sh
+MOST=0
+for n in ${EP_SIZES:-2 4 8}; do [ "$n" -gt "$MOST" ] && MOST=$n; done
+if mps_needed "$NGPU" "$MOST" && mps_start; then
+  trap mps_stop EXIT
 fi
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader > "$OUT/machine.txt" 2>&1
 export PSHMEM_OP_TIMEOUT=60

@@ -135,6 +135,12 @@ if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want python; then
     run "$BIN/pshmrun" -n 2 -- "$PYBIN" examples/python/$ex.py --device cuda --json "$OUT/python-$ex.json"
   done
 fi
+# The MoE jobs run up to 8 EP ranks: with 2 to 7 GPUs some share one, so under MPS for these
+# parts (one GPU has had it from the start; scripts/mps.sh).
+. scripts/mps.sh
+if [ "$NGPU" -ge 2 ] && [ -n "$PYBIN" ] && { want ep || want ht; } && mps_needed "$NGPU" 8 && mps_start; then
+  echo "== $NGPU GPUs for up to 8 EP ranks: CUDA MPS started for the MoE parts" | tee -a "$LOG"
+fi
 if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want ep; then
   # MoE low-latency dispatch/combine (pshmem.ep): DeepEP's checks at EP 2, 4 and 8 over
   # NVLink/IPC, forced through the proxy (host-staged tcp), and through the simulated fabric
@@ -172,6 +178,7 @@ if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want ht; then
       "$BIN/pshmrun" -n $n --hosts 2 -- "$PYBIN" python/tests/workers/ep_ht.py --quick
   done
 fi
+mps_stop
 if { want python || want ep || want ht; } && ! { [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ]; }; then
   echo "SKIP python on the GPU: need a GPU ($NGPU) and the pshmem package with torch ('${PYBIN}')" | tee -a "$LOG"
 fi

@@ -9,9 +9,9 @@
 # no launcher of its own). Records per run: passed (every PE printed its OK line, exit 0), the
 # job's wall time (launcher included) and the key=value figures of PE 0's OK line; then
 # benches/gpu/compare_report.py writes OUT/compare.md (ours / NVSHMEM's).
-# On one GPU both runtimes share it under CUDA MPS (NVSHMEM needs MPS for several PEs per GPU,
-# as we do). NVIDIA's proxy transports need a NIC this machine lacks, so runs through the proxy
-# are ours only (scripts/gpu-test.sh runs them).
+# Where PEs outnumber GPUs both runtimes share them under CUDA MPS (NVSHMEM needs MPS for
+# several PEs per GPU, as we do). NVIDIA's proxy transports need a NIC this machine lacks, so
+# runs through the proxy are ours only (scripts/gpu-test.sh runs them).
 # Usage: scripts/nvshmem-compare.sh [BIN_DIR] [OUT_DIR]   (defaults: target/release, compare-out)
 #   REPS (default 2), COMPARE_PES (default "2 4"), COMPARE_TIMEOUT (seconds per run, 30)
 set -uo pipefail
@@ -36,12 +36,14 @@ if [ "$NGPU" -lt 1 ] || [ -z "$NVCC" ] || [ -z "$NV" ] || [ -z "$TREE" ]; then
   echo "SKIP nvshmem-compare: needs a GPU ($NGPU), nvcc ('$NVCC'), the nvidia-nvshmem package ('$NV') and our tree ('$TREE')" | tee -a "$LOG"
   exit 0
 fi
-if [ "$NGPU" -eq 1 ] && [ -z "${CUDA_MPS_PIPE_DIRECTORY:-}" ]; then
-  MPS_DIR="$(mktemp -d)"
-  export CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log"
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d && trap 'echo quit | nvidia-cuda-mps-control' EXIT
-  echo "one GPU: both runtimes' PEs share it under CUDA MPS" | tee -a "$LOG"
+# More PEs than GPUs: both runtimes share them under MPS (scripts/mps.sh; NVSHMEM needs it for
+# several PEs per GPU too).
+. scripts/mps.sh
+MOST=0
+for n in ${COMPARE_PES:-2 4}; do [ "$n" -gt "$MOST" ] && MOST=$n; done
+if mps_needed "$NGPU" "$MOST" && mps_start; then
+  trap mps_stop EXIT
+  echo "$NGPU GPU(s) for up to $MOST PEs: both runtimes' PEs share them under CUDA MPS" | tee -a "$LOG"
 fi
 { nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader; echo "NVSHMEM package: $NV"; "$NVCC" --version | tail -1; } > "$OUT/machine.txt" 2>&1
 

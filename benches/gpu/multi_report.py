@@ -142,6 +142,10 @@ def main():
             for g, fig, met in goals:
                 p(f"| {g} | {fig} | {'—' if met is None else ('yes' if met else '**no**')} |")
             p()
+        table4 = read(os.path.join(coll, "coll-4pe.md"))
+        if table4:
+            p("On 4 GPUs (world team of 4 PEs, NCCL with 4 ranks), same run:\n")
+            p(table4.strip() + "\n")
     else:
         why = "needs 2 GPUs (NCCL runs one rank per GPU)" if one_gpu else "part `coll` not run"
         p(f"Not run: {why}.\n")

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""NCCL's side of the collectives comparison (torch.distributed on a 2-GPU machine).
+"""NCCL's side of the collectives comparison (torch.distributed, one rank per GPU).
 
-  nccl_coll.py OUT.json [MAX_BYTES]
+  nccl_coll.py OUT.json [MAX_BYTES] [RANKS]
 
-For 2 ranks on GPUs 0 and 1: all_reduce (float sum; our reduce_latency), all_gather_into_tensor
+For RANKS ranks (default 2) on GPUs 0 … RANKS-1: all_reduce (float sum; our reduce_latency), all_gather_into_tensor
 (fcollect_latency), all_to_all_single (alltoall_latency), broadcast (bcast_latency),
 reduce_scatter_tensor (reducescatter_latency) and barrier, at 4 B ... MAX_BYTES per rank (x4), each
 the median of 5 samples of `reps` back-to-back calls timed with CUDA events on rank 0. Sizes are
@@ -32,11 +32,10 @@ def reps_for(size):
     return max(1, min(50, (256 << 20) // size))
 
 
-def rank_main(rank, port, hi, q):
+def rank_main(rank, n, port, hi, q):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", rank=rank, world_size=2, device_id=torch.device("cuda", rank))
-    n = 2
+    dist.init_process_group("nccl", rank=rank, world_size=n, device_id=torch.device("cuda", rank))
     rows = []
 
     def timed(name, size, fn):
@@ -80,22 +79,23 @@ def rank_main(rank, port, hi, q):
 def main():
     out = sys.argv[1]
     hi = int(sys.argv[2]) if len(sys.argv) > 2 else 256 << 20
-    if torch.cuda.device_count() < 2:
-        print("SKIP nccl_coll: needs 2 GPUs")
+    n = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+    if torch.cuda.device_count() < n:
+        print(f"SKIP nccl_coll: needs {n} GPUs (one rank per GPU)")
         return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    procs = [ctx.Process(target=rank_main, args=(r, port, hi, q)) for r in range(2)]
+    procs = [ctx.Process(target=rank_main, args=(r, n, port, hi, q)) for r in range(n)]
     for p in procs:
         p.start()
     rows = q.get(timeout=1200)
     for p in procs:
         p.join()
     with open(out, "w") as f:
-        json.dump({"benchmark": "nccl-collectives", "results": rows}, f, indent=1)
+        json.dump({"benchmark": "nccl-collectives", "ranks": n, "results": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ def test_multi_report_checks_the_collective_goals_and_lists_what_did_not_run(tmp
     coll = tmp_path / "coll"
     coll.mkdir()
     (coll / "coll.md").write_text("| collective | bytes per PE |\n")
+    (coll / "coll-4pe.md").write_text("| fcollect_latency | 4096 | 9.00 | 27.00 | 3.00 |\n")
     # allreduce: 2.5x at 4 KiB but 1.5x at 64 KiB -> not met; fcollect small: 3x -> met;
     # fcollect large: 0.95x -> met; barrier 1.5 µs (the block form is faster) -> met.
     coll_json(coll / "pshmem-coll.json", [
@@ -75,6 +76,7 @@ def test_multi_report_checks_the_collective_goals_and_lists_what_did_not_run(tmp
     md = run("multi_report.py", tmp_path, "h200-x2")
     assert "# Multi-GPU runs — h200-x2" in md
     assert "One GPU" not in md
+    assert "On 4 GPUs (world team of 4 PEs, NCCL with 4 ranks), same run:\n\n| fcollect_latency | 4096 |" in md
     assert "| allreduce ≤ 64 KiB ≥ 2× NCCL | NCCL / ours 1.50–2.50 (worst at 65536 B) | **no** |" in md
     assert "| fcollect ≤ 1 MiB ≥ 2× NCCL | NCCL / ours 3.00–3.00 (worst at 4096 B) | yes |" in md
     assert "| fcollect ≥ 16 MiB ≥ 0.9× NCCL | NCCL / ours 0.95–0.95 (worst at 16777216 B) | yes |" in md
