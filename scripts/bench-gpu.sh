@@ -32,10 +32,8 @@ step() { echo "== $*" | tee -a "$LOG"; }
 echo "$NGPU" > "$OUT/gpus.txt"
 if [ "$NGPU" -eq 1 ]; then
   # Two PEs on one GPU need MPS (without it their kernels are time-sliced: 2000x slower).
-  MPS_DIR="$(mktemp -d)"
-  export CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log"
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d && trap 'echo quit | nvidia-cuda-mps-control' EXIT
+  . scripts/mps.sh
+  mps_start && trap mps_stop EXIT
   step "one GPU: 2 PEs share it under CUDA MPS; no NCCL or copy-engine baselines"
 fi
 { nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv,noheader; nvidia-smi topo -m | head -3; } > "$OUT/machine.txt" 2>&1
@@ -84,19 +82,8 @@ if want nvlink; then
   # wheel next to BIN): by the copy engine from PSHMEM_COPY_ENGINE_MIN, and by the one-block
   # kernel that every size took before.
   step "host-initiated puts to the mapped peer: copy engine vs one-block kernel"
-  PYBIN=""
-  if python3 -c "import pshmem" 2>/dev/null; then
-    PYBIN=python3
-  elif [ -x .venv/bin/python ] && .venv/bin/python -c "import pshmem, torch" 2>/dev/null; then
-    PYBIN=.venv/bin/python
-  else
-    WHEEL="$(ls "$BIN"/../wheels/pshmem-*.whl 2>/dev/null | head -1)"
-    PYSITE="$(mktemp -d)"
-    if [ -n "$WHEEL" ] && python3 -m pip install -q --no-deps --no-index --target "$PYSITE" "$WHEEL"; then
-      export PYTHONPATH="$PYSITE${PYTHONPATH:+:$PYTHONPATH}"
-      PYBIN=python3
-    fi
-  fi
+  . scripts/pshmem-python.sh
+  pshmem_python "$BIN"
   if [ -n "$PYBIN" ]; then
     timeout 200 "$BIN/pshmrun" -n 2 -- "$PYBIN" benches/gpu/host_put.py host-ce $MAX "$OUT/host-put-ce.json" \
       >> "$LOG" 2>&1 || echo "host put (copy engine) failed" | tee -a "$LOG"

@@ -35,20 +35,21 @@ run env CUDA_MPS_PIPE_DIRECTORY="$NO_MPS" bash -c \
   '"$0" --local-size 2 | tee /dev/stderr | grep -q "share GPUs, but CUDA MPS is not running"' "$BIN/pshmem-info"
 # Several PEs on one GPU need CUDA MPS: without it their kernels are time-sliced and a kernel
 # waiting on a peer's store sees it only at the next slice (about 2000 times slower). On a
-# one-GPU machine every multi-PE test below shares the GPU, so start an MPS server for them.
+# one-GPU machine every multi-PE test below shares the GPU, so start an MPS server for them
+# (scripts/mps.sh).
+. scripts/mps.sh
+MPS_TRIED=""
 if [ "$NGPU" -eq 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
-  MPS_DIR="$(mktemp -d)"
-  export CUDA_MPS_PIPE_DIRECTORY="$MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPS_DIR/log"
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if nvidia-cuda-mps-control -d; then
-    trap 'echo quit | nvidia-cuda-mps-control' EXIT
-    echo "== one GPU: CUDA MPS started for the multi-PE tests ($MPS_DIR)" | tee -a "$LOG"
+  MPS_TRIED=1
+  if mps_start; then
+    trap mps_stop EXIT
+    echo "== one GPU: CUDA MPS started for the multi-PE tests ($CUDA_MPS_PIPE_DIRECTORY)" | tee -a "$LOG"
   else
     echo "== one GPU and MPS did not start: multi-PE tests will be time-sliced (slow)" | tee -a "$LOG"
   fi
 fi
 # >= 10^7 descriptors from every warp of 132 blocks x 8 warps, through a 1024-slot ring.
-[ -n "${MPS_DIR:-}" ] && run "$BIN/pshmem-gpu-tests" mps-check
+[ -n "$MPS_TRIED" ] && run "$BIN/pshmem-gpu-tests" mps-check
 if want ring; then
   run "$BIN/pshmem-gpu-tests" ring-stress --blocks 132 --threads 256 --per-warp 10000 --slots 1024
   run "$BIN/pshmem-gpu-tests" ring-rate --blocks 132 --threads 128 --per-warp 4000
@@ -111,19 +112,8 @@ fi
 # torch.distributed. From a checkout: the project's environment (scripts/python-env.sh); on a
 # machine without Rust: the prebuilt wheel next to BIN_DIR (BIN_DIR/../wheels), installed for
 # the machine's own python3 and torch.
-PYBIN=""
-if [ "$BIN" = target/release ]; then
-  PYBIN="$(bash scripts/python-env.sh)"
-else
-  WHEEL="$(ls "$BIN"/../wheels/pshmem-*.whl 2>/dev/null | head -1)"
-  if [ -n "$WHEEL" ] && python3 -c "import torch" 2>/dev/null; then
-    PYSITE="$(mktemp -d)"
-    if python3 -m pip install -q --no-deps --no-index --target "$PYSITE" "$WHEEL"; then
-      export PYTHONPATH="$PYSITE${PYTHONPATH:+:$PYTHONPATH}"
-      PYBIN=python3
-    fi
-  fi
-fi
+. scripts/pshmem-python.sh
+pshmem_python "$BIN"
 if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ]; then
   "$PYBIN" -c "import torch, pshmem; print('python:', pshmem.__version__, 'torch', torch.__version__)" 2>&1 | tee -a "$LOG"
 fi
@@ -136,8 +126,7 @@ if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want python; then
   done
 fi
 # The MoE jobs run up to 8 EP ranks: with 2 to 7 GPUs some share one, so under MPS for these
-# parts (one GPU has had it from the start; scripts/mps.sh).
-. scripts/mps.sh
+# parts (one GPU has had it from the start).
 if [ "$NGPU" -ge 2 ] && [ -n "$PYBIN" ] && { want ep || want ht; } && mps_needed "$NGPU" 8 && mps_start; then
   echo "== $NGPU GPUs for up to 8 EP ranks: CUDA MPS started for the MoE parts" | tee -a "$LOG"
 fi

@@ -50,19 +50,13 @@ fi
 want examples && part examples bash scripts/nvshmem-compare.sh "$BIN" "$OUT/examples"
 want p2p && part p2p bash scripts/bench-gpu.sh "$BIN" "$OUT/p2p"
 want coll && part coll bash scripts/bench-coll.sh "$BIN" "$OUT/coll"
-# bench-ep imports the pshmem package: in a checkout, the project's environment
-# (scripts/python-env.sh); else from this python3, or the prebuilt wheel next to BIN (as
-# gpu-test.sh installs it on a machine without Rust).
-PY=python3
-if want ep && [ "$BIN" = target/release ]; then
-  PY="$(bash scripts/python-env.sh)"
-elif want ep && ! python3 -c "import pshmem" 2>/dev/null; then
-  WHEEL="$(ls "$BIN"/../wheels/pshmem-*.whl 2>/dev/null | head -1)"
-  PYSITE="$(mktemp -d)"
-  [ -n "$WHEEL" ] && python3 -m pip install -q --no-deps --no-index --target "$PYSITE" "$WHEEL" &&
-    export PYTHONPATH="$PYSITE${PYTHONPATH:+:$PYTHONPATH}"
+# bench-ep imports the pshmem package (scripts/pshmem-python.sh finds it for BIN's build).
+PYBIN=""
+if want ep; then
+  . scripts/pshmem-python.sh
+  pshmem_python "$BIN"
 fi
-want ep && part ep env EP_SIZES="${EP_SIZES:-2 4}" bash scripts/bench-ep.sh "$BIN" "$OUT/ep" "$PY"
+want ep && part ep env EP_SIZES="${EP_SIZES:-2 4}" bash scripts/bench-ep.sh "$BIN" "$OUT/ep" "${PYBIN:-python3}"
 python3 benches/gpu/multi_report.py "$OUT" > "$OUT/REPORT.md" || fail=1
 echo "multi-gpu: $([ $fail = 0 ] && echo done || echo 'some parts FAILED') (report: $OUT/REPORT.md)"
 exit $fail
