@@ -63,10 +63,11 @@ done
 # The normal (high-throughput) mode (issue 20): 4096 tokens per rank, hidden 7168, top-8 of 256
 # experts, FP8 dispatch / BF16 combine, at EP 2, 4 and 8: one node over IPC ("direct"), one
 # node through the proxy (host-staged tcp), and two emulated nodes (tcp between them, IPC
-# inside); a traced run of each proxied configuration counts what a dispatch posts.
+# inside); a traced run of each proxied configuration counts what a dispatch posts. EP_HT_PATHS
+# picks among those three paths.
 if [[ "$MODES" == *" ht "* ]]; then
   for n in ${EP_SIZES:-2 4 8}; do
-    for path in direct proxy nodes2; do
+    for path in ${EP_HT_PATHS:-direct proxy nodes2}; do
       envs=""; hosts=1
       [ "$path" = proxy ] && envs="PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp"
       [ "$path" = nodes2 ] && envs="PSHMEM_PROVIDER=tcp" && hosts=2

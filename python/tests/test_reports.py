@@ -125,3 +125,30 @@ def test_the_reason_is_read_without_log_colours_and_names_a_busy_gpu():
     r = record(out, rc=2)
     assert r["why"] == "common.h:34: cudaSetDevice(0): CUDA-capable device(s) is/are busy or unavailable"
     assert "\x1b" not in record("[0] \x1b[31mERROR\x1b[0m rank 1 died\n", rc=2)["why"]
+
+
+def test_startup_report_takes_the_slowest_pe_per_job_and_skips_failed_jobs(tmp_path):
+    def job(rep, pes, rc, wall, ctx_ms, floor):
+        lines = [f"[{pe}] 2026-11-25T00:00:00Z  INFO pshmem::startup: PE {pe}: GPU init took "
+                 f"{ctx_ms[pe] + 5:.1f} ms: context {ctx_ms[pe]:.1f}, heap 5.0" for pe in range(pes)]
+        lines.append("[1] 2026-11-25T00:00:00Z  INFO pshmem: PE 1: the bootstrap took 2.5 ms")
+        lines.append(f"[0] OK done init_ms=100.0 gpu_init_ms={max(ctx_ms) + 5} finalize_ms=3.0 drop_ms=1.0")
+        lines.append(f"JOB pes={pes} rep={rep} rc={rc} wall_ms={wall}")
+        lines.append(f"FLOOR pes={pes} wall_ms={floor} ok=1")
+        (tmp_path / f"startup-{pes}-{rep}.log").write_text("\n".join(lines) + "\n")
+
+    job(1, 2, 0, 1000.0, [300.0, 400.0], 250.0)
+    job(2, 2, 0, 1200.0, [500.0, 100.0], 270.0)
+    job(3, 2, 0, 1400.0, [200.0, 600.0], 260.0)
+    job(4, 2, 1, 9000.0, [9000.0, 9000.0], 1.0)
+    run("startup_report.py", tmp_path)
+    md = (tmp_path / "startup.md").read_text()
+    # The failed job (rep 4) is counted, not measured; each job's slowest PE: 400, 500, 600.
+    assert "## 2 PEs (3 jobs, 1 failed)" in md
+    assert "Job wall time 1200.0 ms; floor 260.0 ms." in md
+    assert "| GPU init | context | 500.0 |" in md
+    assert "| GPU init | total | 505.0 |" in md
+    assert "| test program | finalize_ms | 3.0 |" in md
+    assert "| bootstrap | total | 2.5 |" in md
+    data = json.loads((tmp_path / "startup.json").read_text())
+    assert data["2"]["jobs"] == 3 and data["2"]["wall_ms"] == 1200.0

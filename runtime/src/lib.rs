@@ -49,6 +49,7 @@ pub mod gpu;
 mod heap;
 pub mod placement;
 mod share;
+mod startup;
 pub mod team;
 
 use std::{
@@ -162,7 +163,13 @@ impl Pshmem {
     /// Starts this PE: bootstrap and configuration from the environment.
     pub fn init() -> Result<Self> {
         pshmem_env::validate_all()?;
+        let t0 = std::time::Instant::now();
         let bs = Bootstrap::from_env()?;
+        tracing::info!(
+            "PE {}: the bootstrap took {:.1} ms",
+            bs.rank(),
+            t0.elapsed().as_secs_f64() * 1e3
+        );
         let cfg = Config::from_env()?;
         Self::init_with(bs, cfg)
     }
@@ -170,7 +177,9 @@ impl Pshmem {
     /// Starts this PE on an existing bootstrap (unique-id launches) with `cfg`. Collective.
     pub fn init_with(bs: Bootstrap, cfg: Config) -> Result<Self> {
         let (me, n) = (bs.rank(), bs.world_size());
+        let mut clock = startup::Phases::start(me, "init (after the bootstrap)");
         agree_on_settings(&bs, &cfg)?;
+        clock.mark("settings");
         // Placement: proxy cores and, for RDMA providers, this PE's NICs as rails.
         let (proxy_cpus, rails) = match &cfg.proxy_cpus {
             Some(list) => (list.clone(), Vec::new()),
@@ -189,6 +198,7 @@ impl Pshmem {
                 (pe.map(|p| p.proxy_cpus.clone()).unwrap_or_default(), rails)
             }
         };
+        clock.mark("placement");
         // A memfd only where same-host peers will map the heap; private memory otherwise.
         let shared = !cfg.disable_p2p && (0..n).any(|r| r != me && bs.same_host(r));
         let local = if shared {
@@ -253,12 +263,14 @@ impl Pshmem {
             transport = t.caps().name.clone();
             setups.push((t, mr, remotes, region));
         }
+        clock.mark("transport");
         let peer_maps = if cfg.disable_p2p {
             (0..n).map(|_| None).collect()
         } else {
             // Collective (every PE takes part, with or without same-host peers).
             share::share_with_local_peers(&bs, &local, Duration::from_secs(30))?
         };
+        clock.mark("peer heaps");
         let peers = (0..n)
             .map(|r| match (&peer_maps[r], cfg.disable_p2p) {
                 (_, true) => None,
@@ -323,7 +335,10 @@ impl Pshmem {
         })?;
         let hosts: Vec<&str> = bs.peers().iter().map(|p| p.host_id.as_str()).collect();
         let teams = team::Teams::new(SymPtr(area), cfg.max_teams, me, &hosts, !cfg.disable_p2p);
+        clock.mark("proxies");
         bs.barrier()?;
+        clock.mark("barrier");
+        clock.log();
         Ok(Self {
             gpu: std::sync::OnceLock::new(),
             proxies: Mutex::new(proxies),

@@ -187,13 +187,17 @@ impl Gpu {
     /// Collective: allocates the heap, opens same-host peers' heaps, starts the proxy.
     pub(crate) fn create(s: GpuSetup<'_>) -> Result<Self> {
         let (me, n) = (s.me, s.n);
+        let mut clock = crate::startup::Phases::start(me, "GPU init");
         let ordinal = choose_device(s.bs, me, n, s.device)?;
         let ctx = cuda::open(ordinal).map_err(cu(me, "opening the device"))?;
         ctx.bind_to_thread()
             .map_err(|e| cu(me, "binding the context")(driver("cuCtxSetCurrent")(e)))?;
+        clock.mark("context");
         let heap = DevAlloc::new(&ctx, s.heap_len).map_err(cu(me, "allocating the GPU heap"))?;
+        clock.mark("heap");
         let (peers, ipc) = open_peers(&s, &ctx, &heap)?;
         warn_if_lazy(me, &peers);
+        clock.mark("peer heaps");
 
         // Device-side bookkeeping: peer table, result cells and owners, barrier epoch, error.
         let peer_off = 0usize;
@@ -241,8 +245,10 @@ impl Gpu {
             .map_err(cu(me, "writing the ring table"))?;
         let ring_handle = handles[0];
         let ring = rings[0].clone();
+        clock.mark("rings");
         let runtime = cuda::load(&ctx, pshmem_kernels::RUNTIME)
             .map_err(cu(me, "loading the runtime kernels"))?;
+        clock.mark("kernels");
         let function = |name: &'static str| {
             runtime
                 .load_function(name)
@@ -268,6 +274,7 @@ impl Gpu {
             landing.extend(reg.landing);
             dmabuf.extend(reg.dmabuf);
         }
+        clock.mark("proxies");
         // The teams' sync words: the first allocation of the GPU heap, the same on every PE.
         let mut alloc = Allocator::new(s.heap_len as u64);
         let sync_base = alloc
@@ -340,7 +347,10 @@ impl Gpu {
             health: s.health.clone(),
         };
         g.init_module(&runtime)?;
+        clock.mark("state");
         s.bs.barrier()?;
+        clock.mark("barrier");
+        clock.log();
         Ok(g)
     }
 }

@@ -218,6 +218,26 @@ fn rank<F: FnOnce(&pshmem::Pshmem) -> R<()>>(f: F) -> R<String> {
     Ok("OK done".into())
 }
 
+/// Starts and stops the GPU path, timing each stage (scripts/startup-profile.sh reads the
+/// line; `PSHMEM_LOG=info` adds each stage's phases).
+fn gpu_init_rank() -> R<String> {
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let s = pshmem::Pshmem::init().map_err(|e| e.to_string())?;
+    let init = ms(t);
+    let t = Instant::now();
+    s.gpu_init().map_err(|e| e.to_string())?;
+    let gpu = ms(t);
+    let t = Instant::now();
+    s.finalize().map_err(|e| e.to_string())?;
+    let fin = ms(t);
+    drop(s);
+    Ok(format!(
+        "OK done init_ms={init:.1} gpu_init_ms={gpu:.1} finalize_ms={fin:.1} drop_ms={:.1}",
+        ms(t) - fin
+    ))
+}
+
 fn mix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -585,7 +605,7 @@ fn main() -> ExitCode {
         Cmd::GpuKill => gpu_kill(),
         Cmd::GpuKillRank { victim } => rank(|s| api::kill_rank(s, victim)),
         Cmd::MpsCheck { expect_warning } => mps_check(expect_warning),
-        Cmd::GpuInitRank => rank(|s| s.gpu_init().map(|_| ()).map_err(|e| e.to_string())),
+        Cmd::GpuInitRank => gpu_init_rank(),
     };
     match res {
         Ok(line) => {
