@@ -13,7 +13,8 @@
 # several PEs per GPU, as we do). NVIDIA's proxy transports need a NIC this machine lacks, so
 # runs through the proxy are ours only (scripts/gpu-test.sh runs them).
 # Usage: scripts/nvshmem-compare.sh [BIN_DIR] [OUT_DIR]   (defaults: target/release, compare-out)
-#   REPS (default 2), COMPARE_PES (default "2 4"), COMPARE_TIMEOUT (seconds per run, 30)
+#   REPS (default 2), COMPARE_PES (default "2 4"), COMPARE_TIMEOUT (seconds per run, 30),
+#   COMPARE_PROGRAMS (default: all ten)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN="${1:-target/release}"
@@ -177,7 +178,7 @@ if [ "$NV_OK" = 1 ]; then
 else
   echo "NVIDIA's side: not run (no bootstrap started its ring: compare.log)" | tee -a "$LOG" "$OUT/nvidia-launch.txt"
 fi
-progs=(ring put_block ping_pong atomics team_split collective_launch on_stream collectives two_file plugin)
+read -r -a progs <<<"${COMPARE_PROGRAMS:-ring put_block ping_pong atomics team_split collective_launch on_stream collectives two_file plugin}"
 # A program that failed on a runtime at a PE count is not run again there (a failure usually
 # repeats, and a hung one costs the whole timeout each time).
 declare -A FAILED=()

@@ -6,6 +6,9 @@
 # where they outnumber them, as in every other GPU script. Writes OUT/startup-*.log and
 # OUT/startup.{json,md} (benches/gpu/startup_report.py: medians per phase). Skips loudly without
 # a GPU.
+# STARTUP_PROGRAM names a program to profile the same way instead (say an examples/nvshmem
+# build, with STARTUP_LIB its library folder for LD_LIBRARY_PATH): there the application creates
+# its CUDA context itself, as NVSHMEM programs do, and the log shows our part of its start-up.
 # Usage: scripts/startup-profile.sh [BIN_DIR] [OUT_DIR]   (defaults: target/release, startup-out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,9 +51,15 @@ for n in ${STARTUP_PES:-2 4}; do
   for r in $(seq 1 "${REPS:-3}"); do
     log="$OUT/startup-$n-$r.log"
     t0=$(now)
-    PSHMEM_LOG=pshmem=info timeout 120 "$BIN/pshmrun" -n "$n" -- "$BIN/pshmem-gpu-tests" gpu-init-rank > "$log" 2>&1
+    if [ -n "${STARTUP_PROGRAM:-}" ]; then
+      LD_LIBRARY_PATH="${STARTUP_LIB:-}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PSHMEM_LOG=pshmem=info \
+        timeout 120 "$BIN/pshmrun" -n "$n" -- "$STARTUP_PROGRAM" > "$log" 2>&1
+    else
+      PSHMEM_LOG=pshmem=info timeout 120 "$BIN/pshmrun" -n "$n" -- "$BIN/pshmem-gpu-tests" gpu-init-rank > "$log" 2>&1
+    fi
     rc=$?
-    echo "JOB pes=$n rep=$r rc=$rc wall_ms=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", (b - a) * 1000 }')" | tee -a "$log"
+    t1=$(now)
+    echo "JOB pes=$n rep=$r rc=$rc start=$t0 end=$t1 wall_ms=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", (b - a) * 1000 }')" | tee -a "$log"
     floor "$n" | tee -a "$log"
   done
 done

@@ -8,6 +8,7 @@ import re
 import statistics
 import sys
 from collections import defaultdict
+from datetime import datetime, timezone
 from pathlib import Path
 
 # "PE 1: GPU init took 812.3 ms: context 301.2, heap 2.0, ..." (runtime/src/startup.rs)
@@ -16,14 +17,53 @@ BOOTSTRAP = re.compile(r"PE (\d+): the bootstrap took ([0-9.]+) ms")
 FIELDS = re.compile(r"(\w+)=([0-9.]+)")
 
 
+STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z")
+
+
+def stamp(line):
+    """The log line's time (tracing's UTC timestamp) in seconds since the epoch, or None."""
+    m = STAMP.search(line)
+    if not m:
+        return None
+    return datetime.fromisoformat(m.group(1)).replace(tzinfo=timezone.utc).timestamp()
+
+
+def timeline(stamps, job):
+    """Where the job's wall time went around our init, from the log lines' times: launch to the
+    end of the slowest bootstrap (launcher, process start, loading, bootstrap); between init and
+    the GPU part (the application's own work, e.g. creating its CUDA context); the last init to
+    the job's end (the program, finalize, exit)."""
+    out = {}
+    if "start" not in job or "end" not in job:
+        return out
+    start, end = float(job["start"]), float(job["end"])
+    boot = stamps.get("bootstrap", [])
+    if boot:
+        out["launch to bootstrap"] = (max(boot) - start) * 1e3
+    init, gpu = stamps.get("init", []), stamps.get("GPU init", [])
+    if init and gpu:
+        gpu_start = [t - ms / 1e3 for t, ms in gpu]
+        out["init to GPU init"] = max(0.0, (max(gpu_start) - max(t for t, _ in init)) * 1e3)
+    last = [t for t, _ in init + gpu]
+    if last:
+        out["last init to job end"] = (end - max(last)) * 1e3
+    return out
+
+
 def parse(text):
-    """{(stage, phase): [ms per PE]} and {key: value} of the job's summary lines."""
+    """{(stage, phase): [ms per PE]}, {key: value} of the job's summary lines and the log
+    times of the bootstrap's and each init's lines."""
     phases = defaultdict(list)
     lines = {}
+    stamps = defaultdict(list)
     for line in text.splitlines():
         m = PHASES.search(line)
         if m:
             stage = m.group(2)
+            t = stamp(line)
+            if t is not None:
+                key = "GPU init" if stage == "GPU init" else "init"
+                stamps[key].append((t, float(m.group(3))))
             phases[(stage, "total")].append(float(m.group(3)))
             for part in m.group(4).split(", "):
                 name, _, ms = part.rpartition(" ")
@@ -32,6 +72,9 @@ def parse(text):
         m = BOOTSTRAP.search(line)
         if m:
             phases[("bootstrap", "total")].append(float(m.group(2)))
+            t = stamp(line)
+            if t is not None:
+                stamps["bootstrap"].append(t)
             continue
         for tag in ("JOB", "FLOOR"):
             if line.startswith(tag + " "):
@@ -39,6 +82,8 @@ def parse(text):
         if "OK done" in line:
             for k, v in FIELDS.findall(line):
                 phases[("test program", k)].append(float(v))
+    for k, ms in timeline(stamps, lines.get("JOB", {})).items():
+        phases[("timeline", k)].append(ms)
     return phases, lines
 
 

@@ -128,12 +128,22 @@ def test_the_reason_is_read_without_log_colours_and_names_a_busy_gpu():
 
 
 def test_startup_report_takes_the_slowest_pe_per_job_and_skips_failed_jobs(tmp_path):
+    from datetime import datetime, timezone
+    t0 = 1795564800.0  # 2026-11-25T00:00:00Z
+
+    def at(secs):
+        return datetime.fromtimestamp(t0 + secs, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
     def job(rep, pes, rc, wall, ctx_ms, floor):
-        lines = [f"[{pe}] 2026-11-25T00:00:00Z  INFO pshmem::startup: PE {pe}: GPU init took "
-                 f"{ctx_ms[pe] + 5:.1f} ms: context {ctx_ms[pe]:.1f}, heap 5.0" for pe in range(pes)]
-        lines.append("[1] 2026-11-25T00:00:00Z  INFO pshmem: PE 1: the bootstrap took 2.5 ms")
+        # Bootstrap done at 0.2 s, init at 0.5 s; the GPU part starts 0.1 s later and takes
+        # ctx + 5 ms; the job ends `wall` ms after its start.
+        lines = [f"[{pe}] {at(0.2)}  INFO pshmem: PE {pe}: the bootstrap took 2.5 ms" for pe in range(pes)]
+        lines += [f"[{pe}] {at(0.5)}  INFO pshmem::startup: PE {pe}: init (after the bootstrap) "
+                  f"took 300.0 ms: topology 100.0, provider 200.0" for pe in range(pes)]
+        lines += [f"[{pe}] {at(0.6 + (ctx_ms[pe] + 5) / 1e3)}  INFO pshmem::startup: PE {pe}: GPU init took "
+                  f"{ctx_ms[pe] + 5:.1f} ms: context {ctx_ms[pe]:.1f}, heap 5.0" for pe in range(pes)]
         lines.append(f"[0] OK done init_ms=100.0 gpu_init_ms={max(ctx_ms) + 5} finalize_ms=3.0 drop_ms=1.0")
-        lines.append(f"JOB pes={pes} rep={rep} rc={rc} wall_ms={wall}")
+        lines.append(f"JOB pes={pes} rep={rep} rc={rc} start={t0} end={t0 + wall / 1e3} wall_ms={wall}")
         lines.append(f"FLOOR pes={pes} wall_ms={floor} ok=1")
         (tmp_path / f"startup-{pes}-{rep}.log").write_text("\n".join(lines) + "\n")
 
@@ -148,7 +158,14 @@ def test_startup_report_takes_the_slowest_pe_per_job_and_skips_failed_jobs(tmp_p
     assert "Job wall time 1200.0 ms; floor 260.0 ms." in md
     assert "| GPU init | context | 500.0 |" in md
     assert "| GPU init | total | 505.0 |" in md
+    assert "| init (after the bootstrap) | provider | 200.0 |" in md
     assert "| test program | finalize_ms | 3.0 |" in md
     assert "| bootstrap | total | 2.5 |" in md
+    # The timeline from the lines' times: the bootstrap ended 200 ms after launch; the GPU part
+    # started 100 ms after init; the job ended wall - (600 + slowest GPU init) ms after it.
+    assert "| timeline | launch to bootstrap | 200.0 |" in md
+    assert "| timeline | init to GPU init | 100.0 |" in md
+    # Per job: 1000 - 1005, 1200 - 1105, 1400 - 1205 -> median 95.
+    assert "| timeline | last init to job end | 95.0 |" in md
     data = json.loads((tmp_path / "startup.json").read_text())
     assert data["2"]["jobs"] == 3 and data["2"]["wall_ms"] == 1200.0

@@ -184,6 +184,13 @@ impl Pshmem {
         let (proxy_cpus, rails) = match &cfg.proxy_cpus {
             Some(list) => (list.clone(), Vec::new()),
             None => {
+                // Discovery first, timed on its own (host_plan reuses both).
+                if pshmem_env::TOPOLOGY_XML.raw().is_none() {
+                    placement::this_machine();
+                }
+                clock.mark("topology");
+                placement::provider();
+                clock.mark("provider");
                 let plan = placement::host_plan(bs.local_size(), cfg.proxy_threads, false);
                 let pe = plan.placement.pes.get(bs.local_rank());
                 for w in plan.machine.warnings.iter().chain(&plan.placement.warnings) {
@@ -238,6 +245,7 @@ impl Pshmem {
         for _ in 0..cfg.proxy_threads {
             let mut t = pshmem_transport::open_from_env_on(&bs, &rails)
                 .map_err(terr("opening the transport"))?;
+            clock.mark("transport");
             let region = if emulate && !registered {
                 let slots = pshmem_env::GPU_LANDING_SLOTS.usize()?.max(1);
                 let slot = pshmem_proxy::landing_slot_bytes(cfg.proxy.staging_chunk);
@@ -262,8 +270,8 @@ impl Pshmem {
                 .map_err(terr("exchanging heap registrations"))?;
             transport = t.caps().name.clone();
             setups.push((t, mr, remotes, region));
+            clock.mark("registration");
         }
-        clock.mark("transport");
         let peer_maps = if cfg.disable_p2p {
             (0..n).map(|_| None).collect()
         } else {

@@ -7,6 +7,8 @@ use pshmem_env as env;
 use pshmem_topology::{DeviceKind, Machine, NicRef, PciAddr, Placement, PlacementInput, place};
 use pshmem_transport::ofi::{DEFAULT_PROVIDERS, DomainInfo, list_domains};
 
+use std::sync::{Mutex, OnceLock};
+
 use crate::cuda::{self, CudaDevice, CudaError};
 
 /// Everything placement looked at, and the plan.
@@ -42,11 +44,42 @@ pub fn is_rdma(provider: &str) -> bool {
     provider.starts_with("efa") || provider.starts_with("verbs")
 }
 
-/// The provider in force: PSHMEM_PROVIDER / FI_PROVIDER, else the first of the preference
-/// order that has domains here.
-fn provider() -> Option<(String, Vec<DomainInfo>)> {
+/// This machine's topology (hwloc), discovered once per process: init places the host proxies
+/// with it and the GPU part its proxies' rails, and discovery with every I/O device costs a
+/// quarter of a second on a GPU host (measured on the H100 machine). The hardware does not
+/// change under a running process; a topology file (`PSHMEM_TOPOLOGY_XML`) is read each time.
+pub fn this_machine() -> Machine {
+    static MACHINE: OnceLock<Machine> = OnceLock::new();
+    MACHINE.get_or_init(|| Machine::discover(None)).clone()
+}
+
+/// [`this_machine`], or the topology file's host.
+fn machine(xml: Option<&str>) -> Machine {
+    match xml {
+        Some(p) => Machine::discover(Some(std::path::Path::new(p))),
+        None => this_machine(),
+    }
+}
+
+/// The provider in force and its domains (see [`find_provider`]), asked of libfabric once per
+/// process and provider setting: each `fi_getinfo` costs tens of milliseconds.
+pub fn provider() -> Option<(String, Vec<DomainInfo>)> {
+    type Found = Option<(String, Vec<DomainInfo>)>;
+    static FOUND: Mutex<Vec<(Option<String>, Found)>> = Mutex::new(Vec::new());
     let wanted = env::PROVIDER.raw().or_else(|| env::fallback("FI_PROVIDER"));
-    match wanted.as_deref() {
+    let mut found = FOUND.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, f)) = found.iter().find(|(w, _)| *w == wanted) {
+        return f.clone();
+    }
+    let f = find_provider(wanted.as_deref());
+    found.push((wanted, f.clone()));
+    f
+}
+
+/// The provider in force: `wanted` (PSHMEM_PROVIDER / FI_PROVIDER), else the first of the
+/// preference order that has domains here.
+fn find_provider(wanted: Option<&str>) -> Option<(String, Vec<DomainInfo>)> {
+    match wanted {
         Some("sim" | "instant") => None,
         Some(p) => {
             let p = if p == "tcp" { "tcp;ofi_rxm" } else { p };
@@ -92,7 +125,7 @@ fn app_cpus(m: &Machine) -> Vec<usize> {
 /// or a topology file's) rather than host-mode PEs.
 pub fn host_plan(local_size: usize, proxy_threads: usize, gpus: bool) -> HostPlan {
     let xml = env::TOPOLOGY_XML.raw();
-    let machine = Machine::discover(xml.as_deref().map(std::path::Path::new));
+    let machine = machine(xml.as_deref());
     let mut warnings = Vec::new();
     // cuInit costs up to a second on a GPU machine: only probe when GPUs are placed.
     let cuda = if gpus {

@@ -263,6 +263,7 @@ impl Gpu {
         // this GPU (2 on p5en, 4 on p5), so its traffic never crosses a PCIe switch.
         let rails =
             crate::placement::gpu_proxy_rails(s.bs.local_size(), s.bs.local_rank(), ordinal, me);
+        clock.mark("rails");
         let mut proxies = Vec::with_capacity(threads);
         let mut landing = Vec::new();
         let mut dmabuf = Vec::new();

@@ -28,7 +28,11 @@ pub fn sweep_stale_shm() -> usize {
     stale
 }
 
-use std::{ffi::c_void, mem::size_of, sync::Arc};
+use std::{
+    ffi::c_void,
+    mem::size_of,
+    sync::{Arc, Mutex},
+};
 
 use pshmem_bootstrap::Bootstrap;
 use pshmem_env as env;
@@ -286,12 +290,26 @@ fn required_caps() -> u64 {
 
 /// Finds providers: with delivery complete (and atomics if wanted) first, then dropping what
 /// is missing.
+/// Providers (with the API version asked) that offered no endpoint of the required
+/// capabilities at any address: the answer cannot change within a process (libfabric reads its
+/// providers and their devices once), and each `fi_getinfo` for an absent provider costs
+/// milliseconds, several per process start (placement's probe, then each transport's open
+/// walking the preference order).
+static ABSENT: Mutex<Vec<(String, u32)>> = Mutex::new(Vec::new());
+
 fn discover(
     provider: &str,
     node: Option<&str>,
     version: u32,
     want_atomics: bool,
 ) -> Result<(InfoList, bool)> {
+    let absent = |a: &Vec<(String, u32)>| a.iter().any(|(p, v)| p == provider && *v == version);
+    if absent(&ABSENT.lock().unwrap_or_else(|p| p.into_inner())) {
+        return Err(TransportError::NoProvider {
+            wanted: provider.to_string(),
+            reason: "no matching endpoint on this host (found by an earlier probe)".into(),
+        });
+    }
     let mut last = None;
     let tries: &[(bool, bool)] = if want_atomics {
         &[(true, true), (true, false), (false, true), (false, false)]
@@ -314,6 +332,14 @@ fn discover(
             Ok(list) if list.iter().next().is_some() => return Ok((list, dc)),
             Ok(_) => {}
             Err(e) => last = Some(e),
+        }
+    }
+    // The loosest hints (no address, no atomics, no delivery-complete) found nothing: no
+    // narrower question can find anything either.
+    if node.is_none() {
+        let mut a = ABSENT.lock().unwrap_or_else(|p| p.into_inner());
+        if !absent(&a) {
+            a.push((provider.to_string(), version));
         }
     }
     Err(TransportError::NoProvider {
