@@ -53,13 +53,22 @@ fn sets_rank_variables_and_prefixes_lines() {
 
 /// What a one-rank job's `echo` of `vars` prints (`[0] NAME=value ...`), launched with `env` set.
 fn launched_values(vars: &[&str], env: &[(&str, &str)]) -> String {
+    launched_values_of(&["-n", "1"], vars, env)
+}
+
+fn launched_values_of(args: &[&str], vars: &[&str], env: &[(&str, &str)]) -> String {
     let script = vars
         .iter()
         .map(|v| format!("{v}=${v}"))
         .collect::<Vec<_>>()
         .join(" ");
     let out = Command::new(PSHMRUN)
-        .args(["-n", "1", "--", "sh", "-c", &format!("echo {script}")])
+        .args(args)
+        .args(["--", "sh", "-c", &format!("echo {script}")])
+        .env_remove("CUDA_MODULE_LOADING")
+        .env_remove("CUDA_DEVICE_MAX_CONNECTIONS")
+        .env_remove("PSHMEM_DISABLE_P2P")
+        .env_remove("NVSHMEM_DISABLE_P2P")
         .envs(env.iter().copied())
         .output()
         .expect("run pshmrun");
@@ -68,23 +77,45 @@ fn launched_values(vars: &[&str], env: &[(&str, &str)]) -> String {
 }
 
 #[test]
-fn sets_cuda_module_loading_and_queues_unless_told_otherwise() {
+fn sets_cuda_module_loading_and_queues_where_the_proxy_serves_gpus() {
     let vars = ["CUDA_MODULE_LOADING", "CUDA_DEVICE_MAX_CONNECTIONS"];
+    // Every peer's heap mapped (one host, P2P on): CUDA's defaults, which start faster.
     let out = launched_values(&vars, &[]);
     assert!(
-        out.contains("[0] CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=16"),
+        out.contains("[0] CUDA_MODULE_LOADING= CUDA_DEVICE_MAX_CONNECTIONS="),
         "{out}"
     );
-    // Values the user set are kept.
+    // Peers behind the proxy: P2P disabled (either name), or emulated hosts.
+    for p2p in ["PSHMEM_DISABLE_P2P", "NVSHMEM_DISABLE_P2P"] {
+        let out = launched_values(&vars, &[(p2p, "1")]);
+        assert!(
+            out.contains("[0] CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=16"),
+            "{p2p}: {out}"
+        );
+    }
+    let out = launched_values_of(&["-n", "2", "--hosts", "2"], &vars, &[]);
+    for rank in 0..2 {
+        assert!(
+            out.contains(&format!(
+                "[{rank}] CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=16"
+            )),
+            "{out}"
+        );
+    }
+    // Values the user set are kept, in either kind of job.
     let env = [
         ("CUDA_MODULE_LOADING", "LAZY"),
         ("CUDA_DEVICE_MAX_CONNECTIONS", "4"),
     ];
-    let out = launched_values(&vars, &env);
-    assert!(
-        out.contains("[0] CUDA_MODULE_LOADING=LAZY CUDA_DEVICE_MAX_CONNECTIONS=4"),
-        "{out}"
-    );
+    for p2p in ["0", "1"] {
+        let mut env = env.to_vec();
+        env.push(("PSHMEM_DISABLE_P2P", p2p));
+        let out = launched_values(&vars, &env);
+        assert!(
+            out.contains("[0] CUDA_MODULE_LOADING=LAZY CUDA_DEVICE_MAX_CONNECTIONS=4"),
+            "{out}"
+        );
+    }
 }
 
 #[test]

@@ -196,7 +196,7 @@ impl Gpu {
         let heap = DevAlloc::new(&ctx, s.heap_len).map_err(cu(me, "allocating the GPU heap"))?;
         clock.mark("heap");
         let (peers, ipc) = open_peers(&s, &ctx, &heap)?;
-        warn_if_lazy(me, &peers);
+        warn_about_proxy_settings(me, &peers);
         clock.mark("peer heaps");
 
         // Device-side bookkeeping: peer table, result cells and owners, barrier epoch, error.
@@ -465,28 +465,44 @@ fn peer_accessible(ctx: &CudaContext, bus: &CStr) -> bool {
     }
 }
 
-/// CUDA's lazy loading (the default since 12.2) loads a kernel at its first launch, and a load
-/// may wait for the context's running kernels while holding the driver: a kernel of the
-/// application that waits for data only this PE's proxy can land (the proxy copies and launches
-/// in the same context) then stalls with the first launch of any other kernel, until
-/// PSHMEM_OP_TIMEOUT. (A module load does the same: seen on the H100 when the MoE kernels were
-/// loaded at the first dispatch, behind a barrier through the proxy; the runtime's own kernels
-/// are fetched at init for this reason.) Warn when some peer is reached through the proxy.
-fn warn_if_lazy(me: usize, peers: &[u64]) {
+/// Two CUDA settings matter only where some peer is reached through the proxy (pshmrun sets
+/// both for such jobs, and the Python package on import; other launchers may not), so warn when
+/// this PE has such a peer and runs without them:
+/// - CUDA's lazy loading (the default since 12.2) loads a kernel at its first launch, and a
+///   load may wait for the context's running kernels while holding the driver: a kernel of the
+///   application that waits for data only this PE's proxy can land (the proxy copies and
+///   launches in the same context) then stalls with the first launch of any other kernel, until
+///   PSHMEM_OP_TIMEOUT. (A module load does the same: seen on the H100 when the MoE kernels were
+///   loaded at the first dispatch, behind a barrier through the proxy; the runtime's own kernels
+///   are fetched at init for this reason.)
+/// - CUDA's default hardware queues: streams share them, and the proxy's copies and AMO kernels
+///   can wait behind an application kernel that waits for them (an intermittent MoE stall on
+///   the H100 with 8; none in 12 runs with 16).
+fn warn_about_proxy_settings(me: usize, peers: &[u64]) {
     let through_proxy = peers.iter().enumerate().any(|(pe, &b)| pe != me && b == 0);
+    if !through_proxy {
+        return;
+    }
     let mut mode = sys::CUmoduleLoadingMode::CU_MODULE_EAGER_LOADING;
     // SAFETY: an out-pointer to a live value; the driver is loaded (a context exists).
     let rc = unsafe { sys::cuModuleGetLoadingMode(&mut mode) };
-    if through_proxy
-        && rc == sys::CUresult::CUDA_SUCCESS
-        && mode == sys::CUmoduleLoadingMode::CU_MODULE_LAZY_LOADING
+    if rc == sys::CUresult::CUDA_SUCCESS && mode == sys::CUmoduleLoadingMode::CU_MODULE_LAZY_LOADING
     {
         tracing::warn!(
             "PE {me}: CUDA lazy module loading is on and some peers are reached through the \
              proxy: a kernel waiting on a peer can deadlock with the first launch of another \
              kernel in this process (until PSHMEM_OP_TIMEOUT); set CUDA_MODULE_LOADING=EAGER \
-             (pshmrun and the pshmem Python package do unless it is set), or launch every kernel once \
-             before such waits"
+             (pshmrun does for such jobs, and the pshmem Python package unless it is set), or \
+             launch every kernel once before such waits"
+        );
+    }
+    if std::env::var_os(pshmem_env::CUDA_DEVICE_MAX_CONNECTIONS).is_none() {
+        tracing::warn!(
+            "PE {me}: some peers are reached through the proxy and {} is unset: with CUDA's \
+             default hardware queues the proxy's copies can wait behind a kernel that waits \
+             for them; set it to 16 (64 / PEs per GPU under MPS) before CUDA starts (pshmrun \
+             does for such jobs)",
+            pshmem_env::CUDA_DEVICE_MAX_CONNECTIONS
         );
     }
 }
