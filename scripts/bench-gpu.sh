@@ -10,6 +10,8 @@
 # proxy machinery beside the GPU<->CPU mailbox floor. Writes everything under OUT and merges it
 # into OUT/result.json. BENCH_GPU_PARTS selects parts (default all: "nvlink network machinery"),
 # so a run can be split across a machine's time limit; merge.py takes what each part left.
+# BENCH_GPU_NCU=0 leaves out the Nsight Compute profiles of the NVLink puts (minutes on a machine
+# whose device time is short; the figures do not depend on them).
 # Usage: scripts/bench-gpu.sh [BIN_DIR] [OUT_DIR]   (defaults: target/release, bench-gpu-out)
 # Then, on any machine: bash scripts/gpu-report.sh OUT/result.json NAME
 set -uo pipefail
@@ -93,7 +95,7 @@ if want nvlink; then
     echo "host puts: no pshmem Python package (build the wheel: bash scripts/python-env.sh)" | tee -a "$LOG"
   fi
 
-  if [ "$NGPU" -ge 2 ] && command -v ncu >/dev/null; then
+  if [ "$NGPU" -ge 2 ] && [ "${BENCH_GPU_NCU:-1}" != 0 ] && command -v ncu >/dev/null; then
     NCU_SEC="--section SpeedOfLight --section LaunchStats --section WarpStateStats --metrics smsp__inst_executed.sum,gpu__time_duration.sum"
     step "ncu: small puts (2 KiB, 1 block, 64 per kernel), NVSHMEM and proxyshmem (rank 0)"
     if [ -x "$OUT/nvshmem_bench" ]; then
