@@ -24,8 +24,9 @@ UNITS = {
     "barrier_us": "µs",
     "reduce_1KiB_us": "µs",
 }
-# Numbers the OK lines carry that are settings or checks, not measurements.
-SKIP = {"rounds", "bytes", "blocks", "phases", "max_grid", "graph_replays", "got"}
+# Numbers the OK lines carry that are settings, checks or handles, not measurements (team_split's
+# team handle and member index differ between runtimes without meaning anything).
+SKIP = {"rounds", "bytes", "blocks", "phases", "max_grid", "graph_replays", "got", "team", "member"}
 
 
 def record(side, name, pes, rc, t0, t1, output):

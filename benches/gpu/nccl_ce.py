@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from rank_procs import results_or_exit
+
 MIN, MAX = 8, 1 << 30
 SAMPLES = 5
 
@@ -136,7 +138,7 @@ def main():
     procs = [ctx.Process(target=rank_main, args=(r, port, q, lo, hi)) for r in range(2)]
     for p in procs:
         p.start()
-    rows = q.get(timeout=1200)
+    rows = results_or_exit(q, procs, 1200, "nccl_ce")
     for p in procs:
         p.join(timeout=120)
     for r in rows:

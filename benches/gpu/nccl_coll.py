@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from rank_procs import results_or_exit
+
 SAMPLES = 5
 
 
@@ -29,7 +31,8 @@ def sizes(hi):
 
 
 def reps_for(size):
-    return max(1, min(50, (256 << 20) // size))
+    # Size 0 is the barrier: as many calls as the smallest messages.
+    return max(1, min(50, (256 << 20) // max(size, 1)))
 
 
 def rank_main(rank, n, port, hi, q):
@@ -91,7 +94,7 @@ def main():
     procs = [ctx.Process(target=rank_main, args=(r, n, port, hi, q)) for r in range(n)]
     for p in procs:
         p.start()
-    rows = q.get(timeout=1200)
+    rows = results_or_exit(q, procs, 1200, "nccl_coll")
     for p in procs:
         p.join()
     with open(out, "w") as f:

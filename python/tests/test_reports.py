@@ -38,6 +38,8 @@ def test_compare_report_takes_medians_of_passed_runs_and_names_failures(tmp_path
         row("nvidia", "ping_pong", 2, passed=False, p_latency_us=0.01),
         row("nvidia", "plugin", 2, passed=False),
         row("ours", "plugin", 2),
+        row("ours", "team_split", 2, team=4, member=0),
+        row("nvidia", "team_split", 2, team=6, member=0),
     ])
     (tmp_path / "builds.txt").write_text("ring nvidia built\nring-without-rdc nvidia failed: ptxas fatal\n")
     md = run("compare_report.py", tmp_path)
@@ -45,6 +47,7 @@ def test_compare_report_takes_medians_of_passed_runs_and_names_failures(tmp_path
     assert "| ping_pong | 2 | p_latency_us (µs) | 0.45 | 0.9 | 0.50 | lower |" in md
     assert "| ping_pong | 2 | put_bw_GBps (GB/s) | 110 | 55.0 | 2.00 | higher |" in md
     assert "rounds" not in md.split("## Figures")[1]
+    assert "team_split" not in md.split("## Figures")[1].split("## Runs that")[0]
     assert "| ping_pong | 2 | 3 of 3 | 1 of 2 |" in md
     assert "| plugin | 2 | 1 of 1 | 0 of 1 |" in md
     assert "- nvidia plugin on 2 PEs: exit 1, 0 OK lines: `no message`" in md
