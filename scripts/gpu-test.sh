@@ -28,12 +28,14 @@ run() {
 }
 (command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv) 2>&1 | tee -a "$LOG"
 NGPU="$(nvidia-smi -L 2>/dev/null | wc -l)"
-# Before MPS starts: two PEs on one GPU without MPS must say so (and not with it, below).
+# Before MPS starts: two PEs on one GPU without MPS must say so (and not with it, below); for
+# pshmem-info, one local PE more than there are GPUs (on 2 GPUs, 2 PEs take one each).
 NO_MPS="$(mktemp -d)"
 run env CUDA_MPS_PIPE_DIRECTORY="$NO_MPS" "$BIN/pshmem-gpu-tests" mps-check --expect-warning
 if [ "$NGPU" -ge 1 ]; then
   run env CUDA_MPS_PIPE_DIRECTORY="$NO_MPS" bash -c \
-    '"$0" --local-size 2 | tee /dev/stderr | grep -q "share GPUs, but CUDA MPS is not running"' "$BIN/pshmem-info"
+    '"$0" --local-size "$1" | tee /dev/stderr | grep -q "share GPUs, but CUDA MPS is not running"' \
+    "$BIN/pshmem-info" "$((NGPU + 1))"
 else
   echo "SKIP pshmem-info's MPS warning: no GPU (nvidia-smi lists none)" | tee -a "$LOG"
 fi
@@ -67,9 +69,17 @@ fi
 if want ops; then
   run "$BIN/pshmem-gpu-tests" gpu-ops --pes 2
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmem-gpu-tests" gpu-ops --pes 2
+  # PEs sharing GPU 0 need MPS on any machine (on one GPU it runs already; on 2 GPUs without it
+  # the barrier took 2.2 ms instead of microseconds and the staged 4-PE job hung).
+  SHARED_MPS=""
+  if [ "$NGPU" -ge 2 ] && mps_start; then
+    SHARED_MPS=1
+    echo "== $NGPU GPUs: CUDA MPS started for the PEs sharing GPU 0" | tee -a "$LOG"
+  fi
   run "$BIN/pshmem-gpu-tests" gpu-ops --pes 2 --same-gpu
   run "$BIN/pshmem-gpu-tests" gpu-ops --pes 4 --same-gpu
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmem-gpu-tests" gpu-ops --pes 4 --same-gpu
+  [ -n "$SHARED_MPS" ] && mps_stop
   # A killed peer ends the survivor's GPU wait with an error naming it (direct, then staged).
   run "$BIN/pshmem-gpu-tests" gpu-kill
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmem-gpu-tests" gpu-kill
