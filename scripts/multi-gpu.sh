@@ -11,8 +11,12 @@
 #             NVLink and forced through the proxy -> OUT/ep/
 # MULTI_GPU_PARTS picks parts (default all), so that one run can be split over a machine's
 # per-command time limit; each invocation appends a line to OUT/run.txt and regenerates the
-# report from whatever the parts have left. On a build machine: scripts/multi-gpu-report.sh
-# adds the point-to-point plots and files the result under benches/results/.
+# report from whatever the parts have left. MULTI_GPU_PART_LIMIT (seconds, default 3600) bounds
+# each part, so that one part that hangs cannot take the others' time (on 2 H200s the NCCL
+# baseline hung for a whole device call). Each invocation ends by packing OUT, without the
+# compiled example programs, into OUT.tgz (a few hundred KiB: device tools return few, small
+# files). On a build machine: scripts/multi-gpu-report.sh adds the point-to-point plots and
+# files the result under benches/results/.
 # Usage: scripts/multi-gpu.sh [BIN_DIR] [OUT_DIR]   (defaults: target/release, multi-gpu-out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,12 +37,15 @@ COMMIT="$(cat "$BIN/../commit.txt" 2>/dev/null || git rev-parse --short HEAD 2>/
 { nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv,noheader; nvidia-smi topo -m | head -$((NGPU + 1)); } > "$OUT/machine.txt" 2>&1
 echo "$(date -u +%FT%TZ) commit=$COMMIT gpus=$NGPU parts=${PARTS# } gpu_test_parts=${GPU_TEST_PARTS:-all}" >> "$OUT/run.txt"
 fail=0
+LIMIT="${MULTI_GPU_PART_LIMIT:-3600}"
 part() { # name command...
   local name="$1" t0=$SECONDS
   shift
   echo "== multi-gpu: $name"
-  "$@"
+  # stdin from /dev/null: a part must never wait for input (CI and device calls have none).
+  timeout -k 10 "$LIMIT" "$@" < /dev/null
   local rc=$?
+  [ "$rc" -eq 124 ] && echo "multi-gpu: $name stopped at MULTI_GPU_PART_LIMIT=$LIMIT s"
   echo "$name rc=$rc seconds=$((SECONDS - t0))" >> "$OUT/parts.txt"
   [ "$rc" -eq 0 ] || fail=1
 }
@@ -58,5 +65,7 @@ if want ep; then
 fi
 want ep && part ep env EP_SIZES="${EP_SIZES:-2 4}" bash scripts/bench-ep.sh "$BIN" "$OUT/ep" "${PYBIN:-python3}"
 python3 benches/gpu/multi_report.py "$OUT" > "$OUT/REPORT.md" || fail=1
+tar czf "$OUT.tgz" -C "$(dirname "$OUT")" --exclude=examples/ours --exclude=examples/nvidia \
+  --exclude=nvshmem_bench --exclude='*.tgz' "$(basename "$OUT")" || fail=1
 echo "multi-gpu: $([ $fail = 0 ] && echo done || echo 'some parts FAILED') (report: $OUT/REPORT.md)"
 exit $fail
