@@ -38,6 +38,23 @@ def body(md):
     return md.split("\n", 1)[1] if md.startswith("# ") else md
 
 
+def ours_coll_table(coll_dir):
+    """Our collective latencies alone (on-stream and one-block forms), for a run whose NCCL side
+    left nothing: "" when ours left nothing either."""
+    def load(name):
+        text = read(os.path.join(coll_dir, name))
+        return {(r["test"], r["size"]): r["median"] for r in json.loads(text)["results"]} if text else {}
+
+    stream, block = load("pshmem-coll.json"), load("pshmem-coll-block.json")
+    if not stream and not block:
+        return ""
+    rows = ["| collective | bytes per PE | on-stream (µs) | one block (µs) |", "| --- | --- | --- | --- |"]
+    for t, sz in sorted(set(stream) | set(block)):
+        cell = lambda d: f"{d[(t, sz)]:.2f}" if (t, sz) in d else "—"
+        rows.append(f"| {t} | {sz} | {cell(stream)} | {cell(block)} |")
+    return "\n".join(rows)
+
+
 def coll_goals(coll_dir):
     """The collectives issue's goals against NCCL from bench-coll's JSON: (goal, figure, met)."""
     def load(name):
@@ -146,6 +163,12 @@ def main():
         if table4:
             p("On 4 GPUs (world team of 4 PEs, NCCL with 4 ranks), same run:\n")
             p(table4.strip() + "\n")
+    elif ours_coll_table(coll):
+        p("**NCCL's side is missing** (no `nccl-coll.json`; `coll/nccl-coll.log` says why), so "
+          "this table has no baseline. Ours: `pshmem-perf` on the world team of 2 PEs, the host's "
+          "on-stream form and the one-block device form.\n")
+        p(ours_coll_table(coll) + "\n")
+        not_run.append("NCCL's collectives (part `coll`): its run left no results")
     else:
         why = "needs 2 GPUs (NCCL runs one rank per GPU)" if one_gpu else "part `coll` not run"
         p(f"Not run: {why}.\n")

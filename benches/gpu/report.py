@@ -113,56 +113,65 @@ def main():
            "proxyshmem, 4 rails, 8 landing slots × 4 MiB": series(rows, "network", "proxyshmem", "tuned"),
            "proxyshmem, 16 landing slots × 256 KiB": series(rows, "network", "proxyshmem", "slots"),
            "raw libfabric (C API, same provider, window 16)": series(rows, "network", "libfabric", "-", "write_bw")}
-    nsizes = sorted({s for d in net.values() for s in d if s >= 16 * KiB})
-    keys = list(net)
-    ours_keys, ceil_key = keys[1:4], keys[4]
-    have_nccl = bool(net[keys[0]])
-    base_key = keys[0] if have_nccl else ceil_key
-    shown = [k for k in keys if net[k]]
-    out += ["", f"## 2. Network path, {pair}, forced through TCP loopback (GB/s)", "",
-            "Best of ours: the best of the proxyshmem columns at that size. "
-            + ("" if have_nccl else "One GPU: NCCL refuses two ranks on one GPU, so the baseline is the "
-               "raw libfabric program on the same provider between the same two processes (the ceiling "
-               "of any runtime on this transport), not NCCL."), "",
-            "| size | " + " | ".join(shown) + f" | best of ours / {'NCCL' if have_nccl else 'raw libfabric'} |",
-            "| --- " * (len(shown) + 2) + "|"]
-    best_of_ours = {}
-    for s in nsizes:
-        v = {k: net[k].get(s) for k in keys}
-        b = max((v[k] for k in ours_keys if v[k] is not None), default=None)
-        best_of_ours[s] = b
-        out.append(f"| {label(s)} | " + " | ".join(fmt(v[k], 2) for k in shown) +
-                   f" | {fmt(ratio(b, v[base_key]), 2)} |")
-    nlat = {"NCCL (Socket) send/recv ping-pong": series(rows, "network", "nccl", "-", "p_latency", "us").get(8),
-            "proxyshmem p + wait_until through the proxies": series(rows, "network", "proxyshmem", "-", "p_latency", "us").get(8),
-            "raw libfabric 8-byte write ping-pong": series(rows, "network", "libfabric", "-", "write_latency", "us").get(8)}
-    out += ["", "| small-message latency (half round trip) | µs |", "| --- | --- |"]
-    out += [f"| {k} | {fmt(v, 2)} |" for k, v in nlat.items()]
-    plt.figure(figsize=(8, 5))
-    for k, d in net.items():
-        xs = sorted(x for x in d if x >= 16 * KiB)
-        if xs:
-            plt.loglog(xs, [d[x] for x in xs], marker=".", label=k)
-    plt.xlabel("message size (bytes)")
-    plt.ylabel("GB/s")
-    plt.title("Network path (TCP loopback), " + ("2 PEs on 1 GPU" if one_gpu else "2×GPU"))
-    plt.grid(True, which="both", alpha=0.3)
-    plt.legend(fontsize=8)
-    plt.savefig(prefix + "-network.png", dpi=120, bbox_inches="tight")
-    plt.close()
-    out += ["", f"![Network bandwidth]({name}-network.png)", ""]
+    have_net = any(net.values()) or bool(series(rows, "network", "proxyshmem", "-", "p_latency", "us"))
+    if not have_net:
+        out += ["", f"## 2. Network path, {pair}, forced through TCP loopback", "",
+                "Not measured in this run.", ""]
+    else:
+        nsizes = sorted({s for d in net.values() for s in d if s >= 16 * KiB})
+        keys = list(net)
+        ours_keys, ceil_key = keys[1:4], keys[4]
+        have_nccl = bool(net[keys[0]])
+        base_key = keys[0] if have_nccl else ceil_key
+        shown = [k for k in keys if net[k]]
+        out += ["", f"## 2. Network path, {pair}, forced through TCP loopback (GB/s)", "",
+                "Best of ours: the best of the proxyshmem columns at that size. "
+                + ("" if have_nccl else "One GPU: NCCL refuses two ranks on one GPU, so the baseline is the "
+                   "raw libfabric program on the same provider between the same two processes (the ceiling "
+                   "of any runtime on this transport), not NCCL."), "",
+                "| size | " + " | ".join(shown) + f" | best of ours / {'NCCL' if have_nccl else 'raw libfabric'} |",
+                "| --- " * (len(shown) + 2) + "|"]
+        best_of_ours = {}
+        for s in nsizes:
+            v = {k: net[k].get(s) for k in keys}
+            b = max((v[k] for k in ours_keys if v[k] is not None), default=None)
+            best_of_ours[s] = b
+            out.append(f"| {label(s)} | " + " | ".join(fmt(v[k], 2) for k in shown) +
+                       f" | {fmt(ratio(b, v[base_key]), 2)} |")
+        nlat = {"NCCL (Socket) send/recv ping-pong": series(rows, "network", "nccl", "-", "p_latency", "us").get(8),
+                "proxyshmem p + wait_until through the proxies": series(rows, "network", "proxyshmem", "-", "p_latency", "us").get(8),
+                "raw libfabric 8-byte write ping-pong": series(rows, "network", "libfabric", "-", "write_latency", "us").get(8)}
+        out += ["", "| small-message latency (half round trip) | µs |", "| --- | --- |"]
+        out += [f"| {k} | {fmt(v, 2)} |" for k, v in nlat.items()]
+        plt.figure(figsize=(8, 5))
+        for k, d in net.items():
+            xs = sorted(x for x in d if x >= 16 * KiB)
+            if xs:
+                plt.loglog(xs, [d[x] for x in xs], marker=".", label=k)
+        plt.xlabel("message size (bytes)")
+        plt.ylabel("GB/s")
+        plt.title("Network path (TCP loopback), " + ("2 PEs on 1 GPU" if one_gpu else "2×GPU"))
+        plt.grid(True, which="both", alpha=0.3)
+        plt.legend(fontsize=8)
+        plt.savefig(prefix + "-network.png", dpi=120, bbox_inches="tight")
+        plt.close()
+        out += ["", f"![Network bandwidth]({name}-network.png)", ""]
     # 3. Proxy machinery.
     p = doc.get("proxy", {})
-    mb = p.get("mailbox", {}).get("median_us")
-    rt = p.get("ring_latency", {}).get("median_us")
-    out += ["## 3. Proxy machinery", "",
-            "| figure | value |", "| --- | --- |",
-            f"| GPU↔CPU mailbox round trip (floor: a kernel and a CPU thread, pinned memory) | {fmt(mb, 2)} µs |",
-            f"| one descriptor GPU → proxy (post to an instantly completing transport) → GPU | {fmt(rt, 2)} µs |",
-            f"| ratio to the floor | {fmt(ratio(rt, mb), 2)} |"]
-    for r in sorted(p.get("ring_rate", []), key=lambda r: (r["proxies"], r.get("rings_per_proxy", 1))):
-        out.append(f"| descriptors/s, {r['proxies']} proxy thread(s) × {r.get('rings_per_proxy', 1)} ring(s) each, {r['warps']} warps | "
-                   f"{r['mdesc_per_s']:.2f} M total, {r['mdesc_per_s_per_proxy']:.2f} M per thread |")
+    mb = rt = None
+    if not p:
+        out += ["## 3. Proxy machinery", "", "Not measured in this run.", ""]
+    else:
+        mb = p.get("mailbox", {}).get("median_us")
+        rt = p.get("ring_latency", {}).get("median_us")
+        out += ["## 3. Proxy machinery", "",
+                "| figure | value |", "| --- | --- |",
+                f"| GPU↔CPU mailbox round trip (floor: a kernel and a CPU thread, pinned memory) | {fmt(mb, 2)} µs |",
+                f"| one descriptor GPU → proxy (post to an instantly completing transport) → GPU | {fmt(rt, 2)} µs |",
+                f"| ratio to the floor | {fmt(ratio(rt, mb), 2)} |"]
+        for r in sorted(p.get("ring_rate", []), key=lambda r: (r["proxies"], r.get("rings_per_proxy", 1))):
+            out.append(f"| descriptors/s, {r['proxies']} proxy thread(s) × {r.get('rings_per_proxy', 1)} ring(s) each, {r['warps']} warps | "
+                       f"{r['mdesc_per_s']:.2f} M total, {r['mdesc_per_s_per_proxy']:.2f} M per thread |")
     # 4. Profile of the network path (proxy trace summaries).
     prof = doc.get("profile", {})
     if prof:
@@ -198,24 +207,25 @@ def main():
         w = min(small)
         out.append(f"| small puts ≥ 1.0× NVSHMEM at 8 B – 64 KiB, same grid shapes ({pair}) | worst "
                    f"{fmt(w[0], 2)} at {label(w[1])}, best {fmt(max(small)[0], 2)} | {verdict(w[0] >= 1)} |")
-    base = net[base_key]
-    r64 = [(ratio(best_of_ours.get(s), base.get(s)), s) for s in nsizes if s >= 64 * KiB and base.get(s)]
-    if r64 and have_nccl:
-        w = min(r64)
-        big = [x for x, s in r64 if s >= 16 * MiB]
-        out.append(f"| network ≥ NCCL-socket at every size ≥ 64 KiB | worst {fmt(w[0], 2)}× at {label(w[1])} | {verdict(w[0] >= 1)} |")
-        if big:
-            out.append(f"| network ≥ 1.3× NCCL-socket at ≥ 16 MiB | {fmt(min(big), 2)}–{fmt(max(big), 2)}× | {verdict(min(big) >= 1.3)} |")
-    elif r64:
-        w = min(r64)
-        out.append(f"| network vs the raw libfabric ceiling, ≥ 64 KiB (one GPU: no NCCL) | "
-                   f"{fmt(w[0], 2)}–{fmt(max(r64)[0], 2)}× of the ceiling (worst at {label(w[1])}) | not the issue's goal: see the notes |")
-    a, b = nlat["proxyshmem p + wait_until through the proxies"], nlat["NCCL (Socket) send/recv ping-pong"]
-    if a and b:
-        out.append(f"| network small-message latency ≤ 0.5× NCCL's | {fmt(a, 1)} vs {fmt(b, 1)} µs ({fmt(a / b, 2)}×) | {verdict(a <= 0.5 * b)} |")
-    elif a and nlat["raw libfabric 8-byte write ping-pong"]:
-        c = nlat["raw libfabric 8-byte write ping-pong"]
-        out.append(f"| network small-message latency (one GPU: vs raw libfabric's write ping-pong) | {fmt(a, 1)} vs {fmt(c, 1)} µs | not the issue's goal: see the notes |")
+    if have_net:
+        base = net[base_key]
+        r64 = [(ratio(best_of_ours.get(s), base.get(s)), s) for s in nsizes if s >= 64 * KiB and base.get(s)]
+        if r64 and have_nccl:
+            w = min(r64)
+            big = [x for x, s in r64 if s >= 16 * MiB]
+            out.append(f"| network ≥ NCCL-socket at every size ≥ 64 KiB | worst {fmt(w[0], 2)}× at {label(w[1])} | {verdict(w[0] >= 1)} |")
+            if big:
+                out.append(f"| network ≥ 1.3× NCCL-socket at ≥ 16 MiB | {fmt(min(big), 2)}–{fmt(max(big), 2)}× | {verdict(min(big) >= 1.3)} |")
+        elif r64:
+            w = min(r64)
+            out.append(f"| network vs the raw libfabric ceiling, ≥ 64 KiB (one GPU: no NCCL) | "
+                       f"{fmt(w[0], 2)}–{fmt(max(r64)[0], 2)}× of the ceiling (worst at {label(w[1])}) | not the issue's goal: see the notes |")
+        a, b = nlat["proxyshmem p + wait_until through the proxies"], nlat["NCCL (Socket) send/recv ping-pong"]
+        if a and b:
+            out.append(f"| network small-message latency ≤ 0.5× NCCL's | {fmt(a, 1)} vs {fmt(b, 1)} µs ({fmt(a / b, 2)}×) | {verdict(a <= 0.5 * b)} |")
+        elif a and nlat["raw libfabric 8-byte write ping-pong"]:
+            c = nlat["raw libfabric 8-byte write ping-pong"]
+            out.append(f"| network small-message latency (one GPU: vs raw libfabric's write ping-pong) | {fmt(a, 1)} vs {fmt(c, 1)} µs | not the issue's goal: see the notes |")
     if rt and mb:
         out.append(f"| GPU → proxy → GPU round trip ≤ 1.5× the mailbox floor | {fmt(rt, 2)} vs {fmt(mb, 2)} µs ({fmt(rt / mb, 2)}×) | {verdict(rt <= 1.5 * mb)} |")
     if rates1:

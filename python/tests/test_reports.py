@@ -90,6 +90,22 @@ def test_multi_report_checks_the_collective_goals_and_lists_what_did_not_run(tmp
     assert "collectives beside NCCL" not in not_run
 
 
+def test_multi_report_shows_our_collectives_when_nccls_run_left_nothing(tmp_path):
+    # 2 H200s, 2026-11-26: NCCL's script died after ours had finished; ours must still show,
+    # marked as without a baseline, and the missing side must be listed.
+    (tmp_path / "machine.txt").write_text("0, NVIDIA H200, 0:6, 580\n1, NVIDIA H200, 0:7, 580\n")
+    coll = tmp_path / "coll"
+    coll.mkdir()
+    coll_json(coll / "pshmem-coll.json", [("reduce_latency", 4096, 4.25), ("barrier_latency", 0, 3.0)])
+    coll_json(coll / "pshmem-coll-block.json", [("reduce_latency", 4096, 2.5)])
+    md = run("multi_report.py", tmp_path, "h200-x2")
+    section = md.split("## 2.")[1].split("## 3.")[0]
+    assert "**NCCL's side is missing**" in section
+    assert "| reduce_latency | 4096 | 4.25 | 2.50 |" in section
+    assert "| barrier_latency | 0 | 3.00 | — |" in section
+    assert "NCCL's collectives (part `coll`): its run left no results" in md.split("## Not run, and why")[1]
+
+
 def test_multi_report_on_one_gpu_says_why_nccl_did_not_run(tmp_path):
     (tmp_path / "machine.txt").write_text("0, NVIDIA H100 80GB HBM3, 0:7, 580\n")
     d = tmp_path / "gpu-test-all"
