@@ -50,6 +50,24 @@ def machine(out):
     return open(mt).read().strip().replace("\n", "; ") if os.path.exists(mt) else ""
 
 
+def gpus(out):
+    """GPUs of the machine the runs had (machine.txt: one line per GPU), 0 when unknown."""
+    m = machine(out)
+    return len(m.split("; ")) if m else 0
+
+
+def sharing(out, sizes):
+    """The sentence on how EP ranks met GPUs, from the GPU count and the EP sizes run."""
+    n = gpus(out)
+    shared = sorted({s for s in sizes if n and s > n})
+    if not n:
+        return ""
+    if not shared:
+        return f"One EP rank per GPU ({n} GPUs): 'direct' is NVLink through CUDA IPC."
+    return (f"At EP {', '.join(map(str, shared))} the ranks outnumber the {n} GPU(s) and share them "
+            "under CUDA MPS: 'direct' between ranks on one GPU is copies inside it, not NVLink.")
+
+
 def svg(rows, series, label, title):
     """`rows`: dicts; `series`: (key, colour) pairs, one bar each per row; `label(row)`: the
     row's name. Values are drawn to one scale (the largest), each bar annotated."""

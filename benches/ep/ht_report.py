@@ -60,9 +60,10 @@ lines = [
     f"Machine: {machine}. {rows[0]['tokens'] if rows else 4096} tokens per rank, hidden 7168, "
     "top-8 of 256 experts, FP8 dispatch (one scale per 128 channels), BF16 combine. GB/s as "
     "DeepEP counts its bottleneck: the received rows' bytes (NVL) and, across nodes, the bytes "
-    "sent once per (token, remote node) (RDMA). Mean over ranks of each rank's median; several "
-    "PEs share one GPU under CUDA MPS, so 'NVLink' here is copies inside one GPU and nodes are "
-    "emulated (`pshmrun --hosts 2`). `scripts/bench-ep.sh` (EP_MODES=ht).",
+    "sent once per (token, remote node) (RDMA). Mean over ranks of each rank's median. "
+    + common.sharing(out, [r["pes"] for r in rows])
+    + (" Nodes are emulated (`pshmrun --hosts 2`)." if any(r["nodes"] > 1 for r in rows) else "")
+    + " `scripts/bench-ep.sh` (EP_MODES=ht).",
     "",
     "| EP | path | channels | dispatch µs (cached) | NVL GB/s | full dispatch µs | combine µs | "
     "NVL GB/s | RDMA GB/s (dispatch / combine) | proxy msgs / MB per dispatch per PE |",

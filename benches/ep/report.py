@@ -54,7 +54,8 @@ lines = [
     "",
     f"Machine: {machine}. 128 tokens per rank, hidden 7168, top-8, 8 experts per rank, FP8",
     "dispatch, BF16 combine; GB/s as DeepEP counts (every selection's bytes, local ones",
-    "included). Mean over ranks of each rank's median. `scripts/bench-ep.sh`.",
+    "included). Mean over ranks of each rank's median. "
+    + common.sharing(out, [r["pes"] for r in rows]) + " `scripts/bench-ep.sh`.",
     "",
     "| EP | path | messages | dispatch µs | dispatch GB/s | combine µs | combine GB/s | "
     "send/recv µs (dispatch; combine) | msgs/dispatch/PE | proxy: ring→post / post→finish µs |",

@@ -188,3 +188,15 @@ def test_startup_report_takes_the_slowest_pe_per_job_and_skips_failed_jobs(tmp_p
     assert "| timeline | last init to job end | 95.0 |" in md
     data = json.loads((tmp_path / "startup.json").read_text())
     assert data["2"]["jobs"] == 3 and data["2"]["wall_ms"] == 1200.0
+
+
+def test_ep_reports_say_whether_ranks_shared_gpus(tmp_path):
+    # The MoE reports once said "several PEs share one GPU under MPS" of every run, also of EP 2
+    # on 2 H200s (one rank per GPU, over NVLink).
+    sys.path.insert(0, os.path.join(ROOT, "benches", "ep"))
+    import common
+
+    assert common.sharing(tmp_path, [2]) == ""
+    (tmp_path / "machine.txt").write_text("0, NVIDIA H200, 580\n1, NVIDIA H200, 580\n")
+    assert common.sharing(tmp_path, [2]).startswith("One EP rank per GPU (2 GPUs)")
+    assert common.sharing(tmp_path, [2, 4, 8]).startswith("At EP 4, 8 the ranks outnumber the 2 GPU(s)")
