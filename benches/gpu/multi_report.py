@@ -55,6 +55,59 @@ def ours_coll_table(coll_dir):
     return "\n".join(rows)
 
 
+GPU_TEST_PARTS = ["ring", "ops", "perf", "nvshmem", "python", "ep", "ht"]
+
+
+def missing_pieces(out, ngpu):
+    """What a run of every part would have left and this folder lacks, part by part (a run split
+    over several device calls, or cut short, says here what it did not reach)."""
+    gaps = []
+    # The GPU test script: parts named by the folders' suffixes (gpu-test-ring-ops, gpu-test-all).
+    tested = set()
+    for d in glob.glob(os.path.join(out, "gpu-test-*")):
+        tested |= set(os.path.basename(d)[len("gpu-test-"):].split("-"))
+    if tested and "all" not in tested:
+        left = [x for x in GPU_TEST_PARTS if x not in tested]
+        if left:
+            gaps.append("the GPU test script's parts " + ", ".join(f"`{x}`" for x in left) +
+                        ": not in this folder")
+    # The NVSHMEM-compatible programs at 2 and 4 PEs.
+    text = read(os.path.join(out, "examples", "compare.jsonl"))
+    if text:
+        pes = {json.loads(l)["pes"] for l in text.splitlines() if l.strip()}
+        left = [n for n in (2, 4) if n not in pes]
+        if left:
+            gaps.append("the NVSHMEM-compatible programs at " + ", ".join(map(str, left)) +
+                        " PEs: not in this folder")
+    # Point to point: the baselines and sections a full bench-gpu run has on this machine.
+    text = read(os.path.join(out, "p2p", "result.json"))
+    if text:
+        doc = json.loads(text)
+        have = {(r.get("table"), r.get("runtime")) for r in doc.get("rows", [])}
+        want = [("nvlink", "nvshmem", "NVSHMEM over NVLink"), ("nvlink", "proxyshmem", "ours over NVLink"),
+                ("network", "proxyshmem", "ours through the network path")]
+        if ngpu >= 2:
+            want += [("nvlink", "nccl", "NCCL over NVLink"), ("nvlink", "copy_engine", "the copy engine"),
+                     ("network", "nccl", "NCCL's socket transport")]
+        left = [w for t, r, w in want if (t, r) not in have]
+        if not doc.get("proxy"):
+            left.append("the proxy machinery")
+        if left:
+            gaps.append("point to point (`p2p`): " + ", ".join(left) + ": not in this folder")
+    # MoE: the EP sizes a run covers (2, and 4) in each mode.
+    for f, mode in (("ep-ll.json", "low-latency"), ("ep-ht.json", "normal-mode")):
+        text = read(os.path.join(out, "ep", f))
+        if text:
+            sizes = {r["pes"] for r in json.loads(text)}
+            left = [n for n in (2, 4) if n not in sizes]
+            if left:
+                gaps.append(f"MoE {mode} at EP " + ", ".join(map(str, left)) + ": not in this folder")
+    # Collectives at 4 PEs where the machine has 4 GPUs.
+    if ngpu >= 4 and os.path.isdir(os.path.join(out, "coll")) and not read(os.path.join(out, "coll", "coll-4pe.md")):
+        gaps.append("collectives at 4 PEs beside NCCL with 4 ranks: not in this folder")
+    return gaps
+
+
 def coll_goals(coll_dir):
     """The collectives issue's goals against NCCL from bench-coll's JSON: (goal, figure, met)."""
     def load(name):
@@ -223,6 +276,7 @@ def main():
             "GPU per rank, and one GPU has no link",
             "EP with one GPU per rank: the EP ranks share one GPU",
         ]
+    not_run += missing_pieces(out, ngpu)
     not_run.append("NVSHMEM through its proxy (no NIC on these machines: its transports need one)")
     for x in not_run:
         p(f"- {x}")

@@ -106,6 +106,29 @@ def test_multi_report_shows_our_collectives_when_nccls_run_left_nothing(tmp_path
     assert "NCCL's collectives (part `coll`): its run left no results" in md.split("## Not run, and why")[1]
 
 
+def test_multi_report_lists_what_a_partial_run_lacks(tmp_path):
+    (tmp_path / "machine.txt").write_text("0, NVIDIA H200, 0:6, 580\n1, NVIDIA H200, 0:7, 580\n")
+    (tmp_path / "gpu-test-ring-ops").mkdir()
+    (tmp_path / "gpu-test-ring-ops" / "gpu-tests.log").write_text("== a\ngpu-test: passed (log: x)\n")
+    (tmp_path / "gpu-test-python").mkdir()
+    (tmp_path / "p2p").mkdir()
+    (tmp_path / "p2p" / "result.json").write_text(json.dumps({"rows": [
+        {"table": "nvlink", "runtime": "nvshmem"}, {"table": "nvlink", "runtime": "proxyshmem"},
+        {"table": "nvlink", "runtime": "nccl"}]}))
+    (tmp_path / "ep").mkdir()
+    (tmp_path / "ep" / "ep-ll.json").write_text(json.dumps([{"pes": 2}, {"pes": 4}]))
+    (tmp_path / "ep" / "ep-ht.json").write_text(json.dumps([{"pes": 2}]))
+    (tmp_path / "examples").mkdir()
+    runs(tmp_path / "examples" / "compare.jsonl", [row("ours", "ring", 2)])
+    not_run = run("multi_report.py", tmp_path).split("## Not run, and why")[1]
+    assert "the GPU test script's parts `perf`, `nvshmem`, `ep`, `ht`: not in this folder" in not_run
+    assert ("point to point (`p2p`): ours through the network path, the copy engine, NCCL's socket "
+            "transport, the proxy machinery: not in this folder") in not_run
+    assert "MoE normal-mode at EP 4: not in this folder" in not_run
+    assert "MoE low-latency" not in not_run
+    assert "the NVSHMEM-compatible programs at 4 PEs: not in this folder" in not_run
+
+
 def test_multi_report_on_one_gpu_says_why_nccl_did_not_run(tmp_path):
     (tmp_path / "machine.txt").write_text("0, NVIDIA H100 80GB HBM3, 0:7, 580\n")
     d = tmp_path / "gpu-test-all"
