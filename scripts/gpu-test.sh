@@ -71,15 +71,14 @@ if want ops; then
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmem-gpu-tests" gpu-ops --pes 2
   # PEs sharing GPU 0 need MPS on any machine (on one GPU it runs already; on 2 GPUs without it
   # the barrier took 2.2 ms instead of microseconds and the staged 4-PE job hung).
-  SHARED_MPS=""
-  if [ "$NGPU" -ge 2 ] && mps_start; then
-    SHARED_MPS=1
+  if [ "$NGPU" -ge 2 ] && mps_start && [ -n "$MPS_STARTED" ]; then
     echo "== $NGPU GPUs: CUDA MPS started for the PEs sharing GPU 0" | tee -a "$LOG"
   fi
   run "$BIN/pshmem-gpu-tests" gpu-ops --pes 2 --same-gpu
   run "$BIN/pshmem-gpu-tests" gpu-ops --pes 4 --same-gpu
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmem-gpu-tests" gpu-ops --pes 4 --same-gpu
-  [ -n "$SHARED_MPS" ] && mps_stop
+  # Stops only a server started just above (mps_stop leaves a caller's own alone).
+  [ "$NGPU" -ge 2 ] && mps_stop
   # A killed peer ends the survivor's GPU wait with an error naming it (direct, then staged).
   run "$BIN/pshmem-gpu-tests" gpu-kill
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmem-gpu-tests" gpu-kill

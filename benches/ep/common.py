@@ -59,9 +59,9 @@ def gpus(out):
 def sharing(out, sizes):
     """The sentence on how EP ranks met GPUs, from the GPU count and the EP sizes run."""
     n = gpus(out)
-    shared = sorted({s for s in sizes if n and s > n})
     if not n:
         return ""
+    shared = sorted({s for s in sizes if s > n})
     if not shared:
         return f"One EP rank per GPU ({n} GPUs): 'direct' is NVLink through CUDA IPC."
     return (f"At EP {', '.join(map(str, shared))} the ranks outnumber the {n} GPU(s) and share them "

@@ -38,14 +38,17 @@ def body(md):
     return md.split("\n", 1)[1] if md.startswith("# ") else md
 
 
+def coll_medians(coll_dir, name):
+    """A bench-coll JSON's medians by (test, size); {} when the file is missing."""
+    text = read(os.path.join(coll_dir, name))
+    return {(r["test"], r["size"]): r["median"] for r in json.loads(text)["results"]} if text else {}
+
+
 def ours_coll_table(coll_dir):
     """Our collective latencies alone (on-stream and one-block forms), for a run whose NCCL side
     left nothing: "" when ours left nothing either."""
-    def load(name):
-        text = read(os.path.join(coll_dir, name))
-        return {(r["test"], r["size"]): r["median"] for r in json.loads(text)["results"]} if text else {}
-
-    stream, block = load("pshmem-coll.json"), load("pshmem-coll-block.json")
+    stream = coll_medians(coll_dir, "pshmem-coll.json")
+    block = coll_medians(coll_dir, "pshmem-coll-block.json")
     if not stream and not block:
         return ""
     rows = ["| collective | bytes per PE | on-stream (µs) | one block (µs) |", "| --- | --- | --- | --- |"]
@@ -110,13 +113,8 @@ def missing_pieces(out, ngpu):
 
 def coll_goals(coll_dir):
     """The collectives issue's goals against NCCL from bench-coll's JSON: (goal, figure, met)."""
-    def load(name):
-        text = read(os.path.join(coll_dir, name))
-        if not text:
-            return {}
-        return {(r["test"], r["size"]): r["median"] for r in json.loads(text)["results"]}
-
-    stream, block, nccl = load("pshmem-coll.json"), load("pshmem-coll-block.json"), load("nccl-coll.json")
+    stream, block, nccl = (coll_medians(coll_dir, f) for f in
+                           ("pshmem-coll.json", "pshmem-coll-block.json", "nccl-coll.json"))
     if not nccl or not (stream or block):
         return []
     # Ours: the faster of the host's on-stream form and the one-block device form, per size.
@@ -201,6 +199,7 @@ def main():
     p("## 2. Collectives beside NCCL (torch.distributed), 4 B … 256 MiB per PE\n")
     coll = os.path.join(out, "coll")
     table = read(os.path.join(coll, "coll.md"))
+    ours_only = "" if table else ours_coll_table(coll)
     if table:
         p("Ours: `pshmem-perf` on the world team of 2 PEs (the host's on-stream form; goals use "
           "the faster of it and the one-block device form); NCCL: the same sizes through "
@@ -216,11 +215,11 @@ def main():
         if table4:
             p("On 4 GPUs (world team of 4 PEs, NCCL with 4 ranks), same run:\n")
             p(table4.strip() + "\n")
-    elif ours_coll_table(coll):
+    elif ours_only:
         p("**NCCL's side is missing** (no `nccl-coll.json`; `coll/nccl-coll.log` says why), so "
           "this table has no baseline. Ours: `pshmem-perf` on the world team of 2 PEs, the host's "
           "on-stream form and the one-block device form.\n")
-        p(ours_coll_table(coll) + "\n")
+        p(ours_only + "\n")
         not_run.append("NCCL's collectives (part `coll`): its run left no results")
     else:
         why = "needs 2 GPUs (NCCL runs one rank per GPU)" if one_gpu else "part `coll` not run"

@@ -96,7 +96,7 @@ def main():
         p.start()
     rows = results_or_exit(q, procs, 1200, "nccl_coll")
     for p in procs:
-        p.join()
+        p.join(timeout=120)
     with open(out, "w") as f:
         json.dump({"benchmark": "nccl-collectives", "ranks": n, "results": rows}, f, indent=1)
 
