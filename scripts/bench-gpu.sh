@@ -11,7 +11,10 @@
 # into OUT/result.json. BENCH_GPU_PARTS selects parts (default all: "nvlink network machinery"),
 # so a run can be split across a machine's time limit; merge.py takes what each part left.
 # BENCH_GPU_NCU=0 leaves out the Nsight Compute profiles of the NVLink puts (minutes on a machine
-# whose device time is short; the figures do not depend on them).
+# whose device time is short; the figures do not depend on them). BENCH_GPU_NET_MAX (bytes) stops
+# the network path's bandwidth runs at that size (default: the NVLink runs' largest): over TCP
+# loopback both runtimes level off from 32 MiB, and the 512 MiB and 1 GiB rows of the three
+# pshmem runs cost about 5 minutes of a short device session.
 # Usage: scripts/bench-gpu.sh [BIN_DIR] [OUT_DIR]   (defaults: target/release, bench-gpu-out)
 # Then, on any machine: bash scripts/gpu-report.sh OUT/result.json NAME
 set -uo pipefail
@@ -43,6 +46,7 @@ MAX=1073741824
 # One GPU: same-GPU copies stop being interesting long before 1 GiB (and the run must fit the
 # device tool's 10 minutes per part).
 [ "$NGPU" -ge 2 ] || MAX=67108864
+NET_MAX="${BENCH_GPU_NET_MAX:-$MAX}"
 export PSHMEM_GPU_SYMMETRIC_SIZE=2304M
 
 if want nvlink; then
@@ -119,20 +123,20 @@ fi
 if want network; then
   if [ "$NGPU" -ge 2 ]; then
     step "NCCL forced through sockets"
-    timeout 400 python3 benches/gpu/nccl_ce.py socket "$OUT/nccl-socket.json" >> "$LOG" 2>&1 || echo "nccl socket failed" | tee -a "$LOG"
+    timeout 400 python3 benches/gpu/nccl_ce.py socket "$OUT/nccl-socket.json" "$NET_MAX" >> "$LOG" 2>&1 || echo "nccl socket failed" | tee -a "$LOG"
   fi
   step "proxyshmem forced through the network (ring + host-staged proxy over tcp;ofi_rxm)"
-  PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp timeout 400 "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" put_bw -b 8 -e $MAX -n 3 --window 16 \
+  PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp timeout 400 "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" put_bw -b 8 -e $NET_MAX -n 3 --window 16 \
     --json "$OUT/pshmem-network-bw.json" >> "$LOG" 2>&1 || echo "pshmem network bw failed" | tee -a "$LOG"
   # The same with 4 tcp endpoints (rails) per PE, larger staging chunks and more landing slots
   # (more bytes in flight per target, spread over 4 connections).
   PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp PSHMEM_RAILS=4 PSHMEM_STAGING_CHUNK=4194304 PSHMEM_GPU_LANDING_SLOTS=8 timeout 300 \
-    "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" put_bw -b 16384 -e $MAX -n 3 --window 16 \
+    "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" put_bw -b 16384 -e $NET_MAX -n 3 --window 16 \
     --json "$OUT/pshmem-network-bw-tuned.json" >> "$LOG" 2>&1 || echo "pshmem network bw (tuned) failed" | tee -a "$LOG"
   # Smaller landing slots, more of them (the same pinned bytes per peer): puts below the
   # staging chunk no longer take a whole 1 MiB slot each, so more of them are in flight.
   PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp PSHMEM_STAGING_CHUNK=262144 PSHMEM_GPU_LANDING_SLOTS=16 timeout 300 \
-    "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" put_bw -b 16384 -e $MAX -n 3 --window 16 \
+    "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" put_bw -b 16384 -e $NET_MAX -n 3 --window 16 \
     --json "$OUT/pshmem-network-bw-slots.json" >> "$LOG" 2>&1 || echo "pshmem network bw (small slots) failed" | tee -a "$LOG"
   PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp timeout 120 "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" p_latency -n 5 --window 50 \
     --json "$OUT/pshmem-network-lat.json" >> "$LOG" 2>&1 || echo "pshmem network latency failed" | tee -a "$LOG"

@@ -5,6 +5,8 @@
                                and the copy engine's peer copy (one process, both GPUs)
   nccl_ce.py socket OUT.json   the same NCCL tests forced through the network
                                (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket, loopback)
+  A third argument caps the largest size in bytes (default 1 GiB), as BENCH_GPU_NET_MAX does
+  for the network path's runs of both runtimes.
 
 Bandwidth: `reps` back-to-back transfers timed with CUDA events on the sender, median of
 `samples`; latency: 8-byte send/recv ping-pong, half round trip, launched from Python.
@@ -127,7 +129,7 @@ def main():
     for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST"):
         assert os.environ.get(k) in ("0", "1"), f"{k} must be set"
     os.environ.setdefault("TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING", "false")
-    lo, hi = MIN, MAX
+    lo, hi = MIN, int(sys.argv[3]) if len(sys.argv) > 3 else MAX
     if mode == "socket":
         os.environ.update(NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1", NCCL_NET="Socket",
                           NCCL_SOCKET_IFNAME="lo")
