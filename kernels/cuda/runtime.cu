@@ -131,31 +131,17 @@ extern "C" __global__ void pshmem_k_coll(int kind, int team, void *dest, const v
 template <typename T>
 __device__ void pshmem_i_k_fold_slice(const pshmem_team_device_t *t, int op, T *dest,
                                       const T *src, unsigned long long n, bool scatter) {
-    typedef pshmem_i_acc<T> acc;
     const T *block = scatter ? src + (size_t)t->my_index * n : src;
-    size_t per = (n + gridDim.x - 1) / gridDim.x;
-    size_t lo = (size_t)blockIdx.x * per, hi = lo + per < n ? lo + per : n;
-    const int E = 4;
-    for (size_t base = lo + threadIdx.x; base < hi; base += (size_t)E * blockDim.x) {
-        typename acc::type a[E];
-#pragma unroll 1
-        for (int j = 0; j < t->size; ++j) {
-            const T *p = (const T *)pshmem_ptr(block, t->members[j]);
-#pragma unroll
-            for (int e = 0; e < E; ++e) {
-                size_t i = base + (size_t)e * blockDim.x;
-                if (i < hi) {
-                    typename acc::type x = acc::in(pshmem_i_ldcv(p + i));
-                    a[e] = j == 0 ? x : pshmem_i_fold(op, a[e], x);
-                }
-            }
-        }
-#pragma unroll
-        for (int e = 0; e < E; ++e) {
-            size_t i = base + (size_t)e * blockDim.x;
-            if (i < hi) dest[i] = acc::out(a[e]);
-        }
-    }
+    /* Slices of whole 16-byte vectors, so that every slice folds by vectors where the call's
+     * buffers are aligned. */
+    const size_t V = 16 / sizeof(T);
+    size_t per = ((n + gridDim.x - 1) / gridDim.x + V - 1) / V * V;
+    size_t lo = (size_t)blockIdx.x * per;
+    if (lo >= n) return;
+    size_t len = n - lo < per ? n - lo : per;
+    pshmem_i_fold_range<T>(
+        op, t->size, [&](int j) { return (const T *)pshmem_ptr(block, t->members[j]) + lo; },
+        dest + lo, len, threadIdx.x, blockDim.x);
 }
 
 /* Copies this block's slice of `n` bytes at `src` to `dest` on member m (mapped). */

@@ -212,6 +212,39 @@ for dt in (torch.int32, torch.int64, torch.float32, torch.float64, torch.float16
     barrier()
     pshmem.free(d)
     pshmem.free(s)
+# Past the low-latency protocol's 2 KiB per member: the one-block fold and, from 256 KiB per
+# member on a GPU, the grid's. Every type; an odd tail; buffers one element off 16-byte
+# alignment (the element-wise fold); reduce_scatter. Element i of PE p is (p + 1) * (i % 5 + 1):
+# exact in 16-bit floats, and an element folded into the wrong place shows.
+for dt in (torch.int32, torch.int64, torch.float32, torch.float64, torch.float16, torch.bfloat16):
+    for count, off in ((1029, 0), (70001, 0), (1029, 1)):
+        s_all = pshmem.empty(count + 1, dtype=dt, device=dev)
+        d_all = pshmem.zeros(count + 1, dtype=dt, device=dev)
+        s, d = s_all[off:off + count], d_all[off:off + count]
+        pat = torch.arange(count, device=dev) % 5 + 1
+        s.copy_(pat * (me + 1))
+        barrier()
+        pshmem.all_reduce(d, s)
+        sync()
+        check(torch.equal(d, (pat * (n * (n + 1) // 2)).to(dt)),
+              f"all_reduce sum of {count} {dt} at element offset {off}")
+        pshmem.all_reduce(d, s, op="max")
+        sync()
+        check(torch.equal(d, (pat * n).to(dt)), f"all_reduce max of {count} {dt} at offset {off}")
+        barrier()
+        pshmem.free(d_all)
+        pshmem.free(s_all)
+    rs_s = pshmem.empty(1029 * n, dtype=dt, device=dev)
+    rs_d = pshmem.zeros(1029, dtype=dt, device=dev)
+    rs_s.copy_((torch.arange(1029 * n, device=dev) % 5 + 1) * (me + 1))
+    barrier()
+    pshmem.reduce_scatter(rs_d, rs_s)
+    sync()
+    want = (torch.arange(1029 * me, 1029 * (me + 1), device=dev) % 5 + 1) * (n * (n + 1) // 2)
+    check(torch.equal(rs_d, want.to(dt)), f"reduce_scatter sum of 1029 {dt} per PE")
+    barrier()
+    pshmem.free(rs_d)
+    pshmem.free(rs_s)
 rs_src = pshmem.empty(4 * n, dtype=torch.float32, device=dev)
 rs_src.copy_(torch.arange(4 * n, dtype=torch.float32, device=dev))
 rs_dst = pshmem.zeros(4, dtype=torch.float32, device=dev)
