@@ -302,75 +302,91 @@ template <typename A> __device__ __forceinline__ A pshmem_i_fold(int op, A a, A 
     }
 }
 
-/* out[i] = the fold of src_of(0)[i], ..., src_of(n - 1)[i] in member order, for i < len, by
- * thread t of nt. A peer's word is a load over NVLink (about a microsecond), so the time is the
- * number of dependent load rounds: where every source and `out` are 16-byte aligned, each
- * thread moves 16-byte vectors, up to PSHMEM_I_FOLD_VECS of them per round, and loads the next
- * member's while it folds this one's. The rest (a tail, or any misaligned call) goes element
- * by element, as every call did before (one H200 reading its peer: 29 µs for a 64 KiB float
- * sum in one block of 512 threads, a round trip per 8 KiB per member). */
+/* The vector part of pshmem_i_fold_range: the first len / V * V elements, by 16-byte vectors
+ * (all sources and `out` 16-byte aligned), EV vectors per thread per round, the next member's
+ * loads in flight while this one's fold. Returns how many elements it did. Only 4- and 8-byte
+ * types take it: with 16-bit floats (8 per vector, folded in float) it gave wrong sums and
+ * maxima on 2 H200s although the same code is right on the host and its PTX reads right; until
+ * that is understood they fold element by element, as before. Registers: a block reduce kernel
+ * of 4- or 8-byte elements takes 92-96 on sm_90 (80 before), so blocks of up to 672 threads. */
 #define PSHMEM_I_FOLD_VECS 2
+template <typename T, typename SrcOf>
+__device__ __forceinline__ size_t pshmem_i_fold_vec(int op, int n, SrcOf src_of, T *out,
+                                                    size_t len, uint32_t t, uint32_t nt,
+                                                    std::true_type) {
+    typedef pshmem_i_acc<T> acc;
+    typedef typename acc::type A;
+    constexpr int V = 16 / sizeof(T), EV = PSHMEM_I_FOLD_VECS;
+    const size_t nv = len / V;
+    for (size_t base = 0; base < nv; base += (size_t)EV * nt) {
+        uint4 cur[EV] = {}, nxt[EV] = {};
+        A a[EV * V];
+        const uint4 *p = (const uint4 *)src_of(0);
+#pragma unroll
+        for (int e = 0; e < EV; ++e) {
+            size_t v = base + (size_t)e * nt + t;
+            if (v < nv) cur[e] = __ldcv(p + v);
+        }
+#pragma unroll 1
+        for (int j = 0; j < n; ++j) {
+            if (j + 1 < n) {
+                const uint4 *q = (const uint4 *)src_of(j + 1);
+#pragma unroll
+                for (int e = 0; e < EV; ++e) {
+                    size_t v = base + (size_t)e * nt + t;
+                    if (v < nv) nxt[e] = __ldcv(q + v);
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < EV; ++e) {
+                T x[V];
+                memcpy(x, &cur[e], 16);
+#pragma unroll
+                for (int k = 0; k < V; ++k) {
+                    A y = acc::in(x[k]);
+                    a[e * V + k] = j == 0 ? y : pshmem_i_fold(op, a[e * V + k], y);
+                }
+                cur[e] = nxt[e];
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < EV; ++e) {
+            size_t v = base + (size_t)e * nt + t;
+            if (v < nv) {
+                T y[V];
+#pragma unroll
+                for (int k = 0; k < V; ++k) y[k] = acc::out(a[e * V + k]);
+                memcpy((uint4 *)out + v, y, 16);
+            }
+        }
+    }
+    return nv * V;
+}
+template <typename T, typename SrcOf>
+__device__ __forceinline__ size_t pshmem_i_fold_vec(int, int, SrcOf, T *, size_t, uint32_t,
+                                                    uint32_t, std::false_type) {
+    return 0;
+}
+
+/* out[i] = the fold of src_of(0)[i], ..., src_of(n - 1)[i] in member order, for i < len, by
+ * thread t of nt: by vectors where the types and alignment allow, element by element after.
+ * One block reading its peer over NVLink is bound by its loads in flight, not by the link: a
+ * 64 KiB float sum in one block of 512 threads took 29 µs element by element on 2 H200s, and
+ * 29 µs by vectors as well; the grid form of the host and on-stream calls gained (50 -> 38 µs
+ * at 64 KiB in one block of 256 threads, 56 -> 41 µs from 256 KiB on a grid). */
 template <typename T, typename SrcOf>
 __device__ __forceinline__ void pshmem_i_fold_range(int op, int n, SrcOf src_of, T *out,
                                                     size_t len, uint32_t t, uint32_t nt) {
     typedef pshmem_i_acc<T> acc;
     typedef typename acc::type A;
-    /* Registers bound the block size a caller can launch the block forms with: 2 vectors per
-     * round for 4- and 8-byte types, 1 for narrower ones (8 or 16 elements per vector), keep
-     * a block reduce kernel at 90-94 registers on sm_90 (blocks of up to 672 threads; the
-     * element-wise fold alone took 72-90). */
-    constexpr int V = 16 / sizeof(T), EV = V > 4 ? 1 : PSHMEM_I_FOLD_VECS;
     bool aligned = ((uintptr_t)out & 15) == 0;
     for (int j = 0; j < n && aligned; ++j) aligned = ((uintptr_t)src_of(j) & 15) == 0;
     size_t done = 0;
-    if (aligned) {
-        const size_t nv = len / V;
-        for (size_t base = 0; base < nv; base += (size_t)EV * nt) {
-            uint4 cur[EV] = {}, nxt[EV] = {};
-            A a[EV * V];
-            const uint4 *p = (const uint4 *)src_of(0);
-#pragma unroll
-            for (int e = 0; e < EV; ++e) {
-                size_t v = base + (size_t)e * nt + t;
-                if (v < nv) cur[e] = __ldcv(p + v);
-            }
-#pragma unroll 1
-            for (int j = 0; j < n; ++j) {
-                if (j + 1 < n) {
-                    const uint4 *q = (const uint4 *)src_of(j + 1);
-#pragma unroll
-                    for (int e = 0; e < EV; ++e) {
-                        size_t v = base + (size_t)e * nt + t;
-                        if (v < nv) nxt[e] = __ldcv(q + v);
-                    }
-                }
-#pragma unroll
-                for (int e = 0; e < EV; ++e) {
-                    T x[V];
-                    memcpy(x, &cur[e], 16);
-#pragma unroll
-                    for (int k = 0; k < V; ++k) {
-                        A y = acc::in(x[k]);
-                        a[e * V + k] = j == 0 ? y : pshmem_i_fold(op, a[e * V + k], y);
-                    }
-                    cur[e] = nxt[e];
-                }
-            }
-#pragma unroll
-            for (int e = 0; e < EV; ++e) {
-                size_t v = base + (size_t)e * nt + t;
-                if (v < nv) {
-                    T y[V];
-#pragma unroll
-                    for (int k = 0; k < V; ++k) y[k] = acc::out(a[e * V + k]);
-                    memcpy((uint4 *)out + v, y, 16);
-                }
-            }
-        }
-        done = nv * V;
-    }
+    if (aligned)
+        done = pshmem_i_fold_vec<T>(op, n, src_of, out, len, t, nt,
+                                    std::integral_constant<bool, (sizeof(T) >= 4)>());
     /* Element by element, E per thread per round (each member's E loads in flight together). */
-    const int E = 2;
+    const int E = 4;
     for (size_t base = done; base < len; base += (size_t)E * nt) {
         A a[E];
 #pragma unroll 1
