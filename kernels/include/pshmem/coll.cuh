@@ -305,9 +305,12 @@ template <typename A> __device__ __forceinline__ A pshmem_i_fold(int op, A a, A 
 /* The vector part of pshmem_i_fold_range: the first len / V * V elements, by 16-byte vectors
  * (all sources and `out` 16-byte aligned), EV vectors per thread per round, the next member's
  * loads in flight while this one's fold. Returns how many elements it did. Only 4- and 8-byte
- * types take it: with 16-bit floats (8 per vector, folded in float) it gave wrong sums and
- * maxima on 2 H200s although the same code is right on the host and its PTX reads right; until
- * that is understood they fold element by element, as before. Registers: a block reduce kernel
+ * types take it. With 16-bit floats it gave wrong sums on 2 H200s: the memcpy of the results
+ * below becomes 16 byte stores, and CUDA 13.0's ptxas turns the low byte of a converted half
+ * into F2I.U8.F16 (the value's integer part, not its bits), so 3.0 was stored as 3.006. The
+ * 4- and 8-byte types' bytes come from moves and are right (ops.py checks them on the GPU), but
+ * they are stored a byte at a time too. Next, to be run on a GPU: bit-cast the results into a
+ * uint4 register and store it whole, then let 16-bit types take this path again. Registers: a block reduce kernel
  * of 4- or 8-byte elements takes 92-96 on sm_90 (80 before), so blocks of up to 672 threads. */
 #define PSHMEM_I_FOLD_VECS 2
 template <typename T, typename SrcOf>

@@ -27,6 +27,11 @@ __device__ inline void pshmem_quiet(void) {
     __threadfence_system();
     if (pshmem_dstate.any_ring) {
         pshmem_i_wait_done(*(volatile unsigned long long *)pshmem_dstate.ring.head);
+        /* What the proxies completed (a get into this PE's heap, a put another PE reads) is
+         * ordered before this thread's later stores: the barrier's relaxed arrivals need this
+         * fence after the wait's acquire to release it. Nothing of ours is in flight here, so
+         * it does not wait on NVLink. */
+        __threadfence_system();
     }
 }
 
