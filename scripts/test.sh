@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite (installing what it needs first): every crate's unit and
-# multi-process tests, the Python package's tests, the NVSHMEM compatibility builds, a short run of random faults on running jobs (scripts/chaos.sh), then the
+# multi-process tests, the Python package's tests, the NVSHMEM compatibility builds, a scan of
+# the kernels' machine code (scripts/sass-check.sh), a short run of random faults on running
+# jobs (scripts/chaos.sh), then the
 # loom model checks of the command ring (a separate build with --cfg loom, in its own target
 # folder so the main build stays cached).
 set -euo pipefail
@@ -30,6 +32,9 @@ bash python/check-wheel.sh
 tree="$(bash scripts/nvshmem-home.sh)"
 bash examples/nvshmem/build.sh "$tree" target/nvshmem-examples "$(bash scripts/setup-cuda.sh)"
 bash examples/nvshmem/packaging/check.sh "$tree" .tools/cuda/nvidia/cu13/include target/nvshmem-packaging
+# The machine code of our kernels and of those examples (our headers inlined into users'
+# kernels), scanned for a ptxas miscompile of 16-bit float byte stores (scripts/sass-check.sh).
+bash scripts/sass-check.sh
 bash scripts/chaos.sh 24
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test --release --quiet -p pshmem-ring --test loom
