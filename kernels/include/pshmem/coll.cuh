@@ -307,11 +307,12 @@ template <typename A> __device__ __forceinline__ A pshmem_i_fold(int op, A a, A 
  * loads in flight while this one's fold. Returns how many elements it did. Only 4- and 8-byte
  * types take it. With 16-bit floats it gave wrong sums on 2 H200s: the memcpy of the results
  * below becomes 16 byte stores, and CUDA 13.0's ptxas turns the low byte of a converted half
- * into F2I.U8.F16 (the value's integer part, not its bits), so 3.0 was stored as 3.006. The
- * 4- and 8-byte types' bytes come from moves and are right (ops.py checks them on the GPU), but
- * they are stored a byte at a time too. Next, to be run on a GPU: bit-cast the results into a
- * uint4 register and store it whole, then let 16-bit types take this path again. Registers: a block reduce kernel
- * of 4- or 8-byte elements takes 92-96 on sm_90 (80 before), so blocks of up to 672 threads. */
+ * into F2I.U8.F16 (the value's integer part, not its bits: 3.0, 0x4200, becomes 0x4203).
+ * The 4- and 8-byte types' bytes come from moves and are right (ops.py checks them on the GPU;
+ * scripts/sass-check.sh scans for the pattern), but they are stored a byte at a time too.
+ * Next, to be run on a GPU: bit-cast the results into a uint4 register and store it whole,
+ * then let 16-bit types take this path again. Registers: a block reduce kernel of 4- or 8-byte
+ * elements takes 92-96 on sm_90 (80 before), so blocks of up to 672 threads. */
 #define PSHMEM_I_FOLD_VECS 2
 template <typename T, typename SrcOf>
 __device__ __forceinline__ size_t pshmem_i_fold_vec(int op, int n, SrcOf src_of, T *out,
@@ -375,8 +376,8 @@ __device__ __forceinline__ size_t pshmem_i_fold_vec(int, int, SrcOf, T *, size_t
  * thread t of nt: by vectors where the types and alignment allow, element by element after.
  * One block reading its peer over NVLink is bound by its loads in flight, not by the link: a
  * 64 KiB float sum in one block of 512 threads took 29 µs element by element on 2 H200s, and
- * 29 µs by vectors as well; the grid form of the host and on-stream calls gained (50 -> 38 µs
- * at 64 KiB in one block of 256 threads, 56 -> 41 µs from 256 KiB on a grid). */
+ * 29 µs by vectors as well. The host and on-stream calls gained: 50 -> 37 µs at 64 KiB (their
+ * one block of 256 threads), 56 -> 40 µs from 256 KiB to 4 MiB (their grid). */
 template <typename T, typename SrcOf>
 __device__ __forceinline__ void pshmem_i_fold_range(int op, int n, SrcOf src_of, T *out,
                                                     size_t len, uint32_t t, uint32_t nt) {

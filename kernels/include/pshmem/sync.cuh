@@ -42,8 +42,8 @@ __device__ inline void pshmem_quiet(void) {
  * each, and a fence issued after a store to a peer waits for that store's NVLink acknowledgement
  * (the barrier across 2 H200s took 3.1 µs that way, storing its own word last). No PE stores or
  * waits on its own word. `members`: the world PE of each member (NULL: member i is PE i).
- * Returns false when a wait ran out of time (the wait recorded it). */
-__device__ __forceinline__ bool pshmem_i_sync_words(uint64_t *words, int me, int n,
+ * A wait that runs out of time records it and ends the sync. */
+__device__ __forceinline__ void pshmem_i_sync_words(uint64_t *words, int me, int n,
                                                     const int32_t *members, uint64_t v) {
     for (int i = 1; i < n; ++i) {
         int m = (me + i) % n, pe = members ? members[m] : m;
@@ -53,10 +53,9 @@ __device__ __forceinline__ bool pshmem_i_sync_words(uint64_t *words, int me, int
     }
     for (int i = 1; i < n; ++i) {
         int m = (me + i) % n;
-        if (pshmem_signal_wait_until(&words[m], PSHMEM_CMP_GE, v) < v) return false;
+        if (pshmem_signal_wait_until(&words[m], PSHMEM_CMP_GE, v) < v) return;
     }
     /* The ring's signals are complete once seen; direct ones need nothing more. */
-    return true;
 }
 
 /* Every PE's operations so far are complete and every PE has arrived. Called by ONE thread of
