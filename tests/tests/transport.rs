@@ -180,3 +180,31 @@ fn simulated_fabric_reorders_visibly() {
 fn simulated_fabric_in_order_mode_keeps_order() {
     assert_eq!(inversions("0", "0"), (0, 0));
 }
+
+/// shm's endpoint names carry the pid, so ranks whose pids straddle 10000 have names of
+/// different lengths; such a job runs like any other. (CI once started a 3-PE shm job at
+/// pid 9996, and its ranks refused each other's names.) The test picks the pids through
+/// `ns_last_pid` (root only; skipped loudly without it) and retries from a lower start when
+/// other processes take pids in between.
+#[test]
+fn shm_job_whose_pids_straddle_a_power_of_ten() {
+    const NS_LAST_PID: &str = "/proc/sys/kernel/ns_last_pid";
+    for attempt in 0..40u32 {
+        if let Err(e) = std::fs::write(NS_LAST_PID, (9998 - attempt).to_string()) {
+            eprintln!("SKIPPED: cannot choose the next pid ({NS_LAST_PID}: {e}); needs root");
+            return;
+        }
+        let job = JobSpec::new(BIN, 2, &["rt-ops", "--rounds", "1", "--sizes", "1,4096"])
+            .env("PSHMEM_PROVIDER", "shm")
+            .timeout(Duration::from_secs(60))
+            .launch();
+        let pids = [job.pid(0), job.pid(1)];
+        let res = job.wait();
+        assert_all_ok(&res);
+        if pids.iter().any(|&p| p < 10000) && pids.iter().any(|&p| p >= 10000) {
+            return;
+        }
+        eprintln!("attempt {attempt}: pids {pids:?} do not straddle 10000; again");
+    }
+    panic!("no 2-PE job got pids on both sides of 10000 in 40 attempts");
+}

@@ -510,35 +510,49 @@ impl Av {
         }))
     }
 
-    /// Inserts endpoint names (all the same length), returning their fabric addresses.
+    /// Inserts endpoint names, returning their fabric addresses in the same order.
+    ///
+    /// Names may differ in length: shm's are strings that carry the creating pid
+    /// (`<pid>:<d>:<e>`), so one job's names differ whenever its pids straddle a power of ten.
+    /// A packed `fi_av_insert` of several names is read with one stride by fixed-format
+    /// providers and by `strlen` by string-format ones; one name per call is right for both.
     pub fn insert(&self, names: &[Vec<u8>]) -> Result<Vec<sys::fi_addr_t>> {
-        let Some(first) = names.first() else {
-            return Ok(vec![]);
-        };
-        if names.iter().any(|n| n.len() != first.len()) {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| self.insert_one(name, i, names.len()))
+            .collect()
+    }
+
+    fn insert_one(&self, name: &[u8], i: usize, count: usize) -> Result<sys::fi_addr_t> {
+        if name.is_empty() {
             return Err(TransportError::InvalidArgument {
                 op: "fi_av_insert",
-                reason: "endpoint names of different lengths (mixed providers?)".into(),
+                reason: format!("address {i} of {count} is empty"),
             });
         }
-        let flat: Vec<u8> = names.concat();
-        let mut out = vec![sys::FI_ADDR_NOTAVAIL; names.len()];
-        // SAFETY: flat holds names.len() packed names; out has room for as many addresses.
+        // A name came from a peer: a NUL after it bounds a string format's read even if the
+        // peer's lacked one (fixed formats read their own length and ignore it).
+        let mut buf = Vec::with_capacity(name.len() + 1);
+        buf.extend_from_slice(name);
+        buf.push(0);
+        let mut out = sys::FI_ADDR_NOTAVAIL;
+        // SAFETY: buf holds one endpoint name and a NUL; out has room for one address.
         let rc = unsafe {
             sys::fi_av_insert(
                 self.fid,
-                flat.as_ptr().cast(),
-                names.len(),
-                out.as_mut_ptr(),
+                buf.as_ptr().cast(),
+                1,
+                &mut out,
                 0,
                 ptr::null_mut(),
             )
         };
         let n = check(rc as isize, "fi_av_insert")?;
-        if n != names.len() || out.contains(&sys::FI_ADDR_NOTAVAIL) {
+        if n != 1 || out == sys::FI_ADDR_NOTAVAIL {
             return Err(TransportError::InvalidArgument {
                 op: "fi_av_insert",
-                reason: format!("only {n} of {} addresses could be inserted", names.len()),
+                reason: format!("address {i} of {count} could not be inserted"),
             });
         }
         Ok(out)

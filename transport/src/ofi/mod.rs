@@ -1684,6 +1684,41 @@ mod entry_tests {
         assert_eq!(pick_entry(&tcp, "eth0"), 0);
     }
 
+    /// shm's endpoint names carry the creating pid, so a job whose pids straddle a power of ten
+    /// (9999 and 10000) has names of different lengths: they must all go into one AV, each at
+    /// the index of its insertion. (A packed insert refused them: CI saw "endpoint names of
+    /// different lengths" from a 3-PE shm job at pid 9996.)
+    #[test]
+    fn shm_names_of_different_lengths_go_into_one_av() {
+        let version = if fabric::runtime_version() >= sys::FI_VERSION(1, 20) {
+            sys::FI_VERSION(1, 20)
+        } else {
+            sys::FI_VERSION(1, 17)
+        };
+        let (list, _) = discover("shm", None, version, false).expect("libfabric's shm provider");
+        let entry = list.iter().next().expect("an shm entry");
+        let fab = Fabric::open(entry).expect("fabric");
+        let domain = Domain::open(&fab, entry).expect("domain");
+        let cq = Cq::open(&domain, 64).expect("cq");
+        let av = Av::open(&domain, 8).expect("av");
+        let ep = Endpoint::open(&domain, entry, &cq, &av).expect("endpoint");
+        let own = ep.name().expect("name");
+        let region = shm::region_of(&own).expect("an shm name holds <pid>:<d>:<e>");
+        // The same name with one more digit in its pid (a process that may not exist: shm
+        // maps a peer's region when it first reaches it, not at insertion).
+        let at = own
+            .windows(region.len())
+            .position(|w| w == region.as_bytes())
+            .expect("the region in the name");
+        let mut longer = own.clone();
+        longer.insert(at, b'9');
+        let names = vec![own, longer];
+        let addrs = av.insert(&names).expect("names of two lengths in one AV");
+        assert_eq!(addrs.len(), 2);
+        assert_ne!(addrs[0], addrs[1], "two names, two addresses: {addrs:?}");
+        shm::unlink_own(&[region]);
+    }
+
     #[test]
     fn completion_queues_leave_room_for_every_peers_immediates() {
         let cfg = OfiConfig::from_env(Some("tcp")).expect("config");
