@@ -490,6 +490,7 @@ impl OfiTransport {
         // Every peer may have its in-flight limit of writes with immediate data outstanding to
         // this PE, each needing a completion entry here.
         let incoming = n.saturating_sub(1) * cfg.incoming_per_peer;
+        let mut own_shm = (prov == "shm").then(shm::OwnRegions::clear_reused_pid);
         let mut rails = Vec::with_capacity(cfg.rails);
         for r in 0..cfg.rails {
             let want = &domain_names[r % domain_names.len()];
@@ -573,6 +574,10 @@ impl OfiTransport {
                 .filter_map(|r| shm::region_of(&r.ep.name().ok()?))
                 .collect();
         }
+        if let Some(own) = own_shm.as_mut() {
+            own.record(&t.shm_regions);
+        }
+        drop(own_shm);
         for r in 0..t.rails.len() {
             for b in 0..t.cfg.recv_buffers {
                 t.post_recv(r, b)?;
