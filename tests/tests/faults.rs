@@ -87,7 +87,7 @@ fn sigterm_at_any_moment_of_init_ends_the_rank_within_a_second() {
     assert_eq!(late, 0, "ranks took over 1 s to end after SIGTERM");
 }
 
-/// The shm provider's region files (`/dev/shm/<pid>:<d>:<e>`) of these processes.
+/// The shm provider's region files (`/dev/shm/<pid>:<uid>:<n>`) of these processes.
 fn shm_files_of(pids: &[u32]) -> Vec<String> {
     std::fs::read_dir("/dev/shm")
         .map(|d| {

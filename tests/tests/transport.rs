@@ -181,89 +181,25 @@ fn simulated_fabric_in_order_mode_keeps_order() {
     assert_eq!(inversions("0", "0"), (0, 0));
 }
 
-/// Where the kernel is told the last pid it gave, so that the next process gets the one after.
-const NS_LAST_PID: &str = "/proc/sys/kernel/ns_last_pid";
-
-/// Tests that choose their ranks' pids run one at a time (the kernel's counter is global).
-static PID_CHOICE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Makes `last` the last pid given; `false` (after a loud skip message) without the right.
-fn set_last_pid(last: u32) -> bool {
-    match std::fs::write(NS_LAST_PID, last.to_string()) {
-        Ok(()) => true,
-        Err(e) => {
-            eprintln!("SKIPPED: cannot choose the next pid ({NS_LAST_PID}: {e}); needs root");
-            false
-        }
-    }
-}
-
-/// A 2-PE job over shm (rt-ops), waited for and checked; returns its ranks' pids.
-fn shm_job() -> [u32; 2] {
-    let job = JobSpec::new(BIN, 2, &["rt-ops", "--rounds", "1", "--sizes", "1,4096"])
-        .env("PSHMEM_PROVIDER", "shm")
-        .timeout(Duration::from_secs(60))
-        .launch();
-    let pids = [job.pid(0), job.pid(1)];
-    assert_all_ok(&job.wait());
-    pids
-}
-
-/// shm's endpoint names carry the pid, so ranks whose pids straddle 10000 have names of
-/// different lengths; such a job runs like any other. (CI once started a 3-PE shm job at
-/// pid 9996, and its ranks refused each other's names.) The test picks the pids through
-/// `ns_last_pid` (root only; skipped loudly without it) and retries from a lower start when
-/// other processes take pids in between.
-#[test]
-fn shm_job_whose_pids_straddle_a_power_of_ten() {
-    let _one = PID_CHOICE.lock().unwrap_or_else(|p| p.into_inner());
-    for attempt in 0..40u32 {
-        if !set_last_pid(9998 - attempt) {
-            return;
-        }
-        let pids = shm_job();
-        if pids.iter().any(|&p| p < 10000) && pids.iter().any(|&p| p >= 10000) {
-            return;
-        }
-        eprintln!("attempt {attempt}: pids {pids:?} do not straddle 10000; again");
-    }
-    panic!("no 2-PE job got pids on both sides of 10000 in 40 attempts");
-}
-
 /// A region file left by a killed process whose pid a new rank gets (pids are reused) does
-/// not stop the rank's shm endpoint from opening (libfabric refused the taken name with
-/// EBUSY: the sweep of dead processes' files keeps those of live pids).
+/// not stop the rank's shm endpoint from opening: libfabric refuses the taken name with EBUSY
+/// after removing it, and the transport opens the endpoint again. Each rank plants the file of
+/// its own pid before it starts, as the dead process would have left it.
 #[test]
-fn shm_region_files_of_a_reused_pid_do_not_stop_a_job() {
-    let _one = PID_CHOICE.lock().unwrap_or_else(|p| p.into_inner());
-    let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(32768);
-    let base = 20000.min(pid_max - 100);
-    let range = base + 1..=base + 24;
-    // What a SIGKILLed shm endpoint leaves: /dev/shm/<pid>:<domain>:<endpoint>.
-    let files: Vec<String> = range.clone().map(|p| format!("/dev/shm/{p}:0:0")).collect();
-    let result = std::panic::catch_unwind(|| {
-        for attempt in 0..20 {
-            for f in &files {
-                std::fs::write(f, [0u8; 4096]).expect("a stale region file");
-            }
-            if !set_last_pid(base) {
-                return;
-            }
-            let pids = shm_job();
-            if pids.iter().any(|p| range.contains(p)) {
-                return;
-            }
-            eprintln!("attempt {attempt}: pids {pids:?} missed {range:?}; again");
-        }
-        panic!("no rank got a pid in {range:?} in 20 attempts");
-    });
-    for f in &files {
-        let _ = std::fs::remove_file(f);
-    }
-    if let Err(p) = result {
-        std::panic::resume_unwind(p);
+fn shm_region_file_of_a_reused_pid_does_not_stop_a_job() {
+    let res = JobSpec::new(BIN, 2, &["rt-ops", "--rounds", "1", "--sizes", "1,4096"])
+        .env("PSHMEM_PROVIDER", "shm")
+        .env("PSHMEM_TEST_PLANT_SHM_REGION", "1")
+        .env("PSHMEM_LOG", "pshmem_transport=info")
+        .timeout(Duration::from_secs(60))
+        .launch()
+        .wait();
+    assert_all_ok(&res);
+    for r in &res {
+        assert!(
+            r.stderr.contains("opening the endpoint again"),
+            "rank {} did not meet its planted region file:\n{r}",
+            r.rank
+        );
     }
 }

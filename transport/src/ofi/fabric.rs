@@ -510,34 +510,51 @@ impl Av {
         }))
     }
 
-    /// Inserts endpoint names, returning their fabric addresses in the same order.
+    /// Inserts the endpoint names of PEs 0..n (this PE's own among them), returning their
+    /// fabric addresses in the same order.
     ///
-    /// Names may differ in length: shm's are strings that carry the creating pid
-    /// (`<pid>:<d>:<e>`), so one job's names differ whenever its pids straddle a power of ten.
-    /// A packed `fi_av_insert` of several names is read with one stride by fixed-format
-    /// providers and by `strlen` by string-format ones; one name per call is right for both.
-    pub fn insert(&self, names: &[Vec<u8>]) -> Result<Vec<sys::fi_addr_t>> {
+    /// A string format's names (`FI_ADDR_STR`, as shm's) may differ in length: shm's carry the
+    /// creating pid (`<pid>:<uid>:<n>`), so one job's differ whenever its pids straddle a power
+    /// of ten. A packed insert of several names is read with one stride, so each goes in by
+    /// itself. Names of a fixed format must all have one length, since the provider reads
+    /// that many bytes of each.
+    pub fn insert(&self, names: &[Vec<u8>], string_format: bool) -> Result<Vec<sys::fi_addr_t>> {
+        let Some(first) = names.first() else {
+            return Ok(vec![]);
+        };
+        if !string_format && let Some(pe) = names.iter().position(|n| n.len() != first.len()) {
+            return Err(TransportError::InvalidArgument {
+                op: "fi_av_insert",
+                reason: format!(
+                    "PE {pe}'s endpoint name has {} bytes, PE 0's {} (mixed providers or \
+                     address families?)",
+                    names[pe].len(),
+                    first.len()
+                ),
+            });
+        }
         names
             .iter()
             .enumerate()
-            .map(|(i, name)| self.insert_one(name, i, names.len()))
+            .map(|(pe, name)| self.insert_one(name, pe))
             .collect()
     }
 
-    fn insert_one(&self, name: &[u8], i: usize, count: usize) -> Result<sys::fi_addr_t> {
+    fn insert_one(&self, name: &[u8], pe: usize) -> Result<sys::fi_addr_t> {
         if name.is_empty() {
             return Err(TransportError::InvalidArgument {
                 op: "fi_av_insert",
-                reason: format!("address {i} of {count} is empty"),
+                reason: format!("PE {pe}'s endpoint name is empty"),
             });
         }
-        // A name came from a peer: a NUL after it bounds a string format's read even if the
-        // peer's lacked one (fixed formats read their own length and ignore it).
+        // A string is read up to its NUL: one after the name bounds the read even if the
+        // peer's name lacked it (a fixed format reads its own length and never reaches it).
         let mut buf = Vec::with_capacity(name.len() + 1);
         buf.extend_from_slice(name);
         buf.push(0);
         let mut out = sys::FI_ADDR_NOTAVAIL;
-        // SAFETY: buf holds one endpoint name and a NUL; out has room for one address.
+        // SAFETY: buf holds one endpoint name (of the length every name of a fixed format has)
+        // and a NUL; out has room for one address.
         let rc = unsafe {
             sys::fi_av_insert(
                 self.fid,
@@ -552,7 +569,7 @@ impl Av {
         if n != 1 || out == sys::FI_ADDR_NOTAVAIL {
             return Err(TransportError::InvalidArgument {
                 op: "fi_av_insert",
-                reason: format!("address {i} of {count} could not be inserted"),
+                reason: format!("PE {pe}'s endpoint name could not be inserted"),
             });
         }
         Ok(out)

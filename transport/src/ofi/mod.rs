@@ -490,12 +490,26 @@ impl OfiTransport {
         // Every peer may have its in-flight limit of writes with immediate data outstanding to
         // this PE, each needing a completion entry here.
         let incoming = n.saturating_sub(1) * cfg.incoming_per_peer;
-        let mut own_shm = (prov == "shm").then(shm::OwnRegions::clear_reused_pid);
         let mut rails = Vec::with_capacity(cfg.rails);
         for r in 0..cfg.rails {
             let want = &domain_names[r % domain_names.len()];
             let (info, _) = discover(prov, node, version, cfg.native_atomics)?;
-            rails.push(Rail::open(info, want, cfg, cap, incoming)?);
+            let rail = match Rail::open(info, want, cfg, cap, incoming) {
+                // shm names a region by pid, and pids are reused: a region file left by a
+                // killed process whose pid this one now has is refused with EBUSY, after
+                // libfabric has unlinked it (its check of the region's owner sees a live pid,
+                // ours). The name is free for a second try.
+                Err(TransportError::Ofi { code, .. }) if prov == "shm" && code == libc::EBUSY => {
+                    tracing::info!(
+                        "shm: this pid's region name was taken by a file a dead process left \
+                         (libfabric removed it); opening the endpoint again"
+                    );
+                    let (info, _) = discover(prov, node, version, cfg.native_atomics)?;
+                    Rail::open(info, want, cfg, cap, incoming)?
+                }
+                r => r?,
+            };
+            rails.push(rail);
         }
         let i = rails[0].info.iter().next().expect("non-empty");
         let tx = i.tx_attr();
@@ -574,10 +588,6 @@ impl OfiTransport {
                 .filter_map(|r| shm::region_of(&r.ep.name().ok()?))
                 .collect();
         }
-        if let Some(own) = own_shm.as_mut() {
-            own.record(&t.shm_regions);
-        }
-        drop(own_shm);
         for r in 0..t.rails.len() {
             for b in 0..t.cfg.recv_buffers {
                 t.post_recv(r, b)?;
@@ -1246,7 +1256,16 @@ impl Transport for OfiTransport {
             }
         }
         for (r, names) in per_rail.iter().enumerate() {
-            self.rails[r].peers = self.rails[r].av.insert(names)?;
+            let rail = &mut self.rails[r];
+            let string_format = rail
+                .info
+                .iter()
+                .next()
+                .expect("non-empty")
+                .raw()
+                .addr_format
+                == sys::FI_ADDR_STR;
+            rail.peers = rail.av.insert(names, string_format)?;
         }
         Ok(())
     }
@@ -1708,7 +1727,7 @@ mod entry_tests {
         let av = Av::open(&domain, 8).expect("av");
         let ep = Endpoint::open(&domain, entry, &cq, &av).expect("endpoint");
         let own = ep.name().expect("name");
-        let region = shm::region_of(&own).expect("an shm name holds <pid>:<d>:<e>");
+        let region = shm::region_of(&own).expect("an shm name holds <pid>:<uid>:<n>");
         // The same name with one more digit in its pid (a process that may not exist: shm
         // maps a peer's region when it first reaches it, not at insertion).
         let at = own
@@ -1717,8 +1736,19 @@ mod entry_tests {
             .expect("the region in the name");
         let mut longer = own.clone();
         longer.insert(at, b'9');
+        assert_eq!(entry.raw().addr_format, sys::FI_ADDR_STR);
         let names = vec![own, longer];
-        let addrs = av.insert(&names).expect("names of two lengths in one AV");
+        // Read as a fixed format, the lengths must agree (the provider reads one length).
+        let refused = av
+            .insert(&names, false)
+            .expect_err("a fixed format of two lengths");
+        assert!(
+            refused.to_string().contains("PE 1's endpoint name"),
+            "{refused}"
+        );
+        let addrs = av
+            .insert(&names, true)
+            .expect("names of two lengths in one AV");
         assert_eq!(addrs.len(), 2);
         assert_ne!(addrs[0], addrs[1], "two names, two addresses: {addrs:?}");
         shm::unlink_own(&[region]);

@@ -1,4 +1,4 @@
-//! Files of libfabric's shm provider: each endpoint creates a region `/dev/shm/<pid>:<d>:<e>`
+//! Files of libfabric's shm provider: each endpoint creates a region `/dev/shm/<pid>:<uid>:<n>`
 //! (16 MiB) that its peers map when they insert its address, and unlinks it only when the
 //! endpoint is closed, so a SIGKILLed process leaves it behind for good.
 //!
@@ -7,76 +7,13 @@
 //! stay valid and nothing is left behind however the job ends. And a process opening the
 //! transport removes the regions of dead processes of its user ([`sweep_stale`]), for jobs
 //! killed during their start, before the unlink.
-//!
-//! Pids are reused: a file left by a dead process can carry the pid of a process alive now,
-//! which the sweep keeps. If that process is the one opening shm endpoints, libfabric cannot
-//! create its region under the taken name (`fi_enable`: EBUSY), so it first removes files of
-//! its own pid that none of its endpoints created ([`OwnRegions`]).
 
-use std::{
-    ffi::CString,
-    path::Path,
-    sync::{Mutex, MutexGuard},
-};
-
-/// The region files this process's endpoints created (a file of our pid not among them was
-/// left by an earlier process with the same pid).
-static CREATED: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-/// Held while a transport creates this process's shm endpoints, so that no other thread's
-/// clearing of old files of our pid races a creation.
-pub(crate) struct OwnRegions(MutexGuard<'static, Vec<String>>);
-
-impl OwnRegions {
-    /// Locks the record of this process's regions and removes the files of this pid (and
-    /// user) that none of them is: an earlier process with our pid left them. Returns the
-    /// lock, to hold until the new endpoints' regions are recorded.
-    ///
-    /// A process of another pid namespace sharing this /dev/shm under the same user and pid
-    /// cannot be told from a dead one here; its name would collide with ours in libfabric
-    /// anyway.
-    pub(crate) fn clear_reused_pid() -> Self {
-        let created = CREATED.lock().unwrap_or_else(|p| p.into_inner());
-        let removed = clear_pid_in(Path::new(SHM_DIR), std::process::id() as i32, &created);
-        if removed > 0 {
-            tracing::info!(
-                "removed {removed} shm region file(s) of this pid left by an earlier process"
-            );
-        }
-        Self(created)
-    }
-
-    /// Records regions that this process's new endpoints created.
-    pub(crate) fn record(&mut self, regions: &[String]) {
-        self.0.extend_from_slice(regions);
-    }
-}
-
-fn clear_pid_in(dir: &Path, pid: i32, keep: &[String]) -> usize {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    let uid = nix::unistd::getuid().as_raw();
-    let mut removed = 0;
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if parse_region(name) != Some(pid) || keep.iter().any(|k| k == name) {
-            continue;
-        }
-        let Ok(meta) = e.metadata() else { continue };
-        if meta.uid() == uid && meta.is_file() && std::fs::remove_file(e.path()).is_ok() {
-            removed += 1;
-        }
-    }
-    removed
-}
+use std::{ffi::CString, path::Path};
 
 /// Where POSIX shared memory lives.
 const SHM_DIR: &str = "/dev/shm";
 
-/// The region file behind an shm endpoint name (`<pid>:<d>:<e>`, possibly behind a URI
+/// The region file behind an shm endpoint name (`<pid>:<uid>:<n>`, possibly behind a URI
 /// scheme), or `None` if the name is not one.
 pub(crate) fn region_of(name: &[u8]) -> Option<String> {
     let s = std::str::from_utf8(name).ok()?.trim_end_matches('\0');
@@ -84,7 +21,7 @@ pub(crate) fn region_of(name: &[u8]) -> Option<String> {
     parse_region(s).map(|_| s.to_string())
 }
 
-/// The creating pid of a region file name `<pid>:<d>:<e>` (digits only).
+/// The creating pid of a region file name `<pid>:<uid>:<n>` (digits only).
 fn parse_region(name: &str) -> Option<i32> {
     let mut parts = name.split(':');
     let pid = parts.next()?;
@@ -183,23 +120,6 @@ mod tests {
         assert_eq!(region_of(b"55:0:1\0").as_deref(), Some("55:0:1"));
         assert_eq!(region_of(b"fi_shm://55:0:1").as_deref(), Some("55:0:1"));
         assert_eq!(region_of(b"fi_sockaddr_in://127.0.0.1:5"), None);
-    }
-
-    #[test]
-    fn files_of_our_pid_that_we_did_not_create_are_cleared() {
-        let dir = std::env::temp_dir().join(format!("pshmem-shm-own-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let old = dir.join("4321:0:0");
-        let ours = dir.join("4321:0:1");
-        let other_pid = dir.join("4322:0:0");
-        let other = dir.join("4321");
-        for f in [&old, &ours, &other_pid, &other] {
-            std::fs::write(f, b"x").unwrap();
-        }
-        assert_eq!(clear_pid_in(&dir, 4321, &["4321:0:1".to_string()]), 1);
-        assert!(!old.exists());
-        assert!(ours.exists() && other_pid.exists() && other.exists());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

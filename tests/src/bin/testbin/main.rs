@@ -336,6 +336,21 @@ fn main() -> ExitCode {
         let r = nix::sys::resource::Resource::RLIMIT_NOFILE;
         nix::sys::resource::setrlimit(r, n, n).expect("setrlimit");
     }
+    // A test of pid reuse plants the region file that a killed process with this pid would
+    // have left (an shm endpoint's `/dev/shm/<pid>:<uid>:<n>`, here the first endpoint's).
+    if std::env::var("PSHMEM_TEST_PLANT_SHM_REGION").as_deref() == Ok("1") {
+        let name = format!(
+            "/dev/shm/{}:{}:0",
+            std::process::id(),
+            nix::unistd::getuid().as_raw()
+        );
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&name)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, &[0u8; 4096]))
+            .expect("planting a region file");
+    }
     let cli = Cli::parse();
     if let Cmd::HeapSnoop { seconds, stop_file } = &cli.cmd {
         return snoop::run(*seconds, stop_file);
