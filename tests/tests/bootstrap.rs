@@ -16,6 +16,34 @@ fn job(n: usize, args: &[&str]) -> JobSpec {
     JobSpec::new(BIN, n, args).timeout(Duration::from_secs(90))
 }
 
+/// Launches a `bs-loop` job with `args` and returns once every rank has joined and done its
+/// first collective (a fault injected before the join would be a join timeout, not a death).
+fn launch_joined(n: usize, args: &[&str]) -> pshmem_tests::Job {
+    let dir = std::env::temp_dir().join(format!(
+        "pshmem-bs-ready-{}-{}",
+        std::process::id(),
+        epoch_ms()
+    ));
+    std::fs::create_dir_all(&dir).expect("ready dir");
+    let mut all = vec![
+        "bs-loop",
+        "--ready-dir",
+        dir.to_str().expect("utf-8 temp dir"),
+    ];
+    all.extend_from_slice(args);
+    let job = job(n, &all).launch();
+    let t = Instant::now();
+    while (0..n).any(|r| !dir.join(r.to_string()).exists()) {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the ranks did not all join within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    job
+}
+
 fn err_fields(r: &RankResult) -> std::collections::HashMap<String, String> {
     r.fields("ERR")
         .into_iter()
@@ -137,8 +165,7 @@ fn a_death_seen_by_the_data_path_is_reported_to_every_rank() {
 
 #[test]
 fn kill_9_from_outside_mid_collective_is_reported_within_5s() {
-    let job = job(4, &["bs-loop", "--size", "1048576"]).launch();
-    std::thread::sleep(Duration::from_millis(800));
+    let job = launch_joined(4, &["--size", "1048576"]);
     let t0 = epoch_ms();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(job.pid(3) as i32),
@@ -152,8 +179,7 @@ fn kill_9_from_outside_mid_collective_is_reported_within_5s() {
 #[test]
 fn silent_peer_is_declared_dead_by_heartbeat_within_5s() {
     // SIGSTOP keeps the socket open but stops heartbeats: only the heartbeat timeout can tell.
-    let job = job(3, &["bs-loop", "--size", "16", "--sleep-ms", "20"]).launch();
-    std::thread::sleep(Duration::from_millis(800));
+    let job = launch_joined(3, &["--size", "16", "--sleep-ms", "20"]);
     let pid = nix::unistd::Pid::from_raw(job.pid(1) as i32);
     let t0 = epoch_ms();
     nix::sys::signal::kill(pid, nix::sys::signal::SIGSTOP).unwrap();
@@ -168,8 +194,7 @@ fn silent_peer_is_declared_dead_by_heartbeat_within_5s() {
 
 #[test]
 fn silent_root_is_declared_dead_within_5s() {
-    let job = job(2, &["bs-loop", "--size", "16", "--sleep-ms", "20"]).launch();
-    std::thread::sleep(Duration::from_millis(800));
+    let job = launch_joined(2, &["--size", "16", "--sleep-ms", "20"]);
     let pid = nix::unistd::Pid::from_raw(job.pid(0) as i32);
     let t0 = epoch_ms();
     nix::sys::signal::kill(pid, nix::sys::signal::SIGSTOP).unwrap();

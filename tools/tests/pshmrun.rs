@@ -415,19 +415,34 @@ fn a_rank_left_stopped_ends_the_job_after_the_peer_timeout() {
     assert_eq!(out.status.code(), Some(128 + 19), "{err}");
     assert!(took < Duration::from_secs(5), "took {took:?}");
 
-    // A token in the command line that only this test's ranks carry, for pkill.
+    // A token in the command line that only this test's ranks carry.
     let token = format!("resume-{}", std::process::id());
     let script =
         format!("if [ $PSHMEM_RANK = 1 ]; then kill -STOP $$; fi; sleep 1; exit 0 # {token}");
-    let resumer = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(500));
-        let _ = Command::new("pkill").args(["-CONT", "-f", &token]).status();
-    });
+    // Continue it every 50 ms until the job ends, whenever it stops (a single SIGCONT sent
+    // before the rank stopped itself would be lost on a slow machine): a continue comes well
+    // within the 3 s timeout.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let resumer = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            while !done.load(std::sync::atomic::Ordering::Relaxed)
+                && t.elapsed() < Duration::from_secs(20)
+            {
+                std::thread::sleep(Duration::from_millis(50));
+                for pid in pids_with_arg(&token) {
+                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::SIGCONT);
+                }
+            }
+        })
+    };
     let out = Command::new(PSHMRUN)
         .env("PSHMEM_BOOTSTRAP_PEER_TIMEOUT_MS", "3000")
         .args(["-n", "3", "--", "sh", "-c", &script])
         .output()
         .unwrap();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
     resumer.join().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
@@ -447,4 +462,22 @@ fn every_launch_gets_its_own_secret() {
     assert_eq!(a.len(), 16, "{a}");
     assert_ne!(a, b, "two launches shared a secret");
     assert_ne!(a, "0000000000000000");
+}
+
+/// The processes whose command line has an argument containing `token` (as `pkill -f`, which
+/// a bare Debian lacks).
+fn pids_with_arg(token: &str) -> Vec<nix::unistd::Pid> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                c.split(|&b| b == 0)
+                    .any(|a| a.windows(token.len()).any(|w| w == token.as_bytes()))
+            })
+        })
+        .map(nix::unistd::Pid::from_raw)
+        .collect()
 }

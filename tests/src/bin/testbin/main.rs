@@ -102,6 +102,9 @@ enum Cmd {
         reporter: Option<usize>,
         #[arg(long, default_value_t = 0)]
         lost: usize,
+        /// Create `<dir>/<rank>` once the first collective is done (every rank has joined).
+        #[arg(long)]
+        ready_dir: Option<std::path::PathBuf>,
     },
     /// Join, a few small collectives, stay `hold_ms`, finalize; report the error if any.
     BsInit {
@@ -432,6 +435,7 @@ fn main() -> ExitCode {
             sleep_ms,
             reporter,
             lost,
+            ready_dir,
         } => {
             let data = vec![me as u8; size];
             for i in 0..iters {
@@ -450,6 +454,11 @@ fn main() -> ExitCode {
                 }
                 if let Err(e) = bs.allgather(&data) {
                     return report(&e);
+                }
+                if i == 0
+                    && let Some(dir) = &ready_dir
+                {
+                    std::fs::write(dir.join(me.to_string()), b"").expect("ready file");
                 }
                 if sleep_ms > 0 {
                     std::thread::sleep(Duration::from_millis(sleep_ms));
