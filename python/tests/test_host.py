@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -60,10 +61,23 @@ def test_every_operation_through_the_proxy():
 
 def free_port_pair() -> int:
     """A port P such that P and P + 1 are free now (torchrun's store listens on P, the
-    bootstrap on P + 1), so that concurrent runs and other services do not collide."""
-    for _ in range(100):
+    bootstrap on P + 1), so that concurrent runs and other services do not collide.
+
+    Chosen below the kernel's ephemeral range (as bootstrap/src/port.rs does): a port released
+    there is never handed to an outgoing connection before torchrun binds it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    floor = 20000
+    for _ in range(200):
+        port = random.randrange(floor, low - 1) if low - 1 > floor else 0
         with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
+            try:
+                a.bind(("127.0.0.1", port))
+            except OSError:
+                continue
             port = a.getsockname()[1]
             if port >= 65535:
                 continue
