@@ -7,6 +7,16 @@
 # folder so the main build stays cached).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The tests set every setting they test: ones the caller exported (an EFA image's
+# FI_PROVIDER=efa, a PSHMEM_PROVIDER, torchrun's RANK of an enclosing job) would change
+# which provider and bootstrap every rank uses, so they are dropped, and said so.
+for v in $(compgen -e | grep -E '^(PSHMEM|NVSHMEM)_' || true) FI_PROVIDER RANK WORLD_SIZE \
+  LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT; do
+  if [ -n "${!v+x}" ]; then
+    echo "test: ignoring $v=${!v} from the environment" >&2
+    unset "$v"
+  fi
+done
 bash scripts/setup.sh
 cargo test --workspace --release --quiet
 # The multi-process tests of the proxy paths again, with the simulated fabric given EFA's
