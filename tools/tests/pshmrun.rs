@@ -473,10 +473,8 @@ fn pids_with_arg(token: &str) -> Vec<nix::unistd::Pid> {
     dir.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-                c.split(|&b| b == 0)
-                    .any(|a| a.windows(token.len()).any(|w| w == token.as_bytes()))
-            })
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.windows(token.len()).any(|w| w == token.as_bytes()))
         })
         .map(nix::unistd::Pid::from_raw)
         .collect()

@@ -549,9 +549,7 @@ impl Av {
         }
         // A string is read up to its NUL: one after the name bounds the read even if the
         // peer's name lacked it (a fixed format reads its own length and never reaches it).
-        let mut buf = Vec::with_capacity(name.len() + 1);
-        buf.extend_from_slice(name);
-        buf.push(0);
+        let buf = [name, &[0]].concat();
         let mut out = sys::FI_ADDR_NOTAVAIL;
         // SAFETY: buf holds one endpoint name (of the length every name of a fixed format has)
         // and a NUL; out has room for one address.

@@ -282,6 +282,16 @@ impl std::fmt::Debug for OfiTransport {
     }
 }
 
+/// The libfabric API version asked for: 1.20 (which DMA-BUF registration needs) where the
+/// library has it, else 1.17.
+fn api_version() -> u32 {
+    if fabric::runtime_version() >= sys::FI_VERSION(1, 20) {
+        sys::FI_VERSION(1, 20)
+    } else {
+        sys::FI_VERSION(1, 17)
+    }
+}
+
 fn required_caps() -> u64 {
     bits!(
         FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND | FI_RECV
@@ -366,11 +376,7 @@ pub struct DomainInfo {
 /// The domains of `provider` that offer FI_EP_RDM with RMA and messages, in the provider's
 /// order (one entry per domain; the same domain may be offered several times by fi_getinfo).
 pub fn list_domains(provider: &str) -> Result<Vec<DomainInfo>> {
-    let version = if fabric::runtime_version() >= sys::FI_VERSION(1, 20) {
-        sys::FI_VERSION(1, 20)
-    } else {
-        sys::FI_VERSION(1, 17)
-    };
+    let version = api_version();
     let (list, _) = discover(provider, None, version, false)?;
     let mut out: Vec<DomainInfo> = Vec::new();
     for i in list.iter() {
@@ -444,11 +450,7 @@ impl OfiTransport {
 
     /// Opens with explicit rank and world size.
     pub fn open_raw(me: Pe, n: usize, cfg: &OfiConfig) -> Result<Self> {
-        let version = if fabric::runtime_version() >= sys::FI_VERSION(1, 20) {
-            sys::FI_VERSION(1, 20)
-        } else {
-            sys::FI_VERSION(1, 17)
-        };
+        let version = api_version();
         let mut errors = Vec::new();
         for prov in &cfg.providers {
             // shm binds by name, not address: a node would give every process the same name.
@@ -1714,11 +1716,7 @@ mod entry_tests {
     /// different lengths" from a 3-PE shm job at pid 9996.)
     #[test]
     fn shm_names_of_different_lengths_go_into_one_av() {
-        let version = if fabric::runtime_version() >= sys::FI_VERSION(1, 20) {
-            sys::FI_VERSION(1, 20)
-        } else {
-            sys::FI_VERSION(1, 17)
-        };
+        let version = api_version();
         let (list, _) = discover("shm", None, version, false).expect("libfabric's shm provider");
         let entry = list.iter().next().expect("an shm entry");
         let fab = Fabric::open(entry).expect("fabric");
