@@ -3,7 +3,7 @@
 # installs each wheel into its own directory, then runs scripts/bench-ep.sh with one and the
 # other alternately, ROUNDS times (EP_MODES, EP_SIZES and the other bench-ep.sh variables pass
 # through). Writes OUT/raw/<BATCH>-old-<round>/ and OUT/raw/<BATCH>-new-<round>/ (each
-# configuration's per-rank JSON lines), then OUT/ab.{json,md,svg} (benches/ep/ab_report.py:
+# configuration's per-rank JSON lines), then OUT/ab.{json,md,svg} (ep/bench/ab_report.py:
 # every round's time per build and the ratio of the medians). Skips loudly without a GPU.
 # Usage: scripts/ab-ep.sh BIN_DIR OLD_WHEEL_DIR NEW_WHEEL_DIR OUT_DIR [BATCH]
 set -uo pipefail
@@ -30,4 +30,4 @@ for r in $(seq 1 "$ROUNDS"); do
     rm -rf "$d"/trace-*/t.*[0-9].json
   done
 done
-python3 benches/ep/ab_report.py "$OUT"
+python3 ep/bench/ab_report.py "$OUT"

@@ -47,19 +47,19 @@ for n in ${EP_SIZES:-2 4 8}; do
       flag=""; [ "$msg" = per_token ] && flag="--per-token"
       name="ep$n-$path-$msg"
       echo "== $name" | tee -a "$LOG"
-      env $envs timeout 150 "$BIN/pshmrun" -n "$n" -- "$PY" benches/ep/ll_bench.py $ARGS $flag \
+      env $envs timeout 150 "$BIN/pshmrun" -n "$n" -- "$PY" ep/bench/ll_bench.py $ARGS $flag \
         --label "$name" > "$OUT/$name.out" 2>> "$LOG" || echo "$name failed" | tee -a "$LOG"
       grep -o '{"label".*' "$OUT/$name.out" | tee -a "$LOG"
       if [ "$path" = proxy ]; then
         rm -rf "$OUT/trace-$name"; mkdir -p "$OUT/trace-$name"
         env $envs PSHMEM_TRACE="$OUT/trace-$name/t" timeout 150 "$BIN/pshmrun" -n "$n" -- "$PY" \
-          benches/ep/ll_bench.py $ARGS $flag --only dispatch --iters 10 --warmup 0 \
+          ep/bench/ll_bench.py $ARGS $flag --only dispatch --iters 10 --warmup 0 \
           --label "$name-traced" > "$OUT/$name-traced.out" 2>> "$LOG" || echo "$name traced failed" | tee -a "$LOG"
       fi
     done
   done
 done
-[[ "$MODES" == *" ll "* ]] && "$PY" benches/ep/report.py "$OUT" | tee -a "$LOG"
+[[ "$MODES" == *" ll "* ]] && "$PY" ep/bench/report.py "$OUT" | tee -a "$LOG"
 # The normal (high-throughput) mode (issue 20): 4096 tokens per rank, hidden 7168, top-8 of 256
 # experts, FP8 dispatch / BF16 combine, at EP 2, 4 and 8: one node over IPC ("direct"), one
 # node through the proxy (host-staged tcp), and two emulated nodes (tcp between them, IPC
@@ -73,16 +73,16 @@ if [[ "$MODES" == *" ht "* ]]; then
       [ "$path" = nodes2 ] && envs="PSHMEM_PROVIDER=tcp" && hosts=2
       name="ht$n-$path"
       echo "== $name" | tee -a "$LOG"
-      env $envs timeout 200 "$BIN/pshmrun" -n "$n" --hosts $hosts -- "$PY" benches/ep/ht_bench.py \
+      env $envs timeout 200 "$BIN/pshmrun" -n "$n" --hosts $hosts -- "$PY" ep/bench/ht_bench.py \
         --iters "${EP_HT_ITERS:-8}" --label "$name" > "$OUT/$name.out" 2>> "$LOG" || echo "$name failed" | tee -a "$LOG"
       grep -o '{"label".*' "$OUT/$name.out" | head -1 | tee -a "$LOG"
       if [ "$path" != direct ]; then
         rm -rf "$OUT/trace-$name"; mkdir -p "$OUT/trace-$name"
         env $envs PSHMEM_TRACE="$OUT/trace-$name/t" timeout 200 "$BIN/pshmrun" -n "$n" --hosts $hosts -- "$PY" \
-          benches/ep/ht_bench.py --only dispatch --iters 3 --warmup 0 --label "$name-traced" \
+          ep/bench/ht_bench.py --only dispatch --iters 3 --warmup 0 --label "$name-traced" \
           > "$OUT/$name-traced.out" 2>> "$LOG" || echo "$name traced failed" | tee -a "$LOG"
       fi
     done
   done
-  "$PY" benches/ep/ht_report.py "$OUT" | tee -a "$LOG"
+  "$PY" ep/bench/ht_report.py "$OUT" | tee -a "$LOG"
 fi

@@ -149,15 +149,15 @@ if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want ep; then
   # that reorders every message; every mode at EP 2 and 4, a sample of modes at EP 8.
   for n in 2 4 8; do
     q=""; [ "$n" = 8 ] && q="--quick"
-    run "$BIN/pshmrun" -n $n -- "$PYBIN" python/tests/workers/ep_ll.py $q
-    run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n $n -- "$PYBIN" python/tests/workers/ep_ll.py --quick
+    run "$BIN/pshmrun" -n $n -- "$PYBIN" ep/tests/workers/ep_ll.py $q
+    run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n $n -- "$PYBIN" ep/tests/workers/ep_ll.py --quick
   done
   # The benchmark's shape through the proxy with one ring per local expert (8 rings).
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp PSHMEM_GPU_RINGS=8 "$BIN/pshmrun" -n 2 -- "$PYBIN" \
-    python/tests/workers/ep_ll.py --tokens 128 --hidden 7168 --experts-per-rank 8 --quick
+    ep/tests/workers/ep_ll.py --tokens 128 --hidden 7168 --experts-per-rank 8 --quick
   for n in 2 4; do
     run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=sim PSHMEM_SIM_DELAY_US=100 PSHMEM_GPU_RINGS=3 PSHMEM_GPU_PROXY_THREADS=2 \
-      "$BIN/pshmrun" -n $n -- "$PYBIN" python/tests/workers/ep_ll.py --quick
+      "$BIN/pshmrun" -n $n -- "$PYBIN" ep/tests/workers/ep_ll.py --quick
   done
 fi
 if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want ht; then
@@ -168,16 +168,16 @@ if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want ht; then
   # proxy, and at EP 4 and 8 through the simulated fabric that reorders every message.
   for n in 2 4 8; do
     q=""; [ "$n" = 8 ] && q="--quick"
-    run "$BIN/pshmrun" -n $n -- "$PYBIN" python/tests/workers/ep_ht.py $q
-    run env PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n $n --hosts 2 -- "$PYBIN" python/tests/workers/ep_ht.py $q
+    run "$BIN/pshmrun" -n $n -- "$PYBIN" ep/tests/workers/ep_ht.py $q
+    run env PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n $n --hosts 2 -- "$PYBIN" ep/tests/workers/ep_ht.py $q
   done
-  run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 4 -- "$PYBIN" python/tests/workers/ep_ht.py --quick
-  run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 4 --hosts 2 -- "$PYBIN" python/tests/workers/ep_ht.py --quick
+  run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 4 -- "$PYBIN" ep/tests/workers/ep_ht.py --quick
+  run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 4 --hosts 2 -- "$PYBIN" ep/tests/workers/ep_ht.py --quick
   # DeepEP's pressure test: 20 repeats, every output hashing the same (two emulated nodes).
-  run env PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 4 --hosts 2 -- "$PYBIN" python/tests/workers/ep_ht.py --quick --repeat 20
+  run env PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n 4 --hosts 2 -- "$PYBIN" ep/tests/workers/ep_ht.py --quick --repeat 20
   for n in 4 8; do
     run env PSHMEM_PROVIDER=sim PSHMEM_SIM_DELAY_US=100 PSHMEM_GPU_RINGS=3 PSHMEM_GPU_PROXY_THREADS=2 \
-      "$BIN/pshmrun" -n $n --hosts 2 -- "$PYBIN" python/tests/workers/ep_ht.py --quick
+      "$BIN/pshmrun" -n $n --hosts 2 -- "$PYBIN" ep/tests/workers/ep_ht.py --quick
   done
 fi
 mps_stop

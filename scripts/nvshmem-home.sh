@@ -20,7 +20,9 @@ TREE="$(cd "$TREE" && pwd)"
 rm -rf "$TREE/include" "$TREE/lib"
 mkdir -p "$TREE/include/pshmem" "$TREE/lib/pkgconfig" "$TREE/lib/cmake/nvshmem"
 cp compat/nvshmem/include/nvshmem.h compat/nvshmem/include/nvshmemx.h "$TREE/include/"
-cp -r kernels/include/pshmem/* "$TREE/include/pshmem/"
+# The shared C headers (abi/include) and the device API (kernels/include); the MoE headers
+# (ep/include) are pshmem-ep's own and are not installed.
+cp abi/include/pshmem/*.h kernels/include/pshmem/*.cuh "$TREE/include/pshmem/"
 cp capi/include/pshmem/pshmem.h "$TREE/include/pshmem/"
 cp target/release/libpshmem.so "$TREE/lib/"
 # -lnvshmem_host links libpshmem.so itself (a linker script, found through the same -L), so

@@ -28,12 +28,13 @@ PSHMEM_SIM_PROFILE=efa cargo test --release --quiet -p pshmem-tests \
   -- --skip the_host_staged_gpu_path_matches_the_direct_path
 PSHMEM_SIM_PROFILE=efa cargo test --release --quiet -p pshmem-capi --test capi
 # The Python package (python/): the project's environment (.venv with torch, pytest, maturin;
-# the pshmem wheel built and installed by scripts/python-env.sh), its pytest suite (host mode:
-# jobs of several processes on this CPU, the examples of examples/python/ among them; the GPU
-# tests skip without a GPU), then the wheel installed into a clean virtual environment.
+# the pshmem wheel built and installed by scripts/python-env.sh), its pytest suite and the MoE
+# tests of pshmem.ep (ep/tests) in host mode (jobs of several processes on this CPU, the
+# examples of examples/python/ among them; the GPU tests skip without a GPU), then the wheel
+# installed into a clean virtual environment.
 cargo build --release --quiet -p pshmem-tools
 PY="$(bash scripts/python-env.sh)"
-"$PY" -m pytest -q -rs python/tests
+"$PY" -m pytest -q -rs python/tests ep/tests
 bash python/check-wheel.sh
 # The NVSHMEM compatibility layer as its users build against it: the install tree, every
 # example of examples/nvshmem/ built by the pinned nvcc against the compat headers and library

@@ -1,9 +1,10 @@
 //! # pshmem-abi
 //!
 //! Owns the values that C, CUDA and Rust share, each written once here and in the C header
-//! `kernels/include/pshmem/abi.h`, with [`probe`] reporting the C compiler's view of that header
-//! (and of `ring.h` and `state.h`, whose Rust mirrors live with the ring and the runtime) so
-//! that tests compare every value by name:
+//! `abi/include/pshmem/abi.h`. The shared C headers live beside it in `abi/include/pshmem/`
+//! (`abi.h`; `ring.h` and `state.h`, whose Rust mirrors live with the ring and the runtime;
+//! `types.h`; `kernel_args.h`, the runtime kernels' arguments), and the tests compare every
+//! value by name with the C compiler's view of them (`pshmem-abi-probe`, a dev-dependency):
 //!
 //! - [`AmoOp`]: the atomic operations (ring AMO sub-operations, proxy requests, the AMO kernel,
 //!   native fabric atomics);
@@ -12,9 +13,7 @@
 //! - [`Cmp`]: the comparisons of waits, numbered as `NVSHMEM_CMP_*`;
 //! - [`RedOp`], [`DType`]: the reduction operators and element types of the collectives;
 //! - [`error`]: the codes of the error words that rings and device calls raise.
-#![deny(unsafe_code)]
-
-pub mod probe;
+#![forbid(unsafe_code)]
 
 /// An atomic operation on a 32- or 64-bit word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -347,6 +346,7 @@ pub mod error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pshmem_abi_probe as probe;
 
     #[test]
     fn codes_round_trip() {

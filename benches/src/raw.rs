@@ -6,6 +6,7 @@
 
 use std::time::Instant;
 
+use pshmem::net::BootstrapExchange;
 use pshmem_bootstrap::Bootstrap;
 use pshmem_transport::{
     Caps, Event, LocalMem, LocalRef, MemKind, PostError, RemoteRef, Transport, TransportError,
@@ -47,8 +48,8 @@ impl RawPair {
     ) -> Result<Self, TransportError> {
         let mut cfg = OfiConfig::from_env(Some(provider))?;
         cfg.node = node.map(str::to_string);
-        let mut t = OfiTransport::open(bs, &cfg)?;
-        establish(&mut t, bs)?;
+        let mut t = OfiTransport::open(pshmem::net::job(bs), &cfg)?;
+        establish(&mut t, &BootstrapExchange(bs))?;
         let len = len + 2 * FLAG_AREA;
         // Page-aligned and touched, like the C side's posix_memalign + memset.
         let layout = std::alloc::Layout::from_size_align(len, 4096).expect("layout");
@@ -68,7 +69,7 @@ impl RawPair {
         };
         // SAFETY: buf is never freed.
         let mr = unsafe { t.mr_reg(mem) }?;
-        let remotes = exchange_mr(&mut t, bs, mr)?;
+        let remotes = exchange_mr(&mut t, &BootstrapExchange(bs), mr)?;
         let peer = 1 - bs.rank();
         Ok(Self {
             t,

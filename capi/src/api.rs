@@ -33,24 +33,11 @@ impl Global {
     }
 }
 
-fn init_logging() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // The runtime logs through `tracing`; a C program has no subscriber unless one is
-        // installed here, from PSHMEM_LOG (warnings by default).
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_new(pshmem_env::LOG.value())
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-            )
-            .with_writer(std::io::stderr)
-            .try_init();
-    });
-}
-
 /// Starts the PE (or counts one more init of the running one).
 fn start(flags: u32, make: impl FnOnce() -> Result<Pshmem, pshmem::Error>) -> R<()> {
-    init_logging();
+    // The runtime logs through `tracing`; a C program has no subscriber unless one is
+    // installed here, from PSHMEM_LOG (warnings by default).
+    pshmem_env::init_logging();
     if flags & GPU_ON_DEMAND != 0 {
         ON_DEMAND.store(true, Ordering::Release);
     }

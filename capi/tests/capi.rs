@@ -47,9 +47,11 @@ fn lib_dir() -> PathBuf {
         .clone()
 }
 
+/// The C API's include folders: its own header and the shared ABI header it includes (not the
+/// device API: `pshmem.h` is plain C and must compile without `kernels/include`).
 fn includes() -> [PathBuf; 2] {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    [here.join("include"), here.join("../kernels/include")]
+    [here.join("include"), here.join("../abi/include")]
 }
 
 fn compile(src: &str, out: &Path) {

@@ -8,8 +8,17 @@
 //! (NVSHMEM's `env_defs.h` idea). Crates read variables only through the typed getters below,
 //! which reject malformed values with an [`EnvError`] naming the variable. A leaf crate (no
 //! tokio, no clap): the C ABI and the Python package read it too.
+//!
+//! With the `subscriber` feature, [`init_logging`] is the project's one logging set-up
+//! (`PSHMEM_LOG`), for programs and the C and Python front ends.
+#![forbid(unsafe_code)]
 
 use std::time::Duration;
+
+#[cfg(feature = "subscriber")]
+mod log;
+#[cfg(feature = "subscriber")]
+pub use log::init_logging;
 
 /// A value a variable does not accept.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,6 +1,6 @@
 //! The high-throughput (normal) mode: the layout of its symmetric buffer ([`HtLayout`]), the
 //! arguments its kernels take ([`HtArgs`], the mirror of `pshmem_ep_ht_args_t`) and their
-//! launches ([`Ll::launch_ht`]). Device code: `kernels/include/pshmem/ep/ht.h` and `ht.cuh`.
+//! launches ([`Ll::launch_ht`]). Device code: `ep/include/pshmem/ep/ht.h` and `ht.cuh`.
 
 use std::ffi::c_void;
 
@@ -320,24 +320,22 @@ mod tests {
     /// The Rust mirror of `pshmem_ep_ht_args_t` and the constants equal the C compiler's view.
     #[test]
     fn the_arguments_and_constants_match_the_c_header() {
-        use std::mem::offset_of;
-
-        use pshmem_abi::probe::{assert_constants, assert_mirror};
-        let fields = [
-            ("msg_ints", offset_of!(HtArgs, msg_ints)),
-            ("slot_bytes", offset_of!(HtArgs, slot_bytes)),
-            ("ctrl", offset_of!(HtArgs, ctrl)),
-            ("rdma_stage", offset_of!(HtArgs, rdma_stage)),
-            ("rings", offset_of!(HtArgs, rings)),
-            ("n_rings", offset_of!(HtArgs, n_rings)),
-            ("topk_idx", offset_of!(HtArgs, topk_idx)),
-            ("counters", offset_of!(HtArgs, counters)),
-            ("x", offset_of!(HtArgs, x)),
-            ("send_head", offset_of!(HtArgs, send_head)),
-            ("bias1", offset_of!(HtArgs, bias1)),
-        ];
-        assert_mirror("pshmem_ep_ht_args_t", &fields, size_of::<HtArgs>());
-        assert_constants(&[
+        let probe = crate::probe();
+        pshmem_abi_probe::assert_mirror!(
+            probe,
+            "pshmem_ep_ht_args_t",
+            HtArgs {
+                num_tokens, hidden, num_topk, num_experts, num_ranks, my_rank, node_size,
+                num_channels, nvl_slots, rdma_slots, nvl_chunk, rdma_chunk, x_elem_bytes,
+                num_scales, expert_alignment, max_recv, max_fwd, msg_ints, slot_bytes, ctrl, inbox,
+                outbox, nvl, nvl_stage, rdma, rdma_stage, rings, n_rings, _pad, topk_idx,
+                topk_weights, is_token_in_rank, num_tokens_per_rank, num_tokens_per_node,
+                num_tokens_per_expert, channel_prefix, node_channel_prefix, rank_prefix,
+                recv_prefix, recv_node_prefix, counters, x, x_scales, recv_x, recv_scales,
+                recv_topk_idx, recv_topk_weights, recv_src_idx, send_head, fwd_mask, bias0, bias1,
+            }
+        );
+        probe.assert_constants(&[
             ("PSHMEM_EP_HT_MAX_RANKS", MAX_RANKS as u64),
             ("PSHMEM_EP_HT_MAX_NODE", MAX_NODE as u64),
             ("PSHMEM_EP_HT_MAX_CHANNELS", MAX_CHANNELS as u64),

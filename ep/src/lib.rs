@@ -1,7 +1,7 @@
 //! # pshmem-ep
 //!
 //! Owns MoE expert parallelism on the symmetric GPU heap: the low-latency (DeepEP-style)
-//! dispatch and combine kernels (device code in `kernels/include/pshmem/ep/`, entry points in
+//! dispatch and combine kernels (device code in `ep/include/pshmem/ep/`, entry points in
 //! `cuda/ep.cu`), the layout of their double-buffered symmetric buffer ([`LlLayout`]), the
 //! arguments they take ([`LlArgs`], the mirror of `pshmem_ep_ll_args_t`) and their launchers
 //! ([`Ll`]); and the high-throughput (normal) mode's layout, notify, dispatch and combine
@@ -312,6 +312,16 @@ impl Ll {
     }
 }
 
+/// The C compiler's view of the MoE headers (`src/probe.c`), for the mirror tests.
+#[cfg(test)]
+fn probe() -> pshmem_abi_probe::Probe {
+    unsafe extern "C" {
+        fn pshmem_ep_probe(n: *mut usize) -> *const pshmem_abi_probe::Entry;
+    }
+    // SAFETY: `pshmem_ep_probe` is defined by PSHMEM_PROBE_TABLE in src/probe.c.
+    unsafe { pshmem_abi_probe::Probe::read("ep", pshmem_ep_probe) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,25 +329,18 @@ mod tests {
     /// The Rust mirror of `pshmem_ep_ll_args_t` and the constants equal the C compiler's view.
     #[test]
     fn the_arguments_and_constants_match_the_c_header() {
-        use std::mem::offset_of;
-
-        use pshmem_abi::probe::{assert_constants, assert_mirror};
-        let fields = [
-            ("num_tokens", offset_of!(LlArgs, num_tokens)),
-            ("flags", offset_of!(LlArgs, flags)),
-            ("sig", offset_of!(LlArgs, sig)),
-            ("msg_bytes", offset_of!(LlArgs, msg_bytes)),
-            ("rings", offset_of!(LlArgs, rings)),
-            ("n_rings", offset_of!(LlArgs, n_rings)),
-            ("x", offset_of!(LlArgs, x)),
-            ("topk_idx", offset_of!(LlArgs, topk_idx)),
-            ("slot_map", offset_of!(LlArgs, slot_map)),
-            ("out_scales", offset_of!(LlArgs, out_scales)),
-            ("layout_range", offset_of!(LlArgs, layout_range)),
-            ("wait_stats", offset_of!(LlArgs, wait_stats)),
-        ];
-        assert_mirror("pshmem_ep_ll_args_t", &fields, size_of::<LlArgs>());
-        assert_constants(&[
+        let probe = crate::probe();
+        pshmem_abi_probe::assert_mirror!(
+            probe,
+            "pshmem_ep_ll_args_t",
+            LlArgs {
+                num_tokens, max_tokens, hidden, num_topk, num_experts, num_ranks, my_rank, flags,
+                sig, send, recv, msg_bytes, rings, n_rings, _pad, x, topk_idx, topk_weights,
+                slot_map, out_x, out_scales, recv_count, src_info, layout_range, cum_stats,
+                wait_stats,
+            }
+        );
+        probe.assert_constants(&[
             ("PSHMEM_EP_MAX_TOKENS", MAX_TOKENS as u64),
             ("PSHMEM_EP_MAX_RANKS", MAX_RANKS as u64),
             ("PSHMEM_EP_THREADS", u64::from(THREADS)),

@@ -1,8 +1,8 @@
 //! # pshmem-kernels
 //!
 //! Owns proxyshmem's device code: the header-only device API under `include/pshmem/` (one header
-//! per topic, `device.cuh` the umbrella; `abi.h`, `ring.h` and `state.h` are plain C shared with
-//! the host and checked against their Rust mirrors by `pshmem-abi`'s probe), and the runtime's
+//! per topic, `device.cuh` the umbrella; the plain C headers it shares with the host live in
+//! `abi/include/pshmem/`, owned by `pshmem-abi`), and the runtime's
 //! own kernels under `cuda/`, compiled at build time for sm_90 (with compute_90 PTX for newer
 //! GPUs) by the pinned CUDA 13.0 nvcc (`pshmem-cuda-build`) and embedded here as a fatbin, to be
 //! loaded with `cuModuleLoadData` at run time. Test and benchmark kernels live with the crates
@@ -11,9 +11,6 @@
 /// The runtime's own kernels (`cuda/runtime.cu`): `pshmem_k_amo` (a proxy's AMO on its GPU),
 /// `pshmem_k_quiet`, `pshmem_k_barrier_all` (host on-stream calls).
 pub static RUNTIME: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/runtime.fatbin"));
-
-/// The include folder (for tools that compile against the device API at run time).
-pub const INCLUDE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/include");
 
 #[cfg(test)]
 mod tests {

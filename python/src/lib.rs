@@ -36,12 +36,6 @@ fn state() -> PyResult<Arc<Pshmem>> {
         })
 }
 
-/// The runtime logs through `tracing`: the subscriber every binary installs (PSHMEM_LOG,
-/// warnings by default, to stderr); installing it again is a no-op.
-fn init_logging() {
-    pshmem_tools::init_logging();
-}
-
 #[pymodule]
 fn _pshmem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -23,7 +23,7 @@ use pyo3::{prelude::*, types::PyBytes};
 use crate::{
     STATE, dlpack,
     errors::{self, invalid, to_py},
-    init_logging, state,
+    state,
 };
 
 /// How long a host-side wait runs before it checks for Python signals (Ctrl-C).
@@ -97,7 +97,8 @@ fn sig_arg(s: &Pshmem, op: &str, code: u8) -> PyResult<SignalOp> {
 // ---- init -------------------------------------------------------------------------------------
 
 fn start(py: Python<'_>, make: impl FnOnce() -> pshmem::Result<Pshmem> + Send) -> PyResult<()> {
-    init_logging();
+    // The runtime logs through `tracing`: the PSHMEM_LOG subscriber (warnings by default).
+    pshmem_env::init_logging();
     let mut st = STATE.write().unwrap_or_else(|p| p.into_inner());
     if st.is_some() {
         return Err(errors::PshmemError::new_err(

@@ -216,7 +216,7 @@ def test_startup_report_takes_the_slowest_pe_per_job_and_skips_failed_jobs(tmp_p
 def test_ep_reports_say_whether_ranks_shared_gpus(tmp_path):
     # The MoE reports once said "several PEs share one GPU under MPS" of every run, also of EP 2
     # on 2 H200s (one rank per GPU, over NVLink).
-    sys.path.insert(0, os.path.join(ROOT, "benches", "ep"))
+    sys.path.insert(0, os.path.join(ROOT, "ep", "bench"))
     import common
 
     assert common.sharing(tmp_path, [2]) == ""

@@ -1,4 +1,4 @@
-//! Typed operations and their slot encoding (the table in `kernels/include/pshmem/ring.h`),
+//! Typed operations and their slot encoding (the table in `abi/include/pshmem/ring.h`),
 //! shared by CPU producers and the proxy so that both sides agree by construction.
 
 pub use pshmem_abi::{AMO_WIDE, AmoOp, SignalOp};

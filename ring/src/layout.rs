@@ -1,4 +1,4 @@
-//! The ring's memory layout, mirroring `kernels/include/pshmem/ring.h` field for field (read the
+//! The ring's memory layout, mirroring `abi/include/pshmem/ring.h` field for field (read the
 //! header's comment for the protocol). Sizes and offsets are asserted here at compile time and
 //! compared with the C compiler's view of the header (`pshmem_abi::probe`) by `tests/layout.rs`.
 //! The AMO, signal and error codes the slots and the error word carry are `pshmem-abi`'s.

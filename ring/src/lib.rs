@@ -3,7 +3,7 @@
 //! Owns the GPU→CPU command ring that carries one-sided operations from their producers (GPU
 //! threads, or CPU threads in host mode) to the proxy:
 //!
-//! - [`layout`]: the slot and control-block layout, a mirror of `kernels/include/pshmem/ring.h`
+//! - [`layout`]: the slot and control-block layout, a mirror of `abi/include/pshmem/ring.h`
 //!   (asserted at compile time here and against the C compiler in `tests/layout.rs`);
 //! - [`ring`]: the ring's memory, the CPU [`Producer`] (the same protocol a GPU producer
 //!   follows) and the proxy-side [`Consumer`], with the memory-ordering argument;

@@ -3,7 +3,7 @@
 //! # Memory ordering
 //!
 //! The happens-before chain of one operation, CPU producer and consumer alike (a GPU producer
-//! follows the same steps, with `st.release.sys` for step 3; see `kernels/include/pshmem/ring.h`):
+//! follows the same steps, with `st.release.sys` for step 3; see `abi/include/pshmem/ring.h`):
 //!
 //! 1. The producer reserves `[idx, idx + n)` with a `Relaxed` fetch-add on `head`: the counter
 //!    only hands out distinct indices; nothing is published through it.

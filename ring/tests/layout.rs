@@ -1,9 +1,9 @@
 //! The Rust mirror and the C header agree on every size, offset and constant (the C side as the
-//! compiler sees it, through `pshmem_abi::probe`).
+//! compiler sees it, through `pshmem-abi-probe`).
 
 use std::mem::{offset_of, size_of};
 
-use pshmem_abi::probe::value;
+use pshmem_abi_probe::value;
 use pshmem_ring::layout::{
     CTRL_COMMIT, FLAG_RAW_LOCAL, MAX_SLOTS, RingCtrl, Slot, commit_bit, ctrl_make, op,
 };

@@ -145,7 +145,7 @@ pub fn current_device() -> Option<usize> {
     }
 }
 
-/// A kernel's view of a ring: `pshmem_ring_device_t` in `kernels/include/pshmem/ring.h` (compared
+/// A kernel's view of a ring: `pshmem_ring_device_t` in `abi/include/pshmem/ring.h` (compared
 /// with the C compiler's layout by a test of `gpu`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]

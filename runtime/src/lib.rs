@@ -47,6 +47,7 @@ mod elem;
 pub mod error;
 pub mod gpu;
 mod heap;
+pub mod net;
 pub mod placement;
 mod share;
 mod startup;
@@ -243,7 +244,7 @@ impl Pshmem {
             };
         let mut landings = Vec::new();
         for _ in 0..cfg.proxy_threads {
-            let mut t = pshmem_transport::open_from_env_on(&bs, &rails)
+            let mut t = net::open_transport(&bs, &rails)
                 .map_err(terr("opening the transport"))?;
             clock.mark("transport");
             let region = if emulate && !registered {
@@ -266,7 +267,7 @@ impl Pshmem {
                 })
             }
             .map_err(terr("registering the symmetric heap"))?;
-            let remotes = pshmem_transport::exchange_mr(t.as_mut(), &bs, mr)
+            let remotes = net::exchange_mr(t.as_mut(), &bs, mr)
                 .map_err(terr("exchanging heap registrations"))?;
             transport = t.caps().name.clone();
             setups.push((t, mr, remotes, region));

@@ -44,12 +44,6 @@ macro_rules! matrix {
                 let res = run($n, &["tp-send", "--provider", $prov]);
                 assert_eq!(count_ok(&res, "OK send"), $n);
             }
-
-            #[test]
-            fn native_atomics_exact_under_contention() {
-                let res = run($n, &["tp-atomics", "--provider", $prov, "--atomics"]);
-                assert_eq!(count_ok(&res, "OK atomics"), $n, "atomics were skipped");
-            }
         }
     )*};
 }

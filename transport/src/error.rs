@@ -80,14 +80,15 @@ pub enum TransportError {
         /// The transport/provider.
         transport: String,
     },
-    /// A bootstrap exchange failed while establishing the transport.
-    #[error("exchanging {what} through the bootstrap failed: {source}")]
-    Bootstrap {
+    /// An exchange through the layer above (the runtime's bootstrap) failed while connecting
+    /// the transport.
+    #[error("exchanging {what} between the PEs failed: {source}")]
+    Exchange {
         /// What was being exchanged.
         what: &'static str,
-        /// The bootstrap's error.
+        /// The exchange's own error.
         #[source]
-        source: pshmem_bootstrap::BootstrapError,
+        source: crate::ExchangeError,
     },
     /// An environment variable this transport reads holds a value it does not take.
     #[error("transport configuration: {0}")]

@@ -21,7 +21,7 @@ use std::{
 use rand::{Rng, SeedableRng, rngs::SmallRng, seq::SliceRandom};
 
 use crate::{
-    AmoOp, AtomicWidth, Caps, Event, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId,
+    Caps, Event, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId,
     RemoteRef, Result, Transport, TransportError, check_bounds,
 };
 
@@ -177,7 +177,6 @@ impl InProcFabric {
             fabric: "in-process fabric".into(),
             ordered: cfg.ordered(),
             delivery_complete: true,
-            native_atomics: false,
             gpu_memory: false,
             dmabuf: false,
             cq_data_size: cfg.cq_data_size,
@@ -491,22 +490,6 @@ impl Transport for InProcTransport {
         let dst = self.local(&self.fabric.lock(), local, len, "read")?;
         let src = self.remote(remote, pe, "read")?;
         self.post(pe, Kind::Read { dst, src, len }, ctx, "read")
-    }
-    fn atomic(
-        &mut self,
-        _pe: Pe,
-        _op: AmoOp,
-        _width: AtomicWidth,
-        _remote: RemoteRef,
-        _operand: u64,
-        _compare: u64,
-        _ctx: u64,
-    ) -> Result<(), PostError> {
-        Err(TransportError::Unsupported {
-            op: "native atomics",
-            transport: self.caps.name.clone(),
-        }
-        .into())
     }
     fn send(&mut self, pe: Pe, msg: &[u8], ctx: u64) -> Result<(), PostError> {
         if msg.len() > self.caps.max_send_size {

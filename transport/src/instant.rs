@@ -2,18 +2,18 @@
 //! (ring, batching, translation, completion accounting) measured alone.
 
 use crate::{
-    AmoOp, AtomicWidth, Caps, Event, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId,
+    Caps, Event, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId,
     RemoteRef, Result, Transport,
 };
 
-/// Completes everything immediately; fetching atomics return 0.
+/// Completes everything immediately.
 #[derive(Debug)]
 pub struct InstantTransport {
     me: Pe,
     n: usize,
     caps: Caps,
     /// Completions in posting order (a Vec: cheaper than a deque, drained whole by `poll`).
-    done: Vec<(u64, Option<u64>)>,
+    done: Vec<u64>,
     regions: u32,
     remotes: u32,
 }
@@ -26,7 +26,6 @@ impl InstantTransport {
             fabric: "instant".into(),
             ordered: true,
             delivery_complete: true,
-            native_atomics: true,
             gpu_memory: true,
             dmabuf: false,
             cq_data_size: 8,
@@ -47,11 +46,11 @@ impl InstantTransport {
         }
     }
 
-    fn complete(&mut self, ctx: u64, value: Option<u64>) -> Result<(), PostError> {
+    fn complete(&mut self, ctx: u64) -> Result<(), PostError> {
         if self.done.len() >= self.caps.max_outstanding {
             return Err(PostError::Retry);
         }
-        self.done.push((ctx, value));
+        self.done.push(ctx);
         Ok(())
     }
 }
@@ -94,7 +93,7 @@ impl Transport for InstantTransport {
         _len: usize,
         ctx: u64,
     ) -> Result<(), PostError> {
-        self.complete(ctx, None)
+        self.complete(ctx)
     }
     unsafe fn write_data(
         &mut self,
@@ -105,7 +104,7 @@ impl Transport for InstantTransport {
         _data: u64,
         ctx: u64,
     ) -> Result<(), PostError> {
-        self.complete(ctx, None)
+        self.complete(ctx)
     }
     unsafe fn read(
         &mut self,
@@ -115,30 +114,15 @@ impl Transport for InstantTransport {
         _len: usize,
         ctx: u64,
     ) -> Result<(), PostError> {
-        self.complete(ctx, None)
-    }
-    fn atomic(
-        &mut self,
-        _pe: Pe,
-        op: AmoOp,
-        _w: AtomicWidth,
-        _r: RemoteRef,
-        _a: u64,
-        _b: u64,
-        ctx: u64,
-    ) -> Result<(), PostError> {
-        self.complete(ctx, op.fetches().then_some(0))
+        self.complete(ctx)
     }
     fn send(&mut self, _pe: Pe, _msg: &[u8], ctx: u64) -> Result<(), PostError> {
-        self.complete(ctx, None)
+        self.complete(ctx)
     }
     fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> Result<usize> {
         let n = self.done.len();
-        for (ctx, v) in self.done.drain(..) {
-            match v {
-                Some(value) => on_event(Event::Fetched { ctx, value }),
-                None => on_event(Event::Done { ctx }),
-            }
+        for ctx in self.done.drain(..) {
+            on_event(Event::Done { ctx });
         }
         Ok(n)
     }

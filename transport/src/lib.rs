@@ -13,8 +13,11 @@
 //!   delaying by a seed, for unit tests of the proxy engine without sockets or threads.
 //!
 //! Capabilities are data ([`Caps`]) that the proxy reads, never provider-name branches.
-//! Endpoint addresses and memory keys are exchanged through the bootstrap ([`establish`],
-//! [`exchange_mr`]).
+//!
+//! The transport never sees the bootstrap: a backend opens with where its PE stands in the job
+//! ([`Job`]: rank, size, PEs on this host), and the layer above (the runtime) exchanges the
+//! opaque endpoint records and registration keys through whatever collectives it has, handed in
+//! as an [`Exchange`] ([`establish`], [`exchange_mr`]).
 
 pub mod error;
 pub mod inproc;
@@ -22,8 +25,6 @@ pub mod instant;
 pub mod ofi;
 pub mod sim;
 mod slab;
-
-use pshmem_bootstrap::Bootstrap;
 
 pub use error::{PostError, Result, TransportError};
 pub use pshmem_libfabric_sys::hold_signals_through_load;
@@ -85,27 +86,32 @@ pub struct RemoteRef {
     pub offset: u64,
 }
 
-/// Atomic operations (on 32- or 64-bit unsigned integers): the shared table of `pshmem-abi`.
-pub use pshmem_abi::AmoOp;
-
-/// Operand width of an atomic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AtomicWidth {
-    /// 32-bit.
-    U32,
-    /// 64-bit.
-    U64,
+/// Where a PE stands in its job: all a backend needs to open. How the PEs found each other
+/// (the bootstrap) stays with the layer above, which exchanges what [`establish`] and
+/// [`exchange_mr`] ask it to through an [`Exchange`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Job {
+    /// This PE.
+    pub rank: Pe,
+    /// PEs in the job.
+    pub n_pes: usize,
+    /// PEs on this host (all of them: the libfabric backends bind loopback).
+    pub local_size: usize,
 }
 
-impl AtomicWidth {
-    /// Size in bytes.
-    pub fn bytes(self) -> usize {
-        match self {
-            AtomicWidth::U32 => 4,
-            AtomicWidth::U64 => 8,
-        }
-    }
+/// The job's byte collectives, lent by the layer above for the exchanges that connect a
+/// transport (the runtime lends its bootstrap's). The transport names what was being exchanged
+/// and keeps the exchange's error as the source.
+pub trait Exchange {
+    /// Every PE's `mine`, in PE order.
+    fn allgather(&self, mine: &[u8]) -> std::result::Result<Vec<Vec<u8>>, ExchangeError>;
+    /// Returns once every PE called it.
+    fn barrier(&self) -> std::result::Result<(), ExchangeError>;
 }
+
+/// An [`Exchange`]'s own error, kept as the source of [`TransportError::Exchange`] (shared:
+/// transport errors are cloned into every completion they fail).
+pub type ExchangeError = std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>;
 
 /// What a transport can do, as data.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,13 +121,11 @@ pub struct Caps {
     /// What every PE of a job must use alike (backend and provider, without the local domain),
     /// e.g. "libfabric tcp;ofi_rxm": compared across PEs when the transport is established.
     pub fabric: String,
-    /// Writes, sends and atomics to one peer are delivered in the order posted (false for
-    /// EFA SRD, shm, the reordering simulated fabric, and for several rails).
+    /// Writes and sends to one peer are delivered in the order posted (false for EFA SRD, shm,
+    /// the reordering simulated fabric, and for several rails).
     pub ordered: bool,
     /// A completion means the data is visible at the target (delivery complete).
     pub delivery_complete: bool,
-    /// Native fabric atomics are offered.
-    pub native_atomics: bool,
     /// GPU memory can be registered (FI_HMEM).
     pub gpu_memory: bool,
     /// GPU memory can be registered by DMA-BUF fd (FI_HMEM and libfabric ≥ 1.20 at run time).
@@ -174,13 +178,6 @@ pub enum Event<'a> {
     Done {
         /// The context given at post.
         ctx: u64,
-    },
-    /// A fetching atomic completed with the old value.
-    Fetched {
-        /// The context given at post.
-        ctx: u64,
-        /// The value before the operation.
-        value: u64,
     },
     /// A posted operation failed.
     Failed {
@@ -276,20 +273,6 @@ pub trait Transport: Send {
         ctx: u64,
     ) -> Result<(), PostError>;
 
-    /// A native fabric atomic at `remote` (aligned to the width); fetching operations complete
-    /// with [`Event::Fetched`], others with [`Event::Done`]. Only if `caps().native_atomics`.
-    #[allow(clippy::too_many_arguments)]
-    fn atomic(
-        &mut self,
-        pe: Pe,
-        op: AmoOp,
-        width: AtomicWidth,
-        remote: RemoteRef,
-        operand: u64,
-        compare: u64,
-        ctx: u64,
-    ) -> Result<(), PostError>;
-
     /// Sends a message (at most `caps().max_send_size` bytes, copied at once); the peer sees
     /// [`Event::Recv`], this side [`Event::Done`].
     fn send(&mut self, pe: Pe, msg: &[u8], ctx: u64) -> Result<(), PostError>;
@@ -313,18 +296,18 @@ pub trait Transport: Send {
     }
 }
 
-/// Exchanges addresses through the bootstrap and connects every PE, after checking that every
-/// PE opened the same fabric with the same number of rails (a mismatch is named as such, rather
+/// Exchanges endpoint records and connects every PE (collective), after checking that every PE
+/// opened the same fabric with the same number of rails (a mismatch is named as such, rather
 /// than surfacing as a peer's unreadable address).
-pub fn establish(t: &mut dyn Transport, bs: &Bootstrap) -> Result<()> {
+pub fn establish(t: &mut dyn Transport, x: &dyn Exchange) -> Result<()> {
     let (fabric, rails) = (t.caps().fabric.clone(), t.caps().rails as u32);
     let mut mine = (fabric.len() as u32).to_le_bytes().to_vec();
     mine.extend_from_slice(fabric.as_bytes());
     mine.extend_from_slice(&rails.to_le_bytes());
     mine.extend_from_slice(&t.address());
-    let all = bs
+    let all = x
         .allgather(&mine)
-        .map_err(|source| TransportError::Bootstrap {
+        .map_err(|source| TransportError::Exchange {
             what: "endpoint addresses",
             source,
         })?;
@@ -345,7 +328,7 @@ pub fn establish(t: &mut dyn Transport, bs: &Bootstrap) -> Result<()> {
         addresses.push(address.to_vec());
     }
     t.connect(&addresses)?;
-    bs.barrier().map_err(|source| TransportError::Bootstrap {
+    x.barrier().map_err(|source| TransportError::Exchange {
         what: "connecting",
         source,
     })?;
@@ -363,10 +346,10 @@ fn split_address(a: &[u8]) -> Option<(&str, u32, &[u8])> {
 
 /// Exchanges a registration made on every PE (collectively) and imports every peer's,
 /// returning the remote ids in PE order (the entry for this PE refers to itself).
-pub fn exchange_mr(t: &mut dyn Transport, bs: &Bootstrap, mr: MrId) -> Result<Vec<RemoteMrId>> {
-    let all = bs
+pub fn exchange_mr(t: &mut dyn Transport, x: &dyn Exchange, mr: MrId) -> Result<Vec<RemoteMrId>> {
+    let all = x
         .allgather(&t.mr_export(mr))
-        .map_err(|source| TransportError::Bootstrap {
+        .map_err(|source| TransportError::Exchange {
             what: "memory registrations",
             source,
         })?;
@@ -399,24 +382,29 @@ pub(crate) fn check_bounds(
     }
 }
 
-/// Opens the transport named by `PSHMEM_PROVIDER` (or `FI_PROVIDER`): `sim` for the simulated
-/// fabric, `instant` for the instant transport, otherwise a libfabric provider (default order
-/// efa > verbs;ofi_rxm > tcp;ofi_rxm > shm), and connects it through the bootstrap.
-pub fn open_from_env(bs: &Bootstrap) -> Result<Box<dyn Transport>> {
-    open_from_env_on(bs, &[])
+/// Opens the transport named by `PSHMEM_PROVIDER` (or `FI_PROVIDER`) for this PE of `job`:
+/// `sim` for the simulated fabric, `instant` for the instant transport, otherwise a libfabric
+/// provider (default order efa > verbs;ofi_rxm > tcp;ofi_rxm > shm), and connects it to every
+/// PE through `x` ([`establish`]; collective).
+pub fn open_from_env(job: Job, x: &dyn Exchange) -> Result<Box<dyn Transport>> {
+    open_from_env_on(job, x, &[])
 }
 
 /// As [`open_from_env`], with the libfabric rails on `domains` (this PE's NICs, from
 /// placement) when not empty: one rail per domain unless `PSHMEM_RAILS` says otherwise.
-pub fn open_from_env_on(bs: &Bootstrap, domains: &[String]) -> Result<Box<dyn Transport>> {
+pub fn open_from_env_on(
+    job: Job,
+    x: &dyn Exchange,
+    domains: &[String],
+) -> Result<Box<dyn Transport>> {
     // Whatever this job uses, clean up after killed jobs of any provider.
     ofi::sweep_stale_shm();
     let wanted = pshmem_env::PROVIDER
         .raw()
         .or_else(|| pshmem_env::fallback("FI_PROVIDER"));
     let mut t: Box<dyn Transport> = match wanted.as_deref() {
-        Some("sim") => Box::new(sim::SimTransport::open(bs, sim::SimConfig::from_env()?)?),
-        Some("instant") => Box::new(instant::InstantTransport::new(bs.rank(), bs.world_size())),
+        Some("sim") => Box::new(sim::SimTransport::open(job, sim::SimConfig::from_env()?)?),
+        Some("instant") => Box::new(instant::InstantTransport::new(job.rank, job.n_pes)),
         other => {
             let mut cfg = ofi::OfiConfig::from_env(other)?;
             if !domains.is_empty() {
@@ -425,10 +413,10 @@ pub fn open_from_env_on(bs: &Bootstrap, domains: &[String]) -> Result<Box<dyn Tr
                     cfg.rails = domains.len();
                 }
             }
-            Box::new(ofi::OfiTransport::open(bs, &cfg)?)
+            Box::new(ofi::OfiTransport::open(job, &cfg)?)
         }
     };
-    establish(t.as_mut(), bs)?;
+    establish(t.as_mut(), x)?;
     Ok(t)
 }
 
@@ -442,7 +430,6 @@ mod tests {
             fabric: "test".into(),
             ordered: false,
             delivery_complete: true,
-            native_atomics: false,
             gpu_memory: false,
             dmabuf: false,
             cq_data_size,

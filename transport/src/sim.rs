@@ -2,14 +2,13 @@
 //! sockets, implementing [`Transport`] with the failure and ordering behaviour of real fabrics.
 //!
 //! Each PE's NIC is a set of threads. Posting sends a request to the target's NIC, which
-//! applies it to the target's registered memory the way a NIC's DMA engine would (atomics with
-//! real CPU atomic instructions, so they are atomic with respect to the target's own atomics)
-//! and answers; the answer becomes the initiator's completion. So a completion means the data
+//! applies it to the target's registered memory the way a NIC's DMA engine would and answers;
+//! the answer becomes the initiator's completion. So a completion means the data
 //! is at the target (delivery complete), as with EFA SRD.
 //!
 //! - **Unordered delivery** (`reorder`, default on): the target applies pending requests in a
-//!   random order (a random delay each, or a shuffle of what is pending), so writes, sends and
-//!   atomics to one peer land out of order, and completions come back out of order — what
+//!   random order (a random delay each, or a shuffle of what is pending), so writes and sends
+//!   to one peer land out of order, and completions come back out of order — what
 //!   EFA's SRD does and what put-with-signal and fence must survive.
 //! - **Delay and bandwidth model**: a random extra delay per request, and a serialising link
 //!   of the given bandwidth at each target, so that later work can simulate many PEs.
@@ -32,12 +31,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use pshmem_bootstrap::Bootstrap;
 use pshmem_env as env;
 use rand::{Rng, SeedableRng, rngs::SmallRng, seq::SliceRandom};
 
 use crate::{
-    AmoOp, AtomicWidth, Caps, Event, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId,
+    Caps, Event, Job, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId,
     RemoteRef, Result, Transport, TransportError, check_bounds,
 };
 
@@ -57,11 +55,11 @@ pub struct SimConfig {
 /// The capabilities the simulated fabric offers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SimProfile {
-    /// Everything: native atomics, 64-bit remote CQ data, 64-byte inject, 4 KiB sends.
+    /// Everything: 64-bit remote CQ data, 64-byte inject, 4 KiB sends.
     #[default]
     Full,
-    /// EFA's (fi_efa(7)): no native atomics, remote CQ data of 4 bytes (EFA's immediate data: a
-    /// write whose data is wider is refused), 32-byte inject, 8 KiB sends.
+    /// EFA's (fi_efa(7)): remote CQ data of 4 bytes (EFA's immediate data: a write whose data is
+    /// wider is refused), 32-byte inject, 8 KiB sends.
     Efa,
 }
 
@@ -101,11 +99,9 @@ enum Kind {
     Write = 1,
     WriteData = 2,
     Read = 3,
-    Atomic = 4,
     Send = 5,
     Ack = 16,
     ReadData = 17,
-    Fetched = 18,
     Error = 19,
     Hello = 32,
 }
@@ -116,11 +112,9 @@ impl Kind {
             1 => Self::Write,
             2 => Self::WriteData,
             3 => Self::Read,
-            4 => Self::Atomic,
             5 => Self::Send,
             16 => Self::Ack,
             17 => Self::ReadData,
-            18 => Self::Fetched,
             19 => Self::Error,
             32 => Self::Hello,
             _ => return None,
@@ -132,14 +126,10 @@ impl Kind {
 #[derive(Debug, Clone, Default)]
 struct Msg {
     kind: u8,
-    aop: u8,
-    width: u8,
     region: u32,
     id: u64,
     offset: u64,
     len: u64,
-    operand: u64,
-    compare: u64,
     data: u64,
     payload: Vec<u8>,
 }
@@ -148,20 +138,8 @@ impl Msg {
     fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; HDR + self.payload.len()];
         b[0] = self.kind;
-        b[1] = self.aop;
-        b[2] = self.width;
         b[4..8].copy_from_slice(&self.region.to_le_bytes());
-        for (i, v) in [
-            self.id,
-            self.offset,
-            self.len,
-            self.operand,
-            self.compare,
-            self.data,
-        ]
-        .iter()
-        .enumerate()
-        {
+        for (i, v) in [self.id, self.offset, self.len, self.data].iter().enumerate() {
             b[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
         }
         b[56..64].copy_from_slice(&(self.payload.len() as u64).to_le_bytes());
@@ -184,15 +162,11 @@ impl Msg {
         r.read_exact(&mut payload)?;
         Ok(Self {
             kind: h[0],
-            aop: h[1],
-            width: h[2],
             region: u32::from_le_bytes(h[4..8].try_into().expect("4")),
             id: q(0),
             offset: q(1),
             len: q(2),
-            operand: q(3),
-            compare: q(4),
-            data: q(5),
+            data: q(3),
             payload,
         })
     }
@@ -202,7 +176,6 @@ impl Msg {
 #[derive(Debug)]
 enum Ev {
     Done(u64),
-    Fetched(u64, u64),
     Failed(u64, TransportError),
     RemoteWrite(u64),
     Recv(Vec<u8>),
@@ -216,10 +189,6 @@ struct Pending {
     op: &'static str,
     /// Where read data goes.
     read_into: Option<(usize, usize)>,
-    /// Atomic width in bytes (4 masks the answer to 32 bits).
-    width: u8,
-    /// The answer carries a value the user wants (fetching atomics).
-    fetch: bool,
 }
 
 /// State shared by the application thread and the NIC threads.
@@ -304,9 +273,10 @@ fn io_err(op: &'static str) -> impl Fn(std::io::Error) -> TransportError {
 }
 
 impl SimTransport {
-    /// Opens this PE's simulated NIC (not yet connected: see [`crate::establish`]).
-    pub fn open(bs: &Bootstrap, cfg: SimConfig) -> Result<Self> {
-        Self::open_raw(bs.rank(), bs.world_size(), cfg)
+    /// Opens the simulated NIC of this PE of `job` (not yet connected: see
+    /// [`crate::establish`]).
+    pub fn open(job: Job, cfg: SimConfig) -> Result<Self> {
+        Self::open_raw(job.rank, job.n_pes, cfg)
     }
 
     /// Opens with explicit rank and world size (threads in one process may each open one).
@@ -364,7 +334,6 @@ impl SimTransport {
             ),
             ordered: !cfg.reorder,
             delivery_complete: true,
-            native_atomics: efa.is_none(),
             gpu_memory: false,
             dmabuf: false,
             cq_data_size: efa.map_or(8, |_| 4),
@@ -512,8 +481,6 @@ impl SimTransport {
                 pe,
                 op,
                 read_into,
-                width: 0,
-                fetch: false,
             },
         )
     }
@@ -658,12 +625,7 @@ fn apply(shared: &Shared, m: &Msg, from: Pe) -> Msg {
         ));
     };
     let kind = Kind::from_u8(m.kind);
-    let width = u64::from(m.width.max(1));
-    let len = if kind == Some(Kind::Atomic) {
-        width
-    } else {
-        m.len
-    };
+    let len = m.len;
     if kind != Some(Kind::Send) && m.offset.checked_add(len).is_none_or(|e| e > rlen as u64) {
         return fail(format!(
             "remote access error: bytes {}..{} from PE {from} outside PE {}'s region of {rlen} bytes",
@@ -701,33 +663,6 @@ fn apply(shared: &Shared, m: &Msg, from: Pe) -> Msg {
                 ..Msg::default()
             }
         }
-        Some(Kind::Atomic) => {
-            let Some(op) = AmoOp::from_code(m.aop) else {
-                return fail(format!("unknown atomic operation {}", m.aop));
-            };
-            let old = if m.width == 4 {
-                if at % 4 != 0 {
-                    return fail("misaligned 32-bit atomic".into());
-                }
-                // SAFETY: aligned, in bounds, in a live registration; all accesses to it by
-                // this NIC and by the owner's atomics are atomic.
-                let a = unsafe { std::sync::atomic::AtomicU32::from_ptr(at as *mut u32) };
-                u64::from(atomic_apply32(a, op, m.operand as u32, m.compare as u32))
-            } else {
-                if at % 8 != 0 {
-                    return fail("misaligned 64-bit atomic".into());
-                }
-                // SAFETY: as above, for 64 bits.
-                let a = unsafe { AtomicU64::from_ptr(at as *mut u64) };
-                atomic_apply64(a, op, m.operand, m.compare)
-            };
-            Msg {
-                kind: Kind::Fetched as u8,
-                id: m.id,
-                data: old,
-                ..Msg::default()
-            }
-        }
         Some(Kind::Send) => {
             drop(regions);
             shared.push(Ev::Recv(m.payload.clone()));
@@ -740,29 +675,6 @@ fn apply(shared: &Shared, m: &Msg, from: Pe) -> Msg {
         _ => fail(format!("unknown request kind {}", m.kind)),
     }
 }
-
-macro_rules! atomic_apply {
-    ($name:ident, $atomic:ty, $int:ty) => {
-        fn $name(a: &$atomic, op: AmoOp, operand: $int, compare: $int) -> $int {
-            // SeqCst: remote AMOs must be atomic and ordered with every other AMO on the cell.
-            match op {
-                AmoOp::FetchAdd | AmoOp::Add => a.fetch_add(operand, Ordering::SeqCst),
-                AmoOp::Swap | AmoOp::Set => a.swap(operand, Ordering::SeqCst),
-                AmoOp::CompareSwap => {
-                    match a.compare_exchange(compare, operand, Ordering::SeqCst, Ordering::SeqCst) {
-                        Ok(v) | Err(v) => v,
-                    }
-                }
-                AmoOp::Fetch => a.load(Ordering::SeqCst),
-                AmoOp::FetchAnd | AmoOp::And => a.fetch_and(operand, Ordering::SeqCst),
-                AmoOp::FetchOr | AmoOp::Or => a.fetch_or(operand, Ordering::SeqCst),
-                AmoOp::FetchXor | AmoOp::Xor => a.fetch_xor(operand, Ordering::SeqCst),
-            }
-        }
-    };
-}
-atomic_apply!(atomic_apply32, std::sync::atomic::AtomicU32, u32);
-atomic_apply!(atomic_apply64, AtomicU64, u64);
 
 /// The initiator side: reads answers from one peer and completes operations.
 fn answers(shared: Arc<Shared>, pe: Pe, mut conn: UnixStream, outstanding: Arc<AtomicU64>) {
@@ -796,15 +708,6 @@ fn answers(shared: Arc<Shared>, pe: Pe, mut conn: UnixStream, outstanding: Arc<A
                 }
                 Ev::Done(p.ctx)
             }
-            Some(Kind::Fetched) if p.fetch => {
-                let v = if p.width == 4 {
-                    m.data & 0xffff_ffff
-                } else {
-                    m.data
-                };
-                Ev::Fetched(p.ctx, v)
-            }
-            Some(Kind::Fetched) => Ev::Done(p.ctx),
             _ => Ev::Failed(
                 p.ctx,
                 TransportError::Completion {
@@ -978,54 +881,6 @@ impl Transport for SimTransport {
         self.rma(Kind::Read, pe, local, remote, len, 0, ctx)
     }
 
-    fn atomic(
-        &mut self,
-        pe: Pe,
-        op: AmoOp,
-        width: AtomicWidth,
-        remote: RemoteRef,
-        operand: u64,
-        compare: u64,
-        ctx: u64,
-    ) -> Result<(), PostError> {
-        if !self.caps.native_atomics {
-            return Err(TransportError::Unsupported {
-                op: "a native atomic",
-                transport: self.caps.name.clone(),
-            }
-            .into());
-        }
-        self.check_peer(pe, "atomic")?;
-        let w = width.bytes();
-        if remote.offset % w as u64 != 0 {
-            return Err(TransportError::InvalidArgument {
-                op: "atomic",
-                reason: format!("offset {} not aligned to {w} bytes", remote.offset),
-            }
-            .into());
-        }
-        let region = self.remote(remote, w, pe, "atomic")?;
-        let msg = Msg {
-            kind: Kind::Atomic as u8,
-            aop: op.code(),
-            width: w as u8,
-            region,
-            offset: remote.offset,
-            operand,
-            compare,
-            ..Msg::default()
-        };
-        let p = Pending {
-            ctx,
-            pe,
-            op: "atomic",
-            read_into: None,
-            width: w as u8,
-            fetch: op.fetches(),
-        };
-        self.post(pe, msg, p)
-    }
-
     fn send(&mut self, pe: Pe, msg: &[u8], ctx: u64) -> Result<(), PostError> {
         self.check_peer(pe, "send")?;
         if msg.len() > self.caps.max_send_size {
@@ -1049,8 +904,6 @@ impl Transport for SimTransport {
                 pe,
                 op: "send",
                 read_into: None,
-                width: 0,
-                fetch: false,
             },
         )
     }
@@ -1065,7 +918,6 @@ impl Transport for SimTransport {
         for e in batch {
             match e {
                 Ev::Done(ctx) => on_event(Event::Done { ctx }),
-                Ev::Fetched(ctx, value) => on_event(Event::Fetched { ctx, value }),
                 Ev::Failed(ctx, error) => on_event(Event::Failed { ctx, error }),
                 Ev::RemoteWrite(data) => on_event(Event::RemoteWrite { data }),
                 Ev::Recv(data) => on_event(Event::Recv { data: &data }),

@@ -116,7 +116,7 @@ pub fn ours(per_token: bool) -> System {
     }
 }
 
-/// pshmem.ep's normal-mode kernels (`kernels/include/pshmem/ep/ht.cuh`): 10 channels, windows
+/// pshmem.ep's normal-mode kernels (`ep/include/pshmem/ep/ht.cuh`): 10 channels, windows
 /// of 32 tokens, RDMA rings of 128 slots (the defaults of `pshmem.ep.Buffer`), a counted put
 /// and a counted tail signal per chunk, 4 proxy threads. Kernel time: measured at EP 2 on one
 /// H100 shared by 2 PEs, no network ([`OURS_HT_DISPATCH_US`]); see [`normal`].

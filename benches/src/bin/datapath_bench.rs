@@ -66,7 +66,7 @@ enum Cmd {
 pshmem_transport::hold_signals_through_load!();
 
 fn main() {
-    pshmem_tools::init_logging();
+    pshmem_env::init_logging();
     let a = Args::parse();
     let doc = match a.cmd {
         Cmd::VsRaw {

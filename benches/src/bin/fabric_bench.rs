@@ -152,7 +152,7 @@ fn barrier(bs: &Bootstrap, r: &mut RawPair, c: *mut Craw, shared: bool) {
 pshmem_transport::hold_signals_through_load!();
 
 fn main() {
-    pshmem_tools::init_logging();
+    pshmem_env::init_logging();
     let a = Args::parse();
     let bs = Bootstrap::from_env().expect("bootstrap");
     assert_eq!(

@@ -326,7 +326,7 @@ fn us(t: &[f64]) -> Vec<f64> {
 pshmem_transport::hold_signals_through_load!();
 
 fn main() {
-    pshmem_tools::init_logging();
+    pshmem_env::init_logging();
     let a = Args::parse();
     let wanted: Vec<String> = if a.tests.is_empty() || a.tests.iter().any(|t| t == "all") {
         TESTS.iter().map(|t| t.to_string()).collect()

@@ -21,7 +21,6 @@ pub(super) fn keep(events: &mut Vec<Ev>, msgs: &mut Vec<Vec<u8>>, e: Event<'_>) 
     match e {
         Event::Recv { data } => msgs.push(data.to_vec()),
         Event::Done { ctx } => events.push(Ev::Done(ctx, None)),
-        Event::Fetched { ctx, value } => events.push(Ev::Done(ctx, Some(value))),
         Event::Failed { ctx, error } => events.push(Ev::Failed(ctx, error)),
         Event::RemoteWrite { data } => events.push(Ev::RemoteData(data)),
     }

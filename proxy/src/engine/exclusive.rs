@@ -168,9 +168,7 @@ impl Exclusive<'_> {
         let mut mine = 0;
         self.t.poll(&mut |e| {
             let job = match &e {
-                Event::Done { ctx } | Event::Fetched { ctx, .. } | Event::Failed { ctx, .. } => {
-                    ctx::job(*ctx)
-                }
+                Event::Done { ctx } | Event::Failed { ctx, .. } => ctx::job(*ctx),
                 _ => None,
             };
             match (job, e) {

@@ -57,7 +57,7 @@ pub fn probe() -> std::result::Result<(), CudaError> {
 /// Result cells for ring gets and fetching AMOs (each claimed by one thread at a time).
 const CELLS: usize = 4096;
 
-/// `pshmem_device_state_t` (kernels/include/pshmem/state.h; every offset is compared with the C
+/// `pshmem_device_state_t` (abi/include/pshmem/state.h; every offset is compared with the C
 /// compiler's by `device_state_matches_the_c_header`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -528,10 +528,10 @@ fn start_proxy(
             source: Box::new(source),
         }
     };
-    let mut t = pshmem_transport::open_from_env_on(s.bs, rails)
+    let mut t = crate::net::open_transport(s.bs, rails)
         .map_err(terr("opening the GPU proxy's transport"))?;
     let reg = register(s, ctx, heap, ordinal, t.as_mut())?;
-    let remotes: Vec<RemoteMrId> = pshmem_transport::exchange_mr(t.as_mut(), s.bs, reg.mr)
+    let remotes: Vec<RemoteMrId> = crate::net::exchange_mr(t.as_mut(), s.bs, reg.mr)
         .map_err(terr("exchanging GPU heap registrations"))?;
     let result = HostAlloc::pinned(ctx, 64).map_err(cu(me, "allocating the AMO result cell"))?;
     let dev = CudaDeviceMem::new(ctx.clone(), amo, (heap.ptr, s.heap_len as u64), result)
@@ -970,7 +970,7 @@ impl Gpu {
 mod tests {
     use std::mem::{offset_of, size_of};
 
-    use pshmem_abi::probe::{assert_mirror, value};
+    use pshmem_abi_probe::{assert_mirror, value};
 
     use super::{DeviceState, RingDeviceHandle};
 
@@ -1018,7 +1018,7 @@ mod tests {
         ];
         assert_mirror("pshmem_team_device_t", &fields, size_of::<TeamEntry>());
         assert_eq!(
-            pshmem_abi::probe::value("PSHMEM_LL_BYTES"),
+            value("PSHMEM_LL_BYTES"),
             super::teams::LL_BYTES as u64
         );
     }

@@ -1,5 +1,5 @@
 //! The device side of teams: a table in device memory that kernels index by team handle
-//! (`pshmem_team_device_t`, kernels/include/pshmem/state.h), each entry with the team's members,
+//! (`pshmem_team_device_t`, abi/include/pshmem/state.h), each entry with the team's members,
 //! this PE's index, a sync counter and the heap offset of the team's sync words (one per member,
 //! in a region of the GPU heap allocated at init, `max_teams × n_pes × 8` bytes), the heap
 //! offset of its low-latency collective buffers (after the sync words) and their sequence

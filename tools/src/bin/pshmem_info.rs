@@ -189,7 +189,7 @@ fn mapping(p: &HostPlan, threads: usize) {
 pshmem_transport::hold_signals_through_load!();
 
 fn main() {
-    pshmem_tools::init_logging();
+    pshmem_env::init_logging();
     let a = Args::parse();
     let threads = a
         .proxy_threads

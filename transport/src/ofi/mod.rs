@@ -34,7 +34,6 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use pshmem_bootstrap::Bootstrap;
 use pshmem_env as env;
 use pshmem_libfabric_sys as sys;
 
@@ -43,7 +42,7 @@ use self::fabric::{
     bits, check, strerror,
 };
 use crate::{
-    AmoOp, AtomicWidth, Caps, Event, LocalMem, LocalRef, MemKind, MrId, Pe, PostError, RemoteMrId,
+    Caps, Event, Job, LocalMem, LocalRef, MemKind, MrId, Pe, PostError, RemoteMrId,
     RemoteRef, Result, Transport, TransportError, check_bounds, slab::Slab,
 };
 
@@ -69,9 +68,6 @@ pub struct OfiConfig {
     pub max_send: usize,
     /// Writes/reads at least this long are striped over the rails.
     pub stripe_min: usize,
-    /// Ask for native fabric atomics. Off by default: proxyshmem applies remote AMOs in the
-    /// target's proxy, and asking can cost ordering (rxm's software atomics drop WAW/SAW).
-    pub native_atomics: bool,
     /// Writes with immediate data one peer may have in flight to this PE (the proxy's
     /// per-destination limit): completion queues are sized for all peers' (see
     /// [`cq_entries`]).
@@ -95,7 +91,6 @@ impl OfiConfig {
             recv_buffers: 256,
             max_send: 4096,
             stripe_min: 256 << 10,
-            native_atomics: false,
             incoming_per_peer: env::PROXY_MAX_INFLIGHT_PER_PE
                 .opt_usize()
                 .map_err(bad)?
@@ -109,7 +104,6 @@ impl OfiConfig {
 enum OpKind {
     Write,
     Read,
-    Atomic { fetch: bool, width: AtomicWidth },
     Send,
 }
 
@@ -118,7 +112,6 @@ impl OpKind {
         match self {
             OpKind::Write => "write",
             OpKind::Read => "read",
-            OpKind::Atomic { .. } => "atomic",
             OpKind::Send => "send",
         }
     }
@@ -128,7 +121,6 @@ impl OpKind {
 #[derive(Debug)]
 enum OwnedEvent {
     Done(u64),
-    Fetched(u64, u64),
     Failed(u64, TransportError),
     RemoteWrite(u64),
     Recv(Vec<u8>),
@@ -138,7 +130,6 @@ impl OwnedEvent {
     fn of(e: Event<'_>) -> Self {
         match e {
             Event::Done { ctx } => Self::Done(ctx),
-            Event::Fetched { ctx, value } => Self::Fetched(ctx, value),
             Event::Failed { ctx, error } => Self::Failed(ctx, error),
             Event::RemoteWrite { data } => Self::RemoteWrite(data),
             Event::Recv { data } => Self::Recv(data.to_vec()),
@@ -148,7 +139,6 @@ impl OwnedEvent {
     fn deliver(self, on_event: &mut dyn FnMut(Event<'_>)) {
         match self {
             Self::Done(ctx) => on_event(Event::Done { ctx }),
-            Self::Fetched(ctx, value) => on_event(Event::Fetched { ctx, value }),
             Self::Failed(ctx, error) => on_event(Event::Failed { ctx, error }),
             Self::RemoteWrite(data) => on_event(Event::RemoteWrite { data }),
             Self::Recv(data) => on_event(Event::Recv { data: &data }),
@@ -162,7 +152,6 @@ struct OpRec {
     ctx: u64,
     pe: Pe,
     kind: OpKind,
-    rail: usize,
     /// Parts (stripes) still to complete.
     remaining: u32,
     /// First error among the parts (boxed: records are copied on every post).
@@ -193,7 +182,7 @@ struct RemoteRegion {
 struct Rail {
     ep: Endpoint,
     internal_mr: Mr,
-    /// Internal memory: [atomic scratch | send buffers | receive buffers].
+    /// Internal memory: [send buffers | receive buffers].
     internal: Vec<u8>,
     /// Operation contexts (stable addresses): `max_outstanding` op slots, then receives.
     ctxs: Box<[sys::fi_context2]>,
@@ -211,8 +200,6 @@ struct Rail {
 // SAFETY: a Rail is used by one thread at a time (the transport is Send, not Sync); its raw
 // pointers refer to memory it owns or to libfabric objects usable from any thread.
 unsafe impl Send for Rail {}
-
-const SCRATCH: usize = 32;
 
 /// Raw libfabric handles of one local registration and one peer's, on rail 0 (see
 /// [`OfiTransport::raw_handles`]). Valid while the transport lives.
@@ -298,8 +285,7 @@ fn required_caps() -> u64 {
     )
 }
 
-/// Finds providers: with delivery complete (and atomics if wanted) first, then dropping what
-/// is missing.
+/// Finds providers: with delivery complete first, then without.
 /// Providers (with the API version asked) that offered no endpoint of the required
 /// capabilities at any address: the answer cannot change within a process (libfabric reads its
 /// providers and their devices once), and each `fi_getinfo` for an absent provider costs
@@ -307,12 +293,7 @@ fn required_caps() -> u64 {
 /// walking the preference order).
 static ABSENT: Mutex<Vec<(String, u32)>> = Mutex::new(Vec::new());
 
-fn discover(
-    provider: &str,
-    node: Option<&str>,
-    version: u32,
-    want_atomics: bool,
-) -> Result<(InfoList, bool)> {
+fn discover(provider: &str, node: Option<&str>, version: u32) -> Result<(InfoList, bool)> {
     let absent = |a: &Vec<(String, u32)>| a.iter().any(|(p, v)| p == provider && *v == version);
     if absent(&ABSENT.lock().unwrap_or_else(|p| p.into_inner())) {
         return Err(TransportError::NoProvider {
@@ -321,20 +302,11 @@ fn discover(
         });
     }
     let mut last = None;
-    let tries: &[(bool, bool)] = if want_atomics {
-        &[(true, true), (true, false), (false, true), (false, false)]
-    } else {
-        &[(false, true), (false, false)]
-    };
-    for &(atomics, dc) in tries {
-        let mut caps = required_caps();
-        if atomics {
-            caps |= bits!(FI_ATOMIC);
-        }
+    for dc in [true, false] {
         let hints = Hints {
             provider: Some(provider.to_string()),
             node: node.map(str::to_string),
-            caps,
+            caps: required_caps(),
             tx_op_flags: if dc { bits!(FI_DELIVERY_COMPLETE) } else { 0 },
             version,
         };
@@ -344,7 +316,7 @@ fn discover(
             Err(e) => last = Some(e),
         }
     }
-    // The loosest hints (no address, no atomics, no delivery-complete) found nothing: no
+    // The loosest hints (no address, no delivery-complete) found nothing: no
     // narrower question can find anything either.
     if node.is_none() {
         let mut a = ABSENT.lock().unwrap_or_else(|p| p.into_inner());
@@ -377,7 +349,7 @@ pub struct DomainInfo {
 /// order (one entry per domain; the same domain may be offered several times by fi_getinfo).
 pub fn list_domains(provider: &str) -> Result<Vec<DomainInfo>> {
     let version = api_version();
-    let (list, _) = discover(provider, None, version, false)?;
+    let (list, _) = discover(provider, None, version)?;
     let mut out: Vec<DomainInfo> = Vec::new();
     for i in list.iter() {
         let d = DomainInfo {
@@ -397,14 +369,14 @@ pub fn list_domains(provider: &str) -> Result<Vec<DomainInfo>> {
 }
 
 impl OfiTransport {
-    /// Opens the transport for this PE (not yet connected: see [`crate::establish`]).
-    pub fn open(bs: &Bootstrap, cfg: &OfiConfig) -> Result<Self> {
+    /// Opens the transport for this PE of `job` (not yet connected: see [`crate::establish`]).
+    pub fn open(job: Job, cfg: &OfiConfig) -> Result<Self> {
         let mut cfg = cfg.clone();
-        if cfg.node.is_none() && bs.local_size() == bs.world_size() {
+        if cfg.node.is_none() && job.local_size == job.n_pes {
             // Every PE on this host: bind loopback so that no external interface is needed.
             cfg.node = Some("127.0.0.1".into());
         }
-        Self::open_raw(bs.rank(), bs.world_size(), &cfg)
+        Self::open_raw(job.rank, job.n_pes, &cfg)
     }
 
     /// The libfabric objects behind a write from `local` to PE `pe`'s `remote` on rail 0, so
@@ -481,7 +453,7 @@ impl OfiTransport {
         node: Option<&str>,
         version: u32,
     ) -> Result<Self> {
-        let (probe, dc) = discover(prov, node, version, cfg.native_atomics)?;
+        let (probe, dc) = discover(prov, node, version)?;
         let first = probe.iter().next().expect("non-empty");
         let domain_names: Vec<String> = if cfg.domains.is_empty() {
             vec![first.domain()]
@@ -495,7 +467,7 @@ impl OfiTransport {
         let mut rails = Vec::with_capacity(cfg.rails);
         for r in 0..cfg.rails {
             let want = &domain_names[r % domain_names.len()];
-            let (info, _) = discover(prov, node, version, cfg.native_atomics)?;
+            let (info, _) = discover(prov, node, version)?;
             let rail = match Rail::open(info, want, cfg, cap, incoming) {
                 // shm names a region by pid, and pids are reused: a region file left by a
                 // killed process whose pid this one now has is refused with EBUSY, after
@@ -506,7 +478,7 @@ impl OfiTransport {
                         "shm: this pid's region name was taken by a file a dead process left \
                          (libfabric removed it); opening the endpoint again"
                     );
-                    let (info, _) = discover(prov, node, version, cfg.native_atomics)?;
+                    let (info, _) = discover(prov, node, version)?;
                     Rail::open(info, want, cfg, cap, incoming)?
                 }
                 r => r?,
@@ -518,27 +490,6 @@ impl OfiTransport {
         let rx = i.rx_attr();
         let order = tx.msg_order & rx.msg_order;
         let need = bits!(FI_ORDER_WAW | FI_ORDER_SAW | FI_ORDER_SAS | FI_ORDER_WAS);
-        let native_atomics = i.caps() & bits!(FI_ATOMIC) != 0
-            && [sys::fi_datatype_FI_UINT32, sys::fi_datatype_FI_UINT64]
-                .iter()
-                .all(|dt| {
-                    let mut count = 0usize;
-                    // SAFETY: the endpoint is enabled; count is an out parameter.
-                    unsafe {
-                        sys::fi_fetch_atomicvalid(
-                            rails[0].ep.raw(),
-                            *dt,
-                            sys::fi_op_FI_SUM,
-                            &mut count,
-                        ) == 0
-                            && sys::fi_compare_atomicvalid(
-                                rails[0].ep.raw(),
-                                *dt,
-                                sys::fi_op_FI_CSWAP,
-                                &mut count,
-                            ) == 0
-                    }
-                });
         let gpu_memory = i.caps() & bits!(FI_HMEM) != 0;
         let caps = Caps {
             name: format!(
@@ -555,7 +506,6 @@ impl OfiTransport {
             },
             ordered: order & need == need && cfg.rails == 1,
             delivery_complete: dc,
-            native_atomics,
             gpu_memory,
             dmabuf: gpu_memory && version >= sys::FI_VERSION(1, 20),
             cq_data_size: i.domain_attr().cq_data_size.min(8),
@@ -598,16 +548,12 @@ impl OfiTransport {
         Ok(t)
     }
 
-    fn scratch_off(&self, slot: u32) -> usize {
-        slot as usize * SCRATCH
-    }
-
     fn send_off(&self, slot: u32) -> usize {
-        self.cfg.max_outstanding * SCRATCH + slot as usize * self.cfg.max_send
+        slot as usize * self.cfg.max_send
     }
 
     fn recv_off(&self, b: usize) -> usize {
-        self.cfg.max_outstanding * (SCRATCH + self.cfg.max_send) + b * self.cfg.max_send
+        (self.cfg.max_outstanding + b) * self.cfg.max_send
     }
 
     fn post_recv(&mut self, r: usize, b: usize) -> Result<()> {
@@ -730,20 +676,12 @@ impl OfiTransport {
         }
     }
 
-    fn new_op(
-        &mut self,
-        ctx: u64,
-        pe: Pe,
-        kind: OpKind,
-        rail: usize,
-        parts: u32,
-    ) -> Result<u32, PostError> {
+    fn new_op(&mut self, ctx: u64, pe: Pe, kind: OpKind, parts: u32) -> Result<u32, PostError> {
         self.ops
             .insert(OpRec {
                 ctx,
                 pe,
                 kind,
-                rail,
                 remaining: parts,
                 error: None,
                 abandoned: false,
@@ -859,7 +797,7 @@ impl OfiTransport {
             self.home_rail(pe)
         };
         let kind = if write { OpKind::Write } else { OpKind::Read };
-        let slot = self.new_op(ctx, pe, kind, home, parts as u32)?;
+        let slot = self.new_op(ctx, pe, kind, parts as u32)?;
         if parts == 1 {
             // The common case, without the striping arithmetic.
             // SAFETY: forwarded from the caller.
@@ -954,23 +892,7 @@ impl OfiTransport {
                 ctx: rec.ctx,
                 error: *error,
             }),
-            None => match rec.kind {
-                OpKind::Atomic { fetch: true, width } => {
-                    let off = self.scratch_off(slot) + 16;
-                    let b = &self.rails[rec.rail].internal[off..off + 8];
-                    let v = u64::from_le_bytes(b.try_into().expect("8 bytes"));
-                    let value = if width == AtomicWidth::U32 {
-                        v & 0xffff_ffff
-                    } else {
-                        v
-                    };
-                    on_event(Event::Fetched {
-                        ctx: rec.ctx,
-                        value,
-                    });
-                }
-                _ => on_event(Event::Done { ctx: rec.ctx }),
-            },
+            None => on_event(Event::Done { ctx: rec.ctx }),
         }
     }
 
@@ -1158,7 +1080,7 @@ impl Rail {
         };
         let av = Av::open(&domain, 64)?;
         let ep = Endpoint::open(&domain, entry, &cq, &av)?;
-        let internal_len = cap * (SCRATCH + cfg.max_send) + cfg.recv_buffers * cfg.max_send;
+        let internal_len = (cap + cfg.recv_buffers) * cfg.max_send;
         let mut internal = vec![0u8; internal_len];
         let ep_bind = mr_mode & bits!(FI_MR_ENDPOINT) != 0;
         // SAFETY: `internal` is moved into the rail (its heap buffer does not move) and is
@@ -1447,94 +1369,6 @@ impl Transport for OfiTransport {
         unsafe { self.rma(false, pe, local, remote, len, None, ctx) }
     }
 
-    fn atomic(
-        &mut self,
-        pe: Pe,
-        op: AmoOp,
-        width: AtomicWidth,
-        remote: RemoteRef,
-        operand: u64,
-        compare: u64,
-        ctx: u64,
-    ) -> Result<(), PostError> {
-        if !self.caps.native_atomics {
-            return Err(TransportError::Unsupported {
-                op: "native atomics",
-                transport: self.caps.name.clone(),
-            }
-            .into());
-        }
-        self.peer_ok(pe, "atomic")?;
-        let w = width.bytes();
-        if remote.offset % w as u64 != 0 {
-            return Err(TransportError::InvalidArgument {
-                op: "atomic",
-                reason: format!("offset {} not aligned to {w} bytes", remote.offset),
-            }
-            .into());
-        }
-        let rr = self.remote(remote, pe, "atomic", w)?.clone();
-        let rail = self.home_rail(pe);
-        let fetch = op.fetches();
-        let slot = self.new_op(ctx, pe, OpKind::Atomic { fetch, width }, rail, 1)?;
-        let so = self.scratch_off(slot);
-        let context = self.ctx_ptr(rail, slot);
-        let r = &mut self.rails[rail];
-        r.internal[so..so + 8].copy_from_slice(&operand.to_le_bytes());
-        r.internal[so + 8..so + 16].copy_from_slice(&compare.to_le_bytes());
-        let (base, key) = rr.rails[rail];
-        let addr = if r.virt_addr {
-            base + remote.offset
-        } else {
-            remote.offset
-        };
-        let dt = if width == AtomicWidth::U32 {
-            sys::fi_datatype_FI_UINT32
-        } else {
-            sys::fi_datatype_FI_UINT64
-        };
-        let fop = match op {
-            AmoOp::FetchAdd | AmoOp::Add => sys::fi_op_FI_SUM,
-            AmoOp::Swap | AmoOp::Set => sys::fi_op_FI_ATOMIC_WRITE,
-            AmoOp::Fetch => sys::fi_op_FI_ATOMIC_READ,
-            AmoOp::CompareSwap => sys::fi_op_FI_CSWAP,
-            AmoOp::FetchAnd | AmoOp::And => sys::fi_op_FI_BAND,
-            AmoOp::FetchOr | AmoOp::Or => sys::fi_op_FI_BOR,
-            AmoOp::FetchXor | AmoOp::Xor => sys::fi_op_FI_BXOR,
-        };
-        let desc = r.internal_mr.desc;
-        let dest = r.peers[pe];
-        let ep = r.ep.raw();
-        // SAFETY: operand/compare/result live in the rail's registered scratch slot reserved for
-        // this operation until its completion; little-endian u32 operands sit in the low bytes.
-        let rc = unsafe {
-            let base_ptr = r.internal.as_mut_ptr().add(so);
-            let (buf, cmp, res) = (
-                base_ptr.cast::<c_void>(),
-                base_ptr.add(8).cast::<c_void>(),
-                base_ptr.add(16).cast::<c_void>(),
-            );
-            match op {
-                AmoOp::CompareSwap => sys::fi_compare_atomic(
-                    ep, buf, 1, desc, cmp, desc, res, desc, dest, addr, key, dt, fop, context,
-                ),
-                _ if fetch => sys::fi_fetch_atomic(
-                    ep, buf, 1, desc, res, desc, dest, addr, key, dt, fop, context,
-                ),
-                _ => sys::fi_atomic(ep, buf, 1, desc, dest, addr, key, dt, fop, context),
-            }
-        };
-        if rc == -(sys::FI_EAGAIN as isize) {
-            self.ops.remove(slot);
-            return Err(PostError::Retry);
-        }
-        if let Err(e) = check(rc, "fi_atomic") {
-            self.ops.remove(slot);
-            return Err(e.into());
-        }
-        Ok(())
-    }
-
     fn send(&mut self, pe: Pe, msg: &[u8], ctx: u64) -> Result<(), PostError> {
         self.peer_ok(pe, "send")?;
         if msg.len() > self.cfg.max_send {
@@ -1545,7 +1379,7 @@ impl Transport for OfiTransport {
             .into());
         }
         let rail = self.home_rail(pe);
-        let slot = self.new_op(ctx, pe, OpKind::Send, rail, 1)?;
+        let slot = self.new_op(ctx, pe, OpKind::Send, 1)?;
         let off = self.send_off(slot);
         let context = self.ctx_ptr(rail, slot);
         let inject = msg.len() <= self.caps.inject_size;
@@ -1717,7 +1551,7 @@ mod entry_tests {
     #[test]
     fn shm_names_of_different_lengths_go_into_one_av() {
         let version = api_version();
-        let (list, _) = discover("shm", None, version, false).expect("libfabric's shm provider");
+        let (list, _) = discover("shm", None, version).expect("libfabric's shm provider");
         let entry = list.iter().next().expect("an shm entry");
         let fab = Fabric::open(entry).expect("fabric");
         let domain = Domain::open(&fab, entry).expect("domain");

@@ -562,7 +562,7 @@ fn ring_latency(dev: usize, iters: u64) -> R<String> {
 pshmem_transport::hold_signals_through_load!();
 
 fn main() -> ExitCode {
-    pshmem_tools::init_logging();
+    pshmem_env::init_logging();
     let cli = Cli::parse();
     let dev = cli.device;
     if let Err(why) = cuda::devices().map_err(|e| e.to_string()).and_then(|d| {

@@ -45,13 +45,6 @@ enum Cmd {
         #[arg(long, default_value_t = 100)]
         count: usize,
     },
-    /// Transport: native atomics under contention.
-    TpAtomics {
-        #[command(flatten)]
-        which: transport::Which,
-        #[arg(long, default_value_t = 200)]
-        iters: usize,
-    },
     /// Transport: out-of-bounds accesses.
     TpOob {
         #[command(flatten)]
@@ -330,7 +323,7 @@ fn run_runtime(cmd: &Cmd, bs: Bootstrap) -> ExitCode {
 pshmem_transport::hold_signals_through_load!();
 
 fn main() -> ExitCode {
-    pshmem_tools::init_logging();
+    pshmem_env::init_logging();
     // Tests of descriptor exhaustion give a rank few descriptors.
     if let Some(n) = std::env::var("PSHMEM_TEST_NOFILE")
         .ok()
@@ -384,7 +377,6 @@ fn main() -> ExitCode {
         Cmd::TpRma { which, sizes } => Some(transport::rma(&bs, which, sizes)),
         Cmd::TpData { which, count } => Some(transport::data(&bs, which, *count)),
         Cmd::TpSend { which, count } => Some(transport::send(&bs, which, *count)),
-        Cmd::TpAtomics { which, iters } => Some(transport::atomics(&bs, which, *iters)),
         Cmd::TpOob { which } => Some(transport::oob(&bs, which)),
         Cmd::TpKill { which } => Some(transport::kill(&bs, which)),
         Cmd::TpReorder { which, count } => Some(transport::reorder(&bs, which, *count)),
@@ -478,7 +470,6 @@ fn main() -> ExitCode {
         Cmd::TpRma { .. }
         | Cmd::TpData { .. }
         | Cmd::TpSend { .. }
-        | Cmd::TpAtomics { .. }
         | Cmd::TpOob { .. }
         | Cmd::TpKill { .. }
         | Cmd::TpReorder { .. } => {}

@@ -1,5 +1,5 @@
-//! Transport scenarios: RMA byte-exact at many sizes, remote CQ data, messages, native
-//! atomics, out-of-bounds accesses, a peer killed mid-transfer, and visible reordering.
+//! Transport scenarios: RMA byte-exact at many sizes, remote CQ data, messages, out-of-bounds
+//! accesses, a peer killed mid-transfer, and visible reordering.
 
 use std::{
     sync::{
@@ -9,11 +9,12 @@ use std::{
     time::{Duration, Instant},
 };
 
+use pshmem::net::{BootstrapExchange, job};
 use pshmem_bootstrap::Bootstrap;
 use pshmem_tests::{epoch_ms, pattern};
 use pshmem_transport::{
-    AmoOp, AtomicWidth, Event, LocalMem, LocalRef, MemKind, PostError, RemoteMrId, RemoteRef,
-    Transport, TransportError, establish, exchange_mr,
+    Event, LocalMem, LocalRef, MemKind, MrId, PostError, RemoteMrId, RemoteRef, Transport,
+    TransportError, establish,
     ofi::{OfiConfig, OfiTransport},
     sim::{SimConfig, SimTransport},
 };
@@ -24,9 +25,6 @@ pub struct Which {
     /// tcp, shm or sim.
     #[arg(long, default_value = "tcp")]
     pub provider: String,
-    /// Ask libfabric for native atomics.
-    #[arg(long)]
-    pub atomics: bool,
     /// Simulated fabric: deliver out of order (1) or in order (0).
     #[arg(long, default_value_t = 1)]
     pub reorder: u8,
@@ -42,7 +40,7 @@ pub struct Which {
 pub fn open(bs: &Bootstrap, w: &Which) -> Result<Box<dyn Transport>, TransportError> {
     let mut t: Box<dyn Transport> = match w.provider.as_str() {
         "sim" => Box::new(SimTransport::open(
-            bs,
+            job(bs),
             SimConfig {
                 reorder: w.reorder != 0,
                 max_delay: Duration::from_micros(w.delay_us),
@@ -56,13 +54,21 @@ pub fn open(bs: &Bootstrap, w: &Which) -> Result<Box<dyn Transport>, TransportEr
                 other => other,
             };
             let mut cfg = OfiConfig::from_env(Some(prov))?;
-            cfg.native_atomics = w.atomics;
             cfg.rails = w.rails;
-            Box::new(OfiTransport::open(bs, &cfg)?)
+            Box::new(OfiTransport::open(job(bs), &cfg)?)
         }
     };
-    establish(t.as_mut(), bs)?;
+    establish(t.as_mut(), &BootstrapExchange(bs))?;
     Ok(t)
+}
+
+/// Exchanges registration `mr` of every PE: the remote ids in PE order.
+fn exchange_mr(
+    t: &mut dyn Transport,
+    bs: &Bootstrap,
+    mr: MrId,
+) -> Result<Vec<RemoteMrId>, TransportError> {
+    pshmem_transport::exchange_mr(t, &BootstrapExchange(bs), mr)
 }
 
 /// 8-byte aligned zeroed memory.
@@ -91,8 +97,8 @@ impl Buf {
 pub struct Seen {
     pub remote_writes: Vec<u64>,
     pub recvs: Vec<Vec<u8>>,
-    /// Completions not yet waited for: ctx → fetched value or error.
-    pub completed: std::collections::HashMap<u64, Result<Option<u64>, TransportError>>,
+    /// Completions not yet waited for: ctx → success or the error.
+    pub completed: std::collections::HashMap<u64, Result<(), TransportError>>,
 }
 
 fn collect(seen: &mut Seen, e: &Event<'_>) {
@@ -100,10 +106,7 @@ fn collect(seen: &mut Seen, e: &Event<'_>) {
         Event::RemoteWrite { data } => seen.remote_writes.push(*data),
         Event::Recv { data } => seen.recvs.push(data.to_vec()),
         Event::Done { ctx } => {
-            seen.completed.insert(*ctx, Ok(None));
-        }
-        Event::Fetched { ctx, value } => {
-            seen.completed.insert(*ctx, Ok(Some(*value)));
+            seen.completed.insert(*ctx, Ok(()));
         }
         Event::Failed { ctx, error } => {
             seen.completed.insert(*ctx, Err(error.clone()));
@@ -111,13 +114,13 @@ fn collect(seen: &mut Seen, e: &Event<'_>) {
     }
 }
 
-/// Polls until `ctx` completes; returns the fetched value, if any.
+/// Polls until `ctx` completes.
 pub fn wait(
     t: &mut dyn Transport,
     ctx: u64,
     seen: &mut Seen,
     limit: Duration,
-) -> Result<Option<u64>, TransportError> {
+) -> Result<(), TransportError> {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(r) = seen.completed.remove(&ctx) {
@@ -348,117 +351,6 @@ pub fn send(bs: &Bootstrap, w: &Which, count: usize) -> Result<(), String> {
         ));
     }
     println!("OK send messages={}", seen.recvs.len());
-    Ok(())
-}
-
-/// Native atomics from every PE on PE 0's counters: counts exact, fetched values unique.
-pub fn atomics(bs: &Bootstrap, w: &Which, iters: usize) -> Result<(), String> {
-    let mut t = open(bs, w).map_err(|e| e.to_string())?;
-    if !t.caps().native_atomics {
-        println!("SKIP atomics: {} offers no native atomics", t.caps().name);
-        return Ok(());
-    }
-    let (me, n) = (bs.rank(), bs.world_size());
-    let mut win = Buf::new(64);
-    // SAFETY: win outlives the transport.
-    let wm = unsafe { t.mr_reg(win.mem()) }.map_err(|e| e.to_string())?;
-    let remotes = exchange_mr(t.as_mut(), bs, wm).map_err(|e| e.to_string())?;
-    let mut seen = Seen::default();
-    let mut fetched = Vec::with_capacity(iters);
-    for width in [AtomicWidth::U64, AtomicWidth::U32] {
-        fetched.clear();
-        let off = if width == AtomicWidth::U64 { 0 } else { 8 };
-        let r = RemoteRef {
-            mr: remotes[0],
-            offset: off,
-        };
-        for i in 0..iters {
-            post(t.as_mut(), &mut seen, |t| {
-                t.atomic(0, AmoOp::FetchAdd, width, r, 1, 0, i as u64)
-            })
-            .map_err(|e| e.to_string())?;
-            let v = wait(t.as_mut(), i as u64, &mut seen, Duration::from_secs(30))
-                .map_err(|e| e.to_string())?;
-            fetched.push(v.ok_or("fetch-add returned no value")?);
-        }
-        barrier(bs, t.as_mut(), &mut seen);
-        let all = bs
-            .allgather(
-                &fetched
-                    .iter()
-                    .flat_map(|v| v.to_le_bytes())
-                    .collect::<Vec<_>>(),
-            )
-            .map_err(|e| e.to_string())?;
-        let mut vals: Vec<u64> = all
-            .iter()
-            .flat_map(|b| {
-                b.chunks(8)
-                    .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
-            })
-            .collect();
-        vals.sort_unstable();
-        if vals != (0..(n * iters) as u64).collect::<Vec<_>>() {
-            return fail(format!(
-                "{width:?} fetch-add values are not 0..{} exactly once",
-                n * iters
-            ));
-        }
-        if me == 0 {
-            let b = &win.bytes()[off as usize..off as usize + width.bytes()];
-            let mut c = [0u8; 8];
-            c[..b.len()].copy_from_slice(b);
-            if u64::from_le_bytes(c) != (n * iters) as u64 {
-                return fail(format!("{width:?} counter is {}", u64::from_le_bytes(c)));
-            }
-        }
-        barrier(bs, t.as_mut(), &mut seen);
-    }
-    // Compare-swap: each PE in turn swaps its rank+1 in if the cell holds its rank.
-    let r = RemoteRef {
-        mr: remotes[0],
-        offset: 16,
-    };
-    for turn in 0..n {
-        if turn == me {
-            post(t.as_mut(), &mut seen, |t| {
-                t.atomic(
-                    0,
-                    AmoOp::CompareSwap,
-                    AtomicWidth::U64,
-                    r,
-                    me as u64 + 1,
-                    me as u64,
-                    9,
-                )
-            })
-            .map_err(|e| e.to_string())?;
-            let old = wait(t.as_mut(), 9, &mut seen, Duration::from_secs(30))
-                .map_err(|e| e.to_string())?;
-            if old != Some(me as u64) {
-                return fail(format!("compare-swap saw {old:?}, expected {me}"));
-            }
-            // A failing compare leaves the value alone.
-            post(t.as_mut(), &mut seen, |t| {
-                t.atomic(0, AmoOp::CompareSwap, AtomicWidth::U64, r, 999, 12345, 10)
-            })
-            .map_err(|e| e.to_string())?;
-            wait(t.as_mut(), 10, &mut seen, Duration::from_secs(30)).map_err(|e| e.to_string())?;
-        }
-        barrier(bs, t.as_mut(), &mut seen);
-    }
-    post(t.as_mut(), &mut seen, |t| {
-        t.atomic(0, AmoOp::Fetch, AtomicWidth::U64, r, 0, 0, 11)
-    })
-    .map_err(|e| e.to_string())?;
-    let v = wait(t.as_mut(), 11, &mut seen, Duration::from_secs(30)).map_err(|e| e.to_string())?;
-    if v != Some(n as u64) {
-        return fail(format!(
-            "after compare-swaps the cell holds {v:?}, expected {n}"
-        ));
-    }
-    barrier(bs, t.as_mut(), &mut seen);
-    println!("OK atomics");
     Ok(())
 }
 

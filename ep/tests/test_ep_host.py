@@ -1,5 +1,5 @@
 """pshmem.ep without a GPU: the LL buffer's size hint and layout, and the errors for shapes the
-kernels refuse. The kernels themselves run in python/tests/workers/ep_ll.py (scripts/gpu-test.sh).
+kernels refuse. The kernels themselves run in ep/tests/workers/ep_ll.py (scripts/gpu-test.sh).
 """
 
 import pytest
@@ -110,7 +110,7 @@ def test_the_default_configs_use_the_sms_set():
         Buffer.set_num_sms(24)
 
 
-# ---- the MoE test workers' shared checks (python/tests/workers/epcheck.py) --------------------
+# ---- the MoE test workers' shared checks (ep/tests/workers/epcheck.py) --------------------
 
 
 def _epcheck():

@@ -4,7 +4,7 @@ a bar chart OUT/ep-ll.svg:
 from the traced runs, the counted puts and signals each dispatch posts per PE and the medians
 of each message's time in the proxy (ring to post) and in flight (post to completion).
 
-    python benches/ep/report.py OUT
+    python ep/bench/report.py OUT
 """
 
 import glob

@@ -1,9 +1,9 @@
 """Low-latency MoE dispatch/combine (pshmem.ep.Buffer) timed like DeepEP's benchmark: µs per
 dispatch and per combine and GB/s counted as DeepEP counts bytes (every selection, local ones
 included: FP8 dispatch H + H/128*4 + 16 bytes, BF16 combine 2H bytes). Each rank prints one
-JSON line with its medians (benches/ep/report.py averages the ranks).
+JSON line with its medians (ep/bench/report.py averages the ranks).
 
-    pshmrun -n 8 python benches/ep/ll_bench.py --tokens 128 --hidden 7168 --topk 8 \
+    pshmrun -n 8 python ep/bench/ll_bench.py --tokens 128 --hidden 7168 --topk 8 \
         --experts-per-rank 8 [--per-token] [--bf16] [--only dispatch --iters 50]
 
 `--only dispatch` runs dispatches alone (for a proxy trace: messages per dispatch).

@@ -4,7 +4,7 @@ holds each run's per-configuration outputs. Writes OUT/ab.json, OUT/ab.md and OU
 configuration and operation, every round's mean-over-ranks time of each build, their medians
 and the ratio new / old.
 
-    python benches/ep/ab_report.py OUT [OLD NEW]
+    python ep/bench/ab_report.py OUT [OLD NEW]
 """
 
 import glob

@@ -4,7 +4,7 @@ dispatch, the full dispatch (notify included) and the combine per EP size, node 
 path; from the traced runs, the messages and bytes each full dispatch posts through the proxy
 per PE (across nodes with NVLink inside them: the RDMA traffic an EFA projection replays).
 
-    python benches/ep/ht_report.py OUT
+    python ep/bench/ht_report.py OUT
 """
 
 import glob

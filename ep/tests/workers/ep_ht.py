@@ -4,7 +4,7 @@ share one GPU under CUDA MPS; `pshmrun --hosts 2` makes two emulated nodes, so t
 between them through the proxy and are forwarded inside each). Exits non-zero listing the
 failed checks; prints one line per mode and "ep_ht: all checks passed".
 
-    pshmrun -n 4 --hosts 2 python python/tests/workers/ep_ht.py [--tokens 256 --hidden 1024]
+    pshmrun -n 4 --hosts 2 python ep/tests/workers/ep_ht.py [--tokens 256 --hidden 1024]
 
 Every rank builds every rank's inputs from seeds, so each reference is computed locally:
 - get_dispatch_layout equals a torch reference (tokens per rank, per node, per expert, and the

@@ -5,9 +5,9 @@ of the cached dispatch (with the handle: what DeepEP's tuning reports), the full
 (layout kept, notify and its host round trip included) and the combine; GB/s counted as DeepEP
 counts its bottleneck bandwidth: the received rows' bytes (NVL: FP8 H + H/128*4 per row for
 dispatch, 2H for combine) and, across nodes, the bytes sent once per (token, remote node)
-("RDMA"). Each rank prints one JSON line (benches/ep/report.py averages the ranks).
+("RDMA"). Each rank prints one JSON line (ep/bench/report.py averages the ranks).
 
-    pshmrun -n 4 [--hosts 2] python benches/ep/ht_bench.py [--tokens 4096 --hidden 7168]
+    pshmrun -n 4 [--hosts 2] python ep/bench/ht_bench.py [--tokens 4096 --hidden 7168]
 """
 
 import argparse

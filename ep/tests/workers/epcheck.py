@@ -1,7 +1,7 @@
 """What the MoE test workers (ep_ll.py, ep_ht.py) share: named checks that record failures,
 DeepEP's calc_diff, and a digest of a tensor's bytes for the repeat-hash checks. Imported from
 the workers' own folder (a worker run as a script has it on sys.path); unit-tested on the CPU
-in python/tests/test_ep_host.py."""
+in ep/tests/test_ep_host.py."""
 
 import torch
 

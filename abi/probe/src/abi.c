@@ -1,23 +1,13 @@
-/* Reports the C side of the shared headers (pshmem/abi.h, ring.h, state.h, ep/ll.h) to the Rust tests
- * that compare it with their mirrors: every size, offset and constant by name. The headers'
- * own static asserts also run here, on every build. */
-#include <stddef.h>
+/* The probe of the shared headers under abi/include (pshmem/abi.h, ring.h, state.h, types.h):
+ * every size, offset and constant their Rust mirrors are compared with, by name. The headers'
+ * own static asserts also run here, on the host compiler. */
 #include "pshmem/abi.h"
 #include "pshmem/ring.h"
 #include "pshmem/state.h"
-#include "pshmem/ep/ll.h"
-#include "pshmem/ep/ht.h"
+#include "pshmem/types.h"
+#include "pshmem_probe.h"
 
-struct pshmem_probe_entry {
-    const char *name;
-    unsigned long long value;
-};
-
-#define SIZE(t) {"sizeof " #t, sizeof(t)}
-#define OFF(t, f) {#t "." #f, offsetof(t, f)}
-#define VAL(v) {#v, (unsigned long long)(v)}
-
-static const struct pshmem_probe_entry probe[] = {
+PSHMEM_PROBE_TABLE(pshmem_abi_probe,
     /* abi.h */
     VAL(PSHMEM_AMO_FETCH_ADD), VAL(PSHMEM_AMO_ADD), VAL(PSHMEM_AMO_SWAP),
     VAL(PSHMEM_AMO_COMPARE_SWAP), VAL(PSHMEM_AMO_FETCH), VAL(PSHMEM_AMO_SET), VAL(PSHMEM_AMO_WIDE),
@@ -63,26 +53,4 @@ static const struct pshmem_probe_entry probe[] = {
     OFF(pshmem_team_device_t, sync_off), OFF(pshmem_team_device_t, epoch),
     OFF(pshmem_team_device_t, scratch), OFF(pshmem_team_device_t, scratch_bytes),
     OFF(pshmem_team_device_t, ll_off), OFF(pshmem_team_device_t, ll_seq), VAL(PSHMEM_LL_BYTES),
-    /* ep/ll.h (the MoE kernels' arguments; mirror: ep/src/lib.rs) */
-    SIZE(pshmem_ep_ll_args_t), OFF(pshmem_ep_ll_args_t, num_tokens),
-    OFF(pshmem_ep_ll_args_t, flags), OFF(pshmem_ep_ll_args_t, sig), OFF(pshmem_ep_ll_args_t, msg_bytes),
-    OFF(pshmem_ep_ll_args_t, rings), OFF(pshmem_ep_ll_args_t, n_rings), OFF(pshmem_ep_ll_args_t, x),
-    OFF(pshmem_ep_ll_args_t, topk_idx), OFF(pshmem_ep_ll_args_t, slot_map),
-    OFF(pshmem_ep_ll_args_t, out_scales), OFF(pshmem_ep_ll_args_t, layout_range),
-    OFF(pshmem_ep_ll_args_t, wait_stats), VAL(PSHMEM_EP_MAX_TOKENS), VAL(PSHMEM_EP_MAX_RANKS),
-    VAL(PSHMEM_EP_THREADS), VAL(PSHMEM_EP_MAX_TOPK), VAL(PSHMEM_EP_FP8),
-    VAL(PSHMEM_EP_ROUND_SCALE), VAL(PSHMEM_EP_PER_TOKEN), VAL(PSHMEM_EP_ZERO_COPY),
-    SIZE(pshmem_ep_ht_args_t), OFF(pshmem_ep_ht_args_t, msg_ints),
-    OFF(pshmem_ep_ht_args_t, slot_bytes), OFF(pshmem_ep_ht_args_t, ctrl),
-    OFF(pshmem_ep_ht_args_t, rdma_stage), OFF(pshmem_ep_ht_args_t, rings),
-    OFF(pshmem_ep_ht_args_t, n_rings), OFF(pshmem_ep_ht_args_t, topk_idx),
-    OFF(pshmem_ep_ht_args_t, counters), OFF(pshmem_ep_ht_args_t, x),
-    OFF(pshmem_ep_ht_args_t, send_head), OFF(pshmem_ep_ht_args_t, bias1),
-    VAL(PSHMEM_EP_HT_MAX_RANKS), VAL(PSHMEM_EP_HT_MAX_NODE), VAL(PSHMEM_EP_HT_MAX_CHANNELS),
-    VAL(PSHMEM_EP_HT_THREADS), VAL(PSHMEM_EP_HT_MAX_TOPK),
-};
-
-const struct pshmem_probe_entry *pshmem_abi_probe(size_t *n) {
-    *n = sizeof(probe) / sizeof(probe[0]);
-    return probe;
-}
+)

@@ -2,7 +2,7 @@
 its kernels, on N PEs (pshmrun; several PEs may share one GPU under CUDA MPS). Exits non-zero
 listing the failed checks; prints one line per mode and "ep_ll: all checks passed".
 
-    pshmrun -n 4 python python/tests/workers/ep_ll.py [--tokens 64 --hidden 2048 --topk 8]
+    pshmrun -n 4 python ep/tests/workers/ep_ll.py [--tokens 64 --hidden 2048 --topk 8]
 
 Per mode (FP8 / FP8 with power-of-two scales / BF16) x (hook or not) x (per-token or batched
 messages) x (zero-copy combine or not):

@@ -1,0 +1,50 @@
+//! The runtime's side of connecting a transport: the transport never sees the bootstrap
+//! (`pshmem-transport` opens a backend with a [`Job`] and asks for its exchanges through an
+//! [`Exchange`]); here the bootstrap is lent as that exchange.
+
+use std::sync::Arc;
+
+use pshmem_bootstrap::Bootstrap;
+use pshmem_transport::{Exchange, ExchangeError, Job};
+
+/// The bootstrap's byte collectives, lent to a transport for its exchanges (endpoint records,
+/// registration keys).
+#[derive(Debug, Clone, Copy)]
+pub struct BootstrapExchange<'a>(pub &'a Bootstrap);
+
+impl Exchange for BootstrapExchange<'_> {
+    fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, ExchangeError> {
+        self.0.allgather(mine).map_err(|e| Arc::new(e) as ExchangeError)
+    }
+
+    fn barrier(&self) -> Result<(), ExchangeError> {
+        self.0.barrier().map_err(|e| Arc::new(e) as ExchangeError)
+    }
+}
+
+/// Where this PE stands in the bootstrap's job, as a transport opens with it.
+pub fn job(bs: &Bootstrap) -> Job {
+    Job {
+        rank: bs.rank(),
+        n_pes: bs.world_size(),
+        local_size: bs.local_size(),
+    }
+}
+
+/// Opens the transport the environment names on this PE's `domains` (its NICs from placement;
+/// empty: the provider's choice) and connects it to every PE (collective).
+pub fn open_transport(
+    bs: &Bootstrap,
+    domains: &[String],
+) -> pshmem_transport::Result<Box<dyn pshmem_transport::Transport>> {
+    pshmem_transport::open_from_env_on(job(bs), &BootstrapExchange(bs), domains)
+}
+
+/// Exchanges registration `mr` of every PE (collective): the remote ids in PE order.
+pub fn exchange_mr(
+    t: &mut dyn pshmem_transport::Transport,
+    bs: &Bootstrap,
+    mr: pshmem_transport::MrId,
+) -> pshmem_transport::Result<Vec<pshmem_transport::RemoteMrId>> {
+    pshmem_transport::exchange_mr(t, &BootstrapExchange(bs), mr)
+}
