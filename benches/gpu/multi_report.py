@@ -61,6 +61,16 @@ def ours_coll_table(coll_dir):
 GPU_TEST_PARTS = ["ring", "ops", "perf", "nvshmem", "python", "ep", "ht"]
 
 
+def p2p_result(out):
+    """The point-to-point part's bench-gpu result: `p2p/result.json` as the run left it, or
+    `p2p/p2p.json`, the same bytes, which is all a filed folder keeps (scripts/multi-gpu-report.sh
+    drops the copy)."""
+    for f in ("result.json", "p2p.json"):
+        if os.path.exists(os.path.join(out, "p2p", f)):
+            return os.path.join(out, "p2p", f)
+    return None
+
+
 def missing_pieces(out, ngpu):
     """What a run of every part would have left and this folder lacks, part by part (a run split
     over several device calls, or cut short, says here what it did not reach)."""
@@ -83,7 +93,8 @@ def missing_pieces(out, ngpu):
             gaps.append("the NVSHMEM-compatible programs at " + ", ".join(map(str, left)) +
                         " PEs: not in this folder")
     # Point to point: the baselines and sections a full bench-gpu run has on this machine.
-    text = read(os.path.join(out, "p2p", "result.json"))
+    result = p2p_result(out)
+    text = read(result) if result else None
     if text:
         doc = json.loads(text)
         have = {(r.get("table"), r.get("runtime")) for r in doc.get("rows", [])}
@@ -244,11 +255,11 @@ def main():
     # 4. Point to point.
     p("## 4. Point to point: NVLink put/get and `p` latency, the staged network path\n")
     p2p_md = read(os.path.join(out, "p2p", "p2p.md"))
-    result = os.path.join(out, "p2p", "result.json")
+    result = p2p_result(out)
     if p2p_md:
         p(demote(body(p2p_md)).strip() + "\n")
-    elif os.path.exists(result):
-        p("Measured (`p2p/result.json`); its tables and plots are rendered by "
+    elif result:
+        p(f"Measured (`{os.path.relpath(result, out)}`); its tables and plots are rendered by "
           "`scripts/multi-gpu-report.sh` (needs matplotlib).\n")
     else:
         p("Not run (part `p2p`).\n")
