@@ -9,8 +9,8 @@ Heuristics, stated so that before/after compare like with like:
 - fields per phase: distinct `<owner>.<field>` reads and writes (not method calls) in each
   engine module, where <owner> is `self` or a binding of one of the engine's state types;
 - PE casts: ` as <int>` applied to a name that holds a PE (pe, me, src, to, owner, group, peer,
-  dst, `.pe`) in proxy/, transport/ and ring/ sources, plus `Pe::from`/`.idx()`/`.get()`
-  conversions of the newtype if it exists;
+  dst, `.pe`) in proxy/, transport/ and ring/ sources; and, separately, where a `Pe` is made
+  from a plain integer (`Pe::new`, `Pe::from_idx`: the boundaries);
 - launch paths: hand-written `cuLaunchKernel` calls, cudarc `launch_builder`, and hand-built
   `[*mut c_void; N]` argument arrays in Rust sources.
 """
@@ -65,36 +65,45 @@ def functions(text):
     return out
 
 
-FIELD = re.compile(r"\b(self|init|target|link|io|peer|home|faults|probe|st)\.([a-z_][a-z0-9_]*)\b(?!\s*[(!:])")
+OWN = re.compile(r"\bself\.([a-z_][a-z0-9_]*)\b(?!\s*[(!:])")
+LENT = re.compile(r"\bio\.([a-z_][a-z0-9_]*)\b(?!\s*[(!:])")
 
 
 def engine_fields():
+    """Per engine module: distinct `self.<field>` (the state its methods own or share) and
+    distinct `io.<service>` (what a phase borrows from the engine's services, 0 before the
+    split)."""
     d = "proxy/src/engine"
     res = {}
     for f in sorted(os.listdir(os.path.join(ROOT, d))):
         p = os.path.join(d, f)
-        if not f.endswith(".rs"):
+        if os.path.isdir(os.path.join(ROOT, p)):
+            p = os.path.join(p, "mod.rs")
+            if not os.path.exists(os.path.join(ROOT, p)):
+                continue
+        elif not f.endswith(".rs"):
             continue
-        text = read(p)
-        text = strip_tests(text)
-        fields = {m.group(2) for m in FIELD.finditer(text)}
-        res[f] = len(fields)
+        text = strip_tests(read(p))
+        own = {m.group(1) for m in OWN.finditer(text)}
+        lent = {m.group(1) for m in LENT.finditer(text)}
+        res[f] = {"self": len(own), "io": len(lent)}
     return res
 
 
 PE_NAMES = r"(?:pe|me|src|to|owner|group|peer|dst|from|rank|p\.pe|f\.pe|self\.me|self\.n)"
 CAST = re.compile(r"\b" + PE_NAMES + r"\)?\s+as\s+(?:u8|u16|u32|u64|usize|i32|i64)\b")
-NEWTYPE = re.compile(r"\bPe::from\w*\(|\bPe\(|\.idx\(\)")
+MADE = re.compile(r"\bPe::(?:new|from_idx)\(")
 
 
 def pe_casts():
+    """(`as` casts of PEs, `Pe` made from integers) per file, outside tests."""
     res = {}
     for f in tracked(".rs"):
-        if not f.startswith(("proxy/src", "transport/src", "ring/src")):
+        if not f.startswith(("proxy/src", "transport/src", "ring/src")) or "/tests/" in f:
             continue
         text = strip_tests(read(f))
-        n = len(CAST.findall(text)) + len(NEWTYPE.findall(text))
-        if n:
+        n = (len(CAST.findall(text)), len(MADE.findall(text)))
+        if n != (0, 0):
             res[f] = n
     return res
 
@@ -147,12 +156,14 @@ def main():
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                          cwd=ROOT).stdout.strip()
     print(f"# house metrics at {rev}")
-    print("\n## state fields touched per engine module (outside tests)")
+    print("\n## state each engine module touches (outside tests): own `self.` fields, lent `io.` services")
     for k, v in fields.items():
-        print(f"- {k}: {v}")
-    print(f"\n## PE conversions in proxy/, transport/, ring/: {sum(casts.values())}")
-    for k, v in sorted(casts.items(), key=lambda x: -x[1]):
-        print(f"- {k}: {v}")
+        print(f"- {k}: {v['self']} + {v['io']}")
+    total = tuple(sum(v[i] for v in casts.values()) for i in (0, 1))
+    print(f"\n## PE conversions in proxy/, transport/, ring/ (outside tests): {total[0]} `as` casts, "
+          f"{total[1]} `Pe` made from integers")
+    for k, v in sorted(casts.items(), key=lambda x: -sum(x[1])):
+        print(f"- {k}: {v[0]} casts, {v[1]} made")
     print("\n## kernel-launch mechanisms in Rust sources")
     for k, v in launch.items():
         print(f"- {k}: {v} ({', '.join(where[k])})")

@@ -12,6 +12,7 @@
 //!   `NVSHMEM_SIGNAL_SET` (9) and `NVSHMEM_SIGNAL_ADD` (10);
 //! - [`Cmp`]: the comparisons of waits, numbered as `NVSHMEM_CMP_*`;
 //! - [`RedOp`], [`DType`]: the reduction operators and element types of the collectives;
+//! - [`Pe`]: a PE's number, one type from the ring's slots through the proxy to the transport;
 //! - [`error`]: the codes of the error words that rings and device calls raise.
 #![forbid(unsafe_code)]
 
@@ -300,6 +301,63 @@ pub fn describe_pe<T: std::fmt::Display>(pe: Option<T>) -> String {
     match pe {
         Some(p) => format!("PE {p}"),
         None => "no particular PE".into(),
+    }
+}
+
+/// A PE's number in its job: the `pe` field of a ring slot (`uint32_t` in `ring.h`), and the
+/// one type a PE has from a decoded descriptor through the proxy to the transport, so that it
+/// never changes integer type along one operation. Displayed as the bare number ("PE 3").
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[repr(transparent)]
+pub struct Pe(u32);
+
+impl Pe {
+    /// PE `n`.
+    #[inline]
+    pub const fn new(n: u32) -> Self {
+        Self(n)
+    }
+
+    /// The number, as the ring's slots and the wire carry it.
+    #[inline]
+    pub const fn get(self) -> u32 {
+        self.0
+    }
+
+    /// The number as an index (of per-PE tables; a zero extension).
+    #[inline]
+    pub const fn idx(self) -> usize {
+        self.0 as usize
+    }
+
+    /// PE `i` of a table; panics past `u32::MAX`, which no job reaches (the bootstrap and the
+    /// ring name PEs in 32 bits).
+    #[inline]
+    pub fn from_idx(i: usize) -> Self {
+        Self(u32::try_from(i).expect("a PE number fits 32 bits"))
+    }
+
+    /// Every PE of a job of `n`, in order.
+    pub fn all(n: usize) -> impl DoubleEndedIterator<Item = Pe> + Clone {
+        (0..n).map(Pe::from_idx)
+    }
+}
+
+impl From<u32> for Pe {
+    fn from(n: u32) -> Self {
+        Self(n)
+    }
+}
+
+impl std::fmt::Display for Pe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::fmt::Debug for Pe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
     }
 }
 

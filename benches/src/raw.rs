@@ -9,7 +9,7 @@ use std::time::Instant;
 use pshmem::net::BootstrapExchange;
 use pshmem_bootstrap::Bootstrap;
 use pshmem_transport::{
-    Caps, Event, LocalMem, LocalRef, MemKind, PostError, RemoteRef, Transport, TransportError,
+    Caps, Event, LocalMem, LocalRef, MemKind, Pe, PostError, RemoteRef, Transport, TransportError,
     establish, exchange_mr,
     ofi::{OfiConfig, OfiTransport, RawHandles},
 };
@@ -25,7 +25,7 @@ pub struct RawPair {
     buf: &'static mut [u64],
     local: LocalRef,
     remote: RemoteRef,
-    peer: usize,
+    peer: Pe,
 }
 
 impl std::fmt::Debug for RawPair {
@@ -70,7 +70,7 @@ impl RawPair {
         // SAFETY: buf is never freed.
         let mr = unsafe { t.mr_reg(mem) }?;
         let remotes = exchange_mr(&mut t, &BootstrapExchange(bs), mr)?;
-        let peer = 1 - bs.rank();
+        let peer = Pe::from_idx(1 - bs.rank());
         Ok(Self {
             t,
             buf,
@@ -79,7 +79,7 @@ impl RawPair {
                 offset: 2 * FLAG_AREA,
             },
             remote: RemoteRef {
-                mr: remotes[peer],
+                mr: remotes[peer.idx()],
                 offset: 2 * FLAG_AREA as u64,
             },
             peer,

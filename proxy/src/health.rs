@@ -96,7 +96,7 @@ impl Health {
     ) {
         let lost = match &cause {
             Some(FaultCause::Transport(TransportError::PeerLost { pe, reason, .. })) => {
-                Some((*pe, reason.clone()))
+                Some((pe.idx(), reason.clone()))
             }
             _ => None,
         };
@@ -204,7 +204,7 @@ mod tests {
         assert!(seen.lock().unwrap().is_empty());
         for _ in 0..2 {
             let lost = TransportError::PeerLost {
-                pe: 1,
+                pe: pshmem_transport::Pe::new(1),
                 op: "put",
                 reason: "connection closed".into(),
             };
@@ -217,7 +217,7 @@ mod tests {
         // Alone, a lost peer is recorded as dead, naming it.
         let h = Health::new();
         let lost = TransportError::PeerLost {
-            pe: 4,
+            pe: pshmem_transport::Pe::new(4),
             op: "get",
             reason: "reset".into(),
         };

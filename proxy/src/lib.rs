@@ -275,7 +275,7 @@ impl Proxy {
         cfg: ProxyConfig,
         health: Arc<Health>,
     ) -> Result<Self, ProxyError> {
-        let pe = setup.transport.my_pe();
+        let pe = setup.transport.my_pe().idx();
         let stop = Arc::new(AtomicBool::new(false));
         let jobs = Arc::new(engine::exclusive::JobSlot::default());
         let mut engine =

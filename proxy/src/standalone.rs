@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use pshmem_ring::Ring;
-use pshmem_transport::{LocalMem, MemKind, Transport, instant::InstantTransport};
+use pshmem_transport::{LocalMem, MemKind, Pe, Transport, instant::InstantTransport};
 
 use crate::{Health, HeapMem, Proxy, ProxyConfig, ProxyError, ProxySetup};
 
@@ -23,7 +23,7 @@ pub struct InstantProxy {
 impl InstantProxy {
     /// Starts a proxy draining `rings` (operations may target PE 0 or 1).
     pub fn spawn(rings: Vec<Arc<Ring>>, cfg: ProxyConfig) -> Result<Self, ProxyError> {
-        let mut t: Box<dyn Transport> = Box::new(InstantTransport::new(0, 2));
+        let mut t: Box<dyn Transport> = Box::new(InstantTransport::new(Pe::new(0), 2));
         let mut heap = vec![0u64; 4096];
         // SAFETY: the heap lives in this struct and is dropped after the proxy (field order).
         let mem = unsafe { HeapMem::new(heap.as_mut_ptr().cast(), heap.len() * 8) };
@@ -42,7 +42,7 @@ impl InstantProxy {
         }
         .map_err(setup_err)?;
         let blob = t.mr_export(heap_mr);
-        let remote_heaps = (0..2)
+        let remote_heaps = Pe::all(2)
             .map(|pe| t.mr_import(pe, &blob))
             .collect::<Result<Vec<_>, _>>()
             .map_err(setup_err)?;
@@ -90,7 +90,7 @@ mod tests {
         let prod = Producer::new(ring.clone());
         // Work before the job completes as usual.
         let put = |i: u64| Desc::P {
-            pe: 1,
+            pe: Pe::new(1),
             remote: 8 * i,
             value: i,
             width: 8,
@@ -101,9 +101,9 @@ mod tests {
         let (posted, seen) = p
             .proxy
             .exclusive(Duration::from_secs(10), |x| {
-                assert_eq!(x.my_pe(), 0);
+                assert_eq!(x.my_pe(), Pe::new(0));
                 for ctx in [7, 9, 11] {
-                    assert!(x.write(1, 0, 64, 8, ctx).unwrap());
+                    assert!(x.write(Pe::new(1), 0, 64, 8, ctx).unwrap());
                 }
                 assert_eq!(x.outstanding(), 3);
                 let mut seen = Vec::new();
@@ -137,11 +137,17 @@ mod tests {
             .proxy
             .exclusive(t, |x| {
                 let ctx = matches!(
-                    x.write(1, 0, 0, 8, 1 << 60),
+                    x.write(Pe::new(1), 0, 0, 8, 1 << 60),
                     Err(ExclusiveError::Context(_))
                 );
-                let heap = matches!(x.write(1, 1 << 40, 0, 8, 1), Err(ExclusiveError::Mem(_)));
-                let pe = matches!(x.write(5, 0, 0, 8, 1), Err(ExclusiveError::Transport(_)));
+                let heap = matches!(
+                    x.write(Pe::new(1), 1 << 40, 0, 8, 1),
+                    Err(ExclusiveError::Mem(_))
+                );
+                let pe = matches!(
+                    x.write(Pe::new(5), 0, 0, 8, 1),
+                    Err(ExclusiveError::Transport(_))
+                );
                 (ctx, heap, pe)
             })
             .unwrap();
@@ -152,7 +158,7 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("on purpose"), "{e}");
         // Still serving rings and jobs.
-        assert_eq!(p.proxy.exclusive(t, |x| x.my_pe()).unwrap(), 0);
+        assert_eq!(p.proxy.exclusive(t, |x| x.my_pe()).unwrap(), Pe::new(0));
         let prod = Producer::new(ring);
         let (slots, n) = Desc::Fence.encode();
         prod.push(&slots[..n], &limit()).unwrap();

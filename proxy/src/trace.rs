@@ -62,15 +62,15 @@ const KINDS: [&str; 9] = [
 
 fn kind_of(d: &Desc) -> (u8, u32, u64) {
     match *d {
-        Desc::Put { pe, len, .. } => (0, pe, len),
-        Desc::Get { pe, len, .. } => (1, pe, len),
-        Desc::P { pe, width, .. } => (2, pe, u64::from(width)),
-        Desc::Amo { pe, wide, .. } => (3, pe, if wide { 8 } else { 4 }),
-        Desc::Signal { pe, .. } => (4, pe, 8),
-        Desc::PutSignal { pe, len, .. } => (5, pe, len),
+        Desc::Put { pe, len, .. } => (0, pe.get(), len),
+        Desc::Get { pe, len, .. } => (1, pe.get(), len),
+        Desc::P { pe, width, .. } => (2, pe.get(), u64::from(width)),
+        Desc::Amo { pe, wide, .. } => (3, pe.get(), if wide { 8 } else { 4 }),
+        Desc::Signal { pe, .. } => (4, pe.get(), 8),
+        Desc::PutSignal { pe, len, .. } => (5, pe.get(), len),
         Desc::Fence => (6, u32::MAX, 0),
-        Desc::PutCounted { pe, len, .. } => (7, pe, len),
-        Desc::SignalCounted { pe, .. } => (8, pe, 8),
+        Desc::PutCounted { pe, len, .. } => (7, pe.get(), len),
+        Desc::SignalCounted { pe, .. } => (8, pe.get(), 8),
     }
 }
 

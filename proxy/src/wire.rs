@@ -4,12 +4,16 @@
 //!
 //! Little-endian, fixed layout, versioned: `magic u16 | version u8 | kind u8 | src_pe u32`, then
 //! the body. A request's `id` is the initiator's context for the operation; the ack carries it
-//! back with the old value (fetching AMOs) and a status.
+//! back with the old value (fetching AMOs) and a status. AMO and signal operations carry the
+//! ABI's own codes (`pshmem-abi`: `PSHMEM_AMO_*`, `PSHMEM_SIGNAL_SET` 9 and `_ADD` 10).
+
+use pshmem_transport::Pe;
 
 /// Header magic ("PX").
 pub const MAGIC: u16 = 0x5850;
-/// Wire version.
-pub const VERSION: u8 = 1;
+/// Wire version (2: signal operations carry the ABI's codes, 9 and 10, where version 1 had
+/// numbers of its own).
+pub const VERSION: u8 = 2;
 const HEADER: usize = 8;
 const KIND_REQUEST: u8 = 1;
 const KIND_ACKS: u8 = 2;
@@ -107,14 +111,14 @@ pub enum Message {
     /// A request from `src`.
     Request {
         /// The initiating PE.
-        src: u32,
+        src: Pe,
         /// The request.
         req: Request,
     },
     /// Acknowledgements from `src`.
     Acks {
         /// The acknowledging PE.
-        src: u32,
+        src: Pe,
         /// The acks.
         acks: Vec<Ack>,
     },
@@ -130,24 +134,24 @@ pub struct WireError {
     pub why: &'static str,
 }
 
-fn header(kind: u8, src: u32) -> Vec<u8> {
+fn header(kind: u8, src: Pe) -> Vec<u8> {
     let mut b = Vec::with_capacity(64);
     b.extend_from_slice(&MAGIC.to_le_bytes());
     b.push(VERSION);
     b.push(kind);
-    b.extend_from_slice(&src.to_le_bytes());
+    b.extend_from_slice(&src.get().to_le_bytes());
     b
 }
 
 /// Encodes a request from `src`.
-pub fn encode_request(src: u32, r: &Request) -> Vec<u8> {
+pub fn encode_request(src: Pe, r: &Request) -> Vec<u8> {
     let mut b = header(KIND_REQUEST, src);
     for w in [r.id, r.offset, r.operand, r.compare, r.tag] {
         b.extend_from_slice(&w.to_le_bytes());
     }
     let (code, flags, expect) = match r.kind {
-        RequestKind::Amo { op, wide } => (amo_code(op), u8::from(wide), 0u32),
-        RequestKind::Signal { op, expect } => (signal_code(op), 2, expect),
+        RequestKind::Amo { op, wide } => (op.code(), u8::from(wide), 0u32),
+        RequestKind::Signal { op, expect } => (op.code(), 2, expect),
         RequestKind::Store { width } => (width, 4, 0),
         RequestKind::GetData { slot } => (0, 8, slot),
     };
@@ -165,7 +169,7 @@ pub fn acks_per_message(max: usize) -> usize {
 }
 
 /// Encodes acks from `src` (at most [`acks_per_message`] of them).
-pub fn encode_acks(src: u32, acks: &[Ack]) -> Vec<u8> {
+pub fn encode_acks(src: Pe, acks: &[Ack]) -> Vec<u8> {
     let mut b = header(KIND_ACKS, src);
     b.extend_from_slice(&(acks.len() as u16).to_le_bytes());
     for a in acks {
@@ -174,21 +178,6 @@ pub fn encode_acks(src: u32, acks: &[Ack]) -> Vec<u8> {
         b.push(a.status as u8);
     }
     b
-}
-
-fn amo_code(op: pshmem_ring::AmoOp) -> u8 {
-    op.code()
-}
-
-fn amo_of(c: u8) -> Option<pshmem_ring::AmoOp> {
-    pshmem_ring::AmoOp::from_code(c)
-}
-
-fn signal_code(op: pshmem_ring::SignalOp) -> u8 {
-    match op {
-        pshmem_ring::SignalOp::Set => 0,
-        pshmem_ring::SignalOp::Add => 5,
-    }
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
@@ -207,7 +196,7 @@ pub fn decode(b: &[u8]) -> Result<Message, WireError> {
     if b[2] != VERSION {
         return Err(bad("unknown version"));
     }
-    let src = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes"));
+    let src = Pe::new(u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")));
     let body = &b[HEADER..];
     match b[3] {
         KIND_REQUEST => {
@@ -224,15 +213,12 @@ pub fn decode(b: &[u8]) -> Result<Message, WireError> {
             } else if flags & 8 != 0 {
                 RequestKind::GetData { slot: expect }
             } else if flags & 2 != 0 {
-                let op = match code {
-                    0 => pshmem_ring::SignalOp::Set,
-                    5 => pshmem_ring::SignalOp::Add,
-                    _ => return Err(bad("unknown signal op")),
-                };
+                let op = pshmem_ring::SignalOp::from_code(code)
+                    .ok_or_else(|| bad("unknown signal op"))?;
                 RequestKind::Signal { op, expect }
             } else {
                 RequestKind::Amo {
-                    op: amo_of(code).ok_or_else(|| bad("unknown AMO"))?,
+                    op: pshmem_ring::AmoOp::from_code(code).ok_or_else(|| bad("unknown AMO"))?,
                     wide: flags & 1 != 0,
                 }
             };
@@ -328,8 +314,11 @@ mod tests {
         ];
         for r in reqs {
             assert_eq!(
-                decode(&encode_request(5, &r)),
-                Ok(Message::Request { src: 5, req: r })
+                decode(&encode_request(Pe::new(5), &r)),
+                Ok(Message::Request {
+                    src: Pe::new(5),
+                    req: r
+                })
             );
         }
         let acks: Vec<Ack> = (0..acks_per_message(4096) as u64)
@@ -343,13 +332,44 @@ mod tests {
                 },
             })
             .collect();
-        let m = encode_acks(2, &acks);
+        let m = encode_acks(Pe::new(2), &acks);
         assert!(m.len() <= 4096);
-        assert_eq!(decode(&m), Ok(Message::Acks { src: 2, acks }));
+        assert_eq!(
+            decode(&m),
+            Ok(Message::Acks {
+                src: Pe::new(2),
+                acks
+            })
+        );
         assert!(decode(&m[..m.len() - 1]).is_err());
         assert!(decode(&[0u8; 4]).is_err());
-        let mut x = encode_request(1, &reqs[0]);
+        let mut x = encode_request(Pe::new(1), &reqs[0]);
         x[0] ^= 1;
         assert!(decode(&x).is_err());
+    }
+
+    /// Operations travel under the ABI's codes (one numbering for AMOs and signals, C to wire).
+    #[test]
+    fn operations_carry_the_abi_codes() {
+        let r = Request {
+            id: 1,
+            offset: 8,
+            operand: 1,
+            compare: 0,
+            tag: 0,
+            kind: RequestKind::Signal {
+                op: SignalOp::Add,
+                expect: 0,
+            },
+        };
+        let b = encode_request(Pe::new(0), &r);
+        assert_eq!(b[HEADER + 40], pshmem_abi::SignalOp::Add.code());
+        assert_eq!(pshmem_abi::SignalOp::Add.code(), 10);
+        let mut old = b.clone();
+        old[2] = 1;
+        assert!(
+            decode(&old).is_err(),
+            "version 1 numbered signals otherwise"
+        );
     }
 }

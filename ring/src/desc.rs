@@ -1,7 +1,7 @@
 //! Typed operations and their slot encoding (the table in `abi/include/pshmem/ring.h`),
 //! shared by CPU producers and the proxy so that both sides agree by construction.
 
-pub use pshmem_abi::{AMO_WIDE, AmoOp, SignalOp};
+pub use pshmem_abi::{AMO_WIDE, AmoOp, Pe, SignalOp};
 
 use crate::layout::{
     FLAG_RAW_LOCAL, RawSlot, ctrl_flags, ctrl_make, ctrl_nslots, ctrl_op, ctrl_sub, op,
@@ -22,7 +22,7 @@ pub enum Desc {
     /// Copy `len` bytes from `local` to `remote` on `pe`.
     Put {
         /// Target PE.
-        pe: u32,
+        pe: Pe,
         /// Heap offset at the target.
         remote: u64,
         /// Source.
@@ -33,7 +33,7 @@ pub enum Desc {
     /// Copy `len` bytes from `remote` on `pe` to `local`.
     Get {
         /// Source PE.
-        pe: u32,
+        pe: Pe,
         /// Heap offset at the source.
         remote: u64,
         /// Destination.
@@ -44,7 +44,7 @@ pub enum Desc {
     /// Store a value of `width` bytes (1, 2, 4, 8) at `remote` on `pe`.
     P {
         /// Target PE.
-        pe: u32,
+        pe: Pe,
         /// Heap offset at the target.
         remote: u64,
         /// The value (low `width` bytes, little-endian).
@@ -55,7 +55,7 @@ pub enum Desc {
     /// An atomic on a 32- or 64-bit word at `remote` on `pe`.
     Amo {
         /// Target PE.
-        pe: u32,
+        pe: Pe,
         /// Heap offset at the target (aligned to the width).
         remote: u64,
         /// The operation.
@@ -72,7 +72,7 @@ pub enum Desc {
     /// Update the 64-bit signal word at `remote` on `pe`.
     Signal {
         /// Target PE.
-        pe: u32,
+        pe: Pe,
         /// Heap offset of the signal word.
         remote: u64,
         /// Value.
@@ -83,7 +83,7 @@ pub enum Desc {
     /// A put, then a signal update that never becomes visible before the data.
     PutSignal {
         /// Target PE.
-        pe: u32,
+        pe: Pe,
         /// Heap offset of the destination.
         remote: u64,
         /// Source.
@@ -103,7 +103,7 @@ pub enum Desc {
     /// [`Desc::SignalCounted`]); nothing orders it otherwise.
     PutCounted {
         /// Target PE.
-        pe: u32,
+        pe: Pe,
         /// Heap offset of the destination.
         remote: u64,
         /// Source.
@@ -118,7 +118,7 @@ pub enum Desc {
     /// of that word), has landed: one signal covers many puts on any fabric, with no fence.
     SignalCounted {
         /// Target PE.
-        pe: u32,
+        pe: Pe,
         /// Heap offset of the signal word.
         remote: u64,
         /// Value.
@@ -139,12 +139,12 @@ pub struct DecodeError {
 }
 
 /// The second slot of a two-slot operation.
-fn continuation(pe: u32, a: u64, b: u64) -> RawSlot {
+fn continuation(pe: Pe, a: u64, b: u64) -> RawSlot {
     RawSlot {
         a,
         b,
         c: 0,
-        pe,
+        pe: pe.get(),
         ctrl: ctrl_make(op::NOP, 0, 0, 1),
     }
 }
@@ -166,7 +166,7 @@ fn local_of(flags: u8, b: u64) -> Local {
 
 impl Desc {
     /// The target PE, if the operation has one.
-    pub fn pe(&self) -> Option<u32> {
+    pub fn pe(&self) -> Option<Pe> {
         match *self {
             Desc::Put { pe, .. }
             | Desc::Get { pe, .. }
@@ -184,12 +184,12 @@ impl Desc {
     #[inline]
     pub fn encode(&self) -> ([RawSlot; 2], usize) {
         let mut s = [RawSlot::default(); 2];
-        let mut set = |pe, a, b, c, op, flags, sub, n| {
+        let mut set = |pe: Pe, a, b, c, op, flags, sub, n| {
             s[0] = RawSlot {
                 a,
                 b,
                 c,
-                pe,
+                pe: pe.get(),
                 ctrl: ctrl_make(op, flags, sub, n),
             };
             n as usize
@@ -253,7 +253,7 @@ impl Desc {
                 s[1] = continuation(pe, sig, value);
                 n
             }
-            Desc::Fence => set(0, 0, 0, 0, op::FENCE, 0, 0, 1),
+            Desc::Fence => set(Pe::new(0), 0, 0, 0, op::FENCE, 0, 0, 1),
             Desc::PutCounted {
                 pe,
                 remote,
@@ -284,7 +284,7 @@ impl Desc {
         if ctrl_nslots(ctrl) as usize != s.len() {
             return Err(bad("slot count differs from the slots given"));
         }
-        let (f, sub, pe) = (ctrl_flags(ctrl), ctrl_sub(ctrl), s[0].pe);
+        let (f, sub, pe) = (ctrl_flags(ctrl), ctrl_sub(ctrl), Pe::new(s[0].pe));
         let need = |n: usize| {
             if s.len() == n {
                 Ok(())
@@ -390,25 +390,25 @@ mod tests {
     fn every_operation_round_trips() {
         let all = [
             Desc::Put {
-                pe: 3,
+                pe: Pe::new(3),
                 remote: 64,
                 local: Local::Heap(128),
                 len: 1 << 40,
             },
             Desc::Get {
-                pe: 1,
+                pe: Pe::new(1),
                 remote: 8,
                 local: Local::Raw(0xdead_beef),
                 len: 7,
             },
             Desc::P {
-                pe: 2,
+                pe: Pe::new(2),
                 remote: 16,
                 value: u64::MAX,
                 width: 8,
             },
             Desc::Amo {
-                pe: 0,
+                pe: Pe::new(0),
                 remote: 24,
                 op: AmoOp::CompareSwap,
                 wide: true,
@@ -417,13 +417,13 @@ mod tests {
                 result: 0x1000,
             },
             Desc::Signal {
-                pe: 9,
+                pe: Pe::new(9),
                 remote: 32,
                 value: 77,
                 op: SignalOp::Add,
             },
             Desc::PutSignal {
-                pe: 4,
+                pe: Pe::new(4),
                 remote: 40,
                 local: Local::Raw(1),
                 len: 99,
@@ -433,14 +433,14 @@ mod tests {
             },
             Desc::Fence,
             Desc::PutCounted {
-                pe: 5,
+                pe: Pe::new(5),
                 remote: 56,
                 local: Local::Heap(64),
                 len: 7408,
                 sig: 72,
             },
             Desc::SignalCounted {
-                pe: 6,
+                pe: Pe::new(6),
                 remote: 72,
                 value: (-3i64) as u64,
                 op: SignalOp::Set,

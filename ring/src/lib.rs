@@ -19,7 +19,7 @@ pub mod ring;
 mod sync;
 pub mod tracker;
 
-pub use desc::{AmoOp, DecodeError, Desc, Local, SignalOp};
+pub use desc::{AmoOp, DecodeError, Desc, Local, Pe, SignalOp};
 pub use layout::RawSlot;
 pub use ring::{Consumer, Producer, Ring, RingError, WaitLimit, decode_error};
 pub use tracker::Completions;

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use pshmem_ring::{Desc, Local, SignalOp, WaitLimit};
+use pshmem_ring::{Desc, Local, Pe, SignalOp, WaitLimit};
 
 use crate::{Cmp, Error, Pshmem, Result, Route, SymPtr, lock};
 
@@ -88,7 +88,7 @@ impl Pshmem {
                 // The answer lands in this PE's own heap, so a get that completes after we
                 // stopped waiting writes nowhere it should not.
                 let d = Desc::Get {
-                    pe: pe as u32,
+                    pe: Pe::from_idx(pe),
                     remote: ARRIVED,
                     local: Local::Heap(slot(i)),
                     len: 8,

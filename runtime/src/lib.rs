@@ -67,7 +67,7 @@ pub use pshmem_abi::{DType, RedOp};
 use pshmem_bootstrap::Bootstrap;
 use pshmem_proxy::{Health, HeapMem, MemError, Proxy, ProxySetup};
 pub use pshmem_ring::{AmoOp, SignalOp};
-use pshmem_ring::{Desc, Local, Producer, Ring, RingError, WaitLimit};
+use pshmem_ring::{Desc, Local, Pe, Producer, Ring, RingError, WaitLimit};
 /// For executables: `pshmem::hold_signals_through_load!();` at the top level of the binary's
 /// crate makes a SIGTERM sent while the process loads end it by that signal (see
 /// `pshmem_libfabric_sys::hold_signals_through_load`).
@@ -244,8 +244,7 @@ impl Pshmem {
             };
         let mut landings = Vec::new();
         for _ in 0..cfg.proxy_threads {
-            let mut t = net::open_transport(&bs, &rails)
-                .map_err(terr("opening the transport"))?;
+            let mut t = net::open_transport(&bs, &rails).map_err(terr("opening the transport"))?;
             clock.mark("transport");
             let region = if emulate && !registered {
                 let slots = pshmem_env::GPU_LANDING_SLOTS.usize()?.max(1);
@@ -981,7 +980,7 @@ impl Pshmem {
             }
             Route::Ring => {
                 let d = Desc::Put {
-                    pe: pe as u32,
+                    pe: Pe::from_idx(pe),
                     remote: dest.0,
                     local: self.local_ref(src, len),
                     len: len as u64,
@@ -1012,7 +1011,7 @@ impl Pshmem {
             }
             Route::Ring => {
                 let d = Desc::Get {
-                    pe: pe as u32,
+                    pe: Pe::from_idx(pe),
                     remote: src.0,
                     local: self.local_ref(dest, len),
                     len: len as u64,
@@ -1085,7 +1084,7 @@ impl Pshmem {
                 .push(
                     "p",
                     Desc::P {
-                        pe: pe as u32,
+                        pe: Pe::from_idx(pe),
                         remote: dest.0,
                         value: value.to_bits(),
                         width: T::SIZE,
@@ -1132,7 +1131,7 @@ impl Pshmem {
                 .map_err(|e| self.mem_err(op_name, pe, e)),
             Route::Ring => {
                 let d = Desc::PutSignal {
-                    pe: pe as u32,
+                    pe: Pe::from_idx(pe),
                     remote: dest.0,
                     local: self.local_ref(src, len),
                     len: len as u64,
@@ -1229,7 +1228,7 @@ impl Pshmem {
                 .map_err(|e| self.mem_err(NAME, pe, e)),
             Route::Ring => {
                 let d = Desc::PutCounted {
-                    pe: pe as u32,
+                    pe: Pe::from_idx(pe),
                     remote: dest.0,
                     local: Local::Heap(src.0),
                     len: len as u64,
@@ -1255,7 +1254,7 @@ impl Pshmem {
                 .push(
                     NAME,
                     Desc::SignalCounted {
-                        pe: pe as u32,
+                        pe: Pe::from_idx(pe),
                         remote: sig.0,
                         value,
                         op,
@@ -1295,7 +1294,7 @@ impl Pshmem {
                 .push(
                     name,
                     Desc::Signal {
-                        pe: pe as u32,
+                        pe: Pe::from_idx(pe),
                         remote: sig.0,
                         value,
                         op,
@@ -1415,7 +1414,7 @@ impl Pshmem {
             Route::Ring => {
                 let mut cell = 0u64;
                 let d = Desc::Amo {
-                    pe: pe as u32,
+                    pe: Pe::from_idx(pe),
                     remote: dest.0,
                     op,
                     wide: T::WIDE,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use pshmem_bootstrap::Bootstrap;
-use pshmem_transport::{Exchange, ExchangeError, Job};
+use pshmem_transport::{Exchange, ExchangeError, Job, Pe};
 
 /// The bootstrap's byte collectives, lent to a transport for its exchanges (endpoint records,
 /// registration keys).
@@ -14,7 +14,9 @@ pub struct BootstrapExchange<'a>(pub &'a Bootstrap);
 
 impl Exchange for BootstrapExchange<'_> {
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, ExchangeError> {
-        self.0.allgather(mine).map_err(|e| Arc::new(e) as ExchangeError)
+        self.0
+            .allgather(mine)
+            .map_err(|e| Arc::new(e) as ExchangeError)
     }
 
     fn barrier(&self) -> Result<(), ExchangeError> {
@@ -25,7 +27,7 @@ impl Exchange for BootstrapExchange<'_> {
 /// Where this PE stands in the bootstrap's job, as a transport opens with it.
 pub fn job(bs: &Bootstrap) -> Job {
     Job {
-        rank: bs.rank(),
+        rank: Pe::from_idx(bs.rank()),
         n_pes: bs.world_size(),
         local_size: bs.local_size(),
     }

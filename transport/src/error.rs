@@ -18,7 +18,7 @@ pub enum TransportError {
     #[error("{op} to PE {pe} failed: {text} (error {code}, provider error {prov_errno})")]
     Completion {
         /// The peer.
-        pe: usize,
+        pe: crate::Pe,
         /// The operation.
         op: &'static str,
         /// libfabric error code.
@@ -42,7 +42,7 @@ pub enum TransportError {
     )]
     OutOfBounds {
         /// The peer.
-        pe: usize,
+        pe: crate::Pe,
         /// The operation.
         op: &'static str,
         /// "local" or "remote".
@@ -58,7 +58,7 @@ pub enum TransportError {
     #[error("{op} to PE {pe}: peer lost ({reason})")]
     PeerLost {
         /// The peer.
-        pe: usize,
+        pe: crate::Pe,
         /// The operation.
         op: &'static str,
         /// How it was noticed.
@@ -100,7 +100,7 @@ pub enum TransportError {
     )]
     Mismatch {
         /// The other PE.
-        pe: usize,
+        pe: crate::Pe,
         /// What it uses.
         theirs: String,
         /// What this PE uses.
@@ -118,7 +118,7 @@ pub enum TransportError {
 
 impl TransportError {
     /// The peer the error concerns, when it names one.
-    pub fn pe(&self) -> Option<usize> {
+    pub fn pe(&self) -> Option<crate::Pe> {
         match self {
             Self::Completion { pe, .. }
             | Self::OutOfBounds { pe, .. }

@@ -21,8 +21,8 @@ use std::{
 use rand::{Rng, SeedableRng, rngs::SmallRng, seq::SliceRandom};
 
 use crate::{
-    Caps, Event, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId,
-    RemoteRef, Result, Transport, TransportError, check_bounds,
+    Caps, Event, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId, RemoteRef, Result, Transport,
+    TransportError, check_bounds,
 };
 
 /// How the in-process fabric behaves.
@@ -104,8 +104,8 @@ enum Kind {
 
 #[derive(Debug)]
 struct Flight {
-    from: usize,
-    to: usize,
+    from: Pe,
+    to: Pe,
     kind: Kind,
     ctx: u64,
     ticks: u32,
@@ -133,7 +133,7 @@ struct Fabric {
     in_air: Vec<usize>,
     held: Vec<bool>,
     /// (from, to) pairs whose next flight fails.
-    fail_next: Vec<(usize, usize)>,
+    fail_next: Vec<(Pe, Pe)>,
     /// Per PE: peers it declared dead.
     dead: Vec<Vec<bool>>,
 }
@@ -170,7 +170,7 @@ impl InProcFabric {
     }
 
     /// PE `pe`'s transport (one per PE).
-    pub fn endpoint(&self, pe: usize) -> InProcTransport {
+    pub fn endpoint(&self, pe: Pe) -> InProcTransport {
         let cfg = self.lock().cfg.clone();
         let caps = Caps {
             name: format!("in-process fabric (seed {})", cfg.seed),
@@ -196,12 +196,12 @@ impl InProcFabric {
     }
 
     /// Keeps every flight to `pe` on the wire while `held` (a stalled link).
-    pub fn hold(&self, pe: usize, held: bool) {
-        self.lock().held[pe] = held;
+    pub fn hold(&self, pe: Pe, held: bool) {
+        self.lock().held[pe.idx()] = held;
     }
 
     /// The next flight from `from` to `to` completes with an error instead of landing.
-    pub fn fail_next(&self, from: usize, to: usize) {
+    pub fn fail_next(&self, from: Pe, to: Pe) {
         self.lock().fail_next.push((from, to));
     }
 
@@ -226,7 +226,7 @@ impl Fabric {
         let mut ready = Vec::new();
         let mut waiting = VecDeque::new();
         while let Some(mut f) = self.flights.pop_front() {
-            if self.held[f.to] {
+            if self.held[f.to.idx()] {
                 waiting.push_back(f);
             } else if f.ticks > 0 {
                 f.ticks -= 1;
@@ -246,7 +246,7 @@ impl Fabric {
 
     /// Applies a flight at its target and schedules its completion at the initiator.
     fn land(&mut self, f: Flight) {
-        self.in_air[f.from] -= 1;
+        self.in_air[f.from.idx()] -= 1;
         let outcome = if f.fail {
             Err(TransportError::Completion {
                 pe: f.to,
@@ -255,7 +255,7 @@ impl Fabric {
                 prov_errno: 0,
                 text: "failure injected by the test".into(),
             })
-        } else if self.dead[f.from][f.to] {
+        } else if self.dead[f.from.idx()][f.to.idx()] {
             Err(lost(f.to, "in-process flight"))
         } else {
             self.apply(&f)
@@ -265,7 +265,7 @@ impl Fabric {
             Ok(()) => Pending::Done(f.ctx),
             Err(e) => Pending::Failed(f.ctx, e),
         };
-        self.events[f.from].push((d, ev));
+        self.events[f.from.idx()].push((d, ev));
     }
 
     /// Moves a landing flight's bytes.
@@ -288,7 +288,7 @@ impl Fabric {
                 // own copy.
                 unsafe { std::ptr::copy(src, at as *mut u8, *len) };
                 if let Some(d) = data {
-                    self.events[f.to].push((0, Pending::RemoteWrite(*d)));
+                    self.events[f.to.idx()].push((0, Pending::RemoteWrite(*d)));
                 }
             }
             Kind::Read {
@@ -301,26 +301,25 @@ impl Fabric {
                 // destination untouched until completion).
                 unsafe { std::ptr::copy(at as *const u8, *dst as *mut u8, *len) };
             }
-            Kind::Send(msg) => self.events[f.to].push((0, Pending::Recv(msg.clone()))),
+            Kind::Send(msg) => self.events[f.to.idx()].push((0, Pending::Recv(msg.clone()))),
         }
         Ok(())
     }
 
     /// The address of `off..off + len` in region `mr` of `pe`, bounds checked.
-    fn target(&self, pe: usize, mr: u32, off: u64, len: usize, op: &'static str) -> Result<usize> {
-        let r =
-            self.regions[pe]
-                .get(mr as usize)
-                .ok_or_else(|| TransportError::InvalidArgument {
-                    op,
-                    reason: format!("PE {pe} has no region {mr}"),
-                })?;
+    fn target(&self, pe: Pe, mr: u32, off: u64, len: usize, op: &'static str) -> Result<usize> {
+        let r = self.regions[pe.idx()].get(mr as usize).ok_or_else(|| {
+            TransportError::InvalidArgument {
+                op,
+                reason: format!("PE {pe} has no region {mr}"),
+            }
+        })?;
         check_bounds(pe, op, "remote", off, len, r.len as u64)?;
         Ok(r.ptr + off as usize)
     }
 }
 
-fn lost(pe: usize, op: &'static str) -> TransportError {
+fn lost(pe: Pe, op: &'static str) -> TransportError {
     TransportError::PeerLost {
         pe,
         op,
@@ -335,34 +334,34 @@ pub struct InProcTransport {
     me: Pe,
     caps: Caps,
     /// Imported registrations: (PE, region).
-    remotes: Vec<(usize, u32)>,
+    remotes: Vec<(Pe, u32)>,
 }
 
 impl InProcTransport {
     fn local(&self, f: &Fabric, l: LocalRef, len: usize, op: &'static str) -> Result<usize> {
-        let r = f.regions[self.me].get(l.mr.0 as usize).ok_or_else(|| {
-            TransportError::InvalidArgument {
+        let r = f.regions[self.me.idx()]
+            .get(l.mr.0 as usize)
+            .ok_or_else(|| TransportError::InvalidArgument {
                 op,
                 reason: format!("no local region {}", l.mr.0),
-            }
-        })?;
+            })?;
         check_bounds(self.me, op, "local", l.offset as u64, len, r.len as u64)?;
         Ok(r.ptr + l.offset)
     }
 
     fn post(&mut self, pe: Pe, kind: Kind, ctx: u64, op: &'static str) -> Result<(), PostError> {
         let mut f = self.fabric.lock();
-        if pe >= self.fabric.n {
+        if pe.idx() >= self.fabric.n {
             return Err(TransportError::InvalidArgument {
                 op,
                 reason: format!("PE {pe} of {}", self.fabric.n),
             }
             .into());
         }
-        if f.dead[self.me][pe] {
+        if f.dead[self.me.idx()][pe.idx()] {
             return Err(lost(pe, op).into());
         }
-        if f.in_air[self.me] >= f.cfg.max_outstanding {
+        if f.in_air[self.me.idx()] >= f.cfg.max_outstanding {
             return Err(PostError::Retry);
         }
         let fail = match f.fail_next.iter().position(|&p| p == (self.me, pe)) {
@@ -374,7 +373,7 @@ impl InProcTransport {
         };
         let max = f.cfg.land_delay;
         let ticks = f.delay(max);
-        f.in_air[self.me] += 1;
+        f.in_air[self.me.idx()] += 1;
         f.flights.push_back(Flight {
             from: self.me,
             to: pe,
@@ -421,14 +420,14 @@ impl Transport for InProcTransport {
         self.fabric.n
     }
     fn address(&self) -> Vec<u8> {
-        (self.me as u32).to_le_bytes().to_vec()
+        self.me.get().to_le_bytes().to_vec()
     }
     fn connect(&mut self, _addresses: &[Vec<u8>]) -> Result<()> {
         Ok(())
     }
     unsafe fn mr_reg(&mut self, mem: LocalMem) -> Result<MrId> {
         let mut f = self.fabric.lock();
-        let regions = &mut f.regions[self.me];
+        let regions = &mut f.regions[self.me.idx()];
         regions.push(Region {
             ptr: mem.ptr as usize,
             len: mem.len,
@@ -437,7 +436,7 @@ impl Transport for InProcTransport {
     }
     fn mr_dereg(&mut self, mr: MrId) -> Result<()> {
         let mut f = self.fabric.lock();
-        if let Some(r) = f.regions[self.me].get_mut(mr.0 as usize) {
+        if let Some(r) = f.regions[self.me.idx()].get_mut(mr.0 as usize) {
             r.len = 0;
         }
         Ok(())
@@ -506,7 +505,7 @@ impl Transport for InProcTransport {
             let mut f = self.fabric.lock();
             f.tick();
             let mut due = Vec::new();
-            f.events[self.me].retain_mut(|(ticks, ev)| {
+            f.events[self.me.idx()].retain_mut(|(ticks, ev)| {
                 if *ticks > 0 {
                     *ticks -= 1;
                     return true;
@@ -529,7 +528,7 @@ impl Transport for InProcTransport {
     }
     fn fail_peer(&mut self, pe: Pe, _reason: &str) {
         let mut f = self.fabric.lock();
-        f.dead[self.me][pe] = true;
+        f.dead[self.me.idx()][pe.idx()] = true;
     }
 }
 
@@ -563,7 +562,7 @@ mod tests {
 
     fn pair(cfg: InProcConfig) -> (InProcFabric, Vec<InProcTransport>) {
         let fab = InProcFabric::new(2, cfg);
-        let ts = (0..2).map(|pe| fab.endpoint(pe)).collect();
+        let ts = Pe::all(2).map(|pe| fab.endpoint(pe)).collect();
         (fab, ts)
     }
 
@@ -606,7 +605,7 @@ mod tests {
             )
         };
         let blob = ts[1].mr_export(mb.unwrap());
-        let rb = ts[0].mr_import(1, &blob).unwrap();
+        let rb = ts[0].mr_import(Pe::new(1), &blob).unwrap();
         for i in 0..4u64 {
             let l = LocalRef {
                 mr: ma.as_ref().copied().unwrap(),
@@ -617,7 +616,7 @@ mod tests {
                 offset: i * 64,
             };
             // SAFETY: `a` is registered and unchanged until completion.
-            unsafe { ts[0].write(1, l, r, 64, 100 + i) }.unwrap();
+            unsafe { ts[0].write(Pe::new(1), l, r, 64, 100 + i) }.unwrap();
         }
         let mut seen = drain(&mut ts, &fab);
         seen.sort_unstable();
@@ -633,7 +632,7 @@ mod tests {
                 ..InProcConfig::default()
             });
             for i in 0..16 {
-                ts[0].send(1, &[i], u64::from(i)).unwrap();
+                ts[0].send(Pe::new(1), &[i], u64::from(i)).unwrap();
             }
             drain(&mut ts, &fab)
         };
@@ -644,8 +643,8 @@ mod tests {
     #[test]
     fn dead_peers_and_injected_failures_fail() {
         let (fab, mut ts) = pair(InProcConfig::default());
-        fab.fail_next(0, 1);
-        ts[0].send(1, b"x", 1).unwrap();
+        fab.fail_next(Pe::new(0), Pe::new(1));
+        ts[0].send(Pe::new(1), b"x", 1).unwrap();
         let mut failed = Vec::new();
         for _ in 0..20 {
             ts[0]
@@ -656,9 +655,12 @@ mod tests {
                 })
                 .unwrap();
         }
-        assert_eq!(failed, vec![(1, Some(1))]);
-        ts[0].fail_peer(1, "test");
-        assert!(matches!(ts[0].send(1, b"x", 2), Err(PostError::Failed(_))));
+        assert_eq!(failed, vec![(1, Some(Pe::new(1)))]);
+        ts[0].fail_peer(Pe::new(1), "test");
+        assert!(matches!(
+            ts[0].send(Pe::new(1), b"x", 2),
+            Err(PostError::Failed(_))
+        ));
     }
 
     #[test]
@@ -667,8 +669,11 @@ mod tests {
             max_outstanding: 2,
             ..InProcConfig::default()
         });
-        ts[0].send(1, b"a", 1).unwrap();
-        ts[0].send(1, b"b", 2).unwrap();
-        assert!(matches!(ts[0].send(1, b"c", 3), Err(PostError::Retry)));
+        ts[0].send(Pe::new(1), b"a", 1).unwrap();
+        ts[0].send(Pe::new(1), b"b", 2).unwrap();
+        assert!(matches!(
+            ts[0].send(Pe::new(1), b"c", 3),
+            Err(PostError::Retry)
+        ));
     }
 }

@@ -2,8 +2,7 @@
 //! (ring, batching, translation, completion accounting) measured alone.
 
 use crate::{
-    Caps, Event, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId,
-    RemoteRef, Result, Transport,
+    Caps, Event, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId, RemoteRef, Result, Transport,
 };
 
 /// Completes everything immediately.

@@ -29,8 +29,8 @@ mod slab;
 pub use error::{PostError, Result, TransportError};
 pub use pshmem_libfabric_sys::hold_signals_through_load;
 
-/// A PE number.
-pub type Pe = usize;
+/// A PE number (`pshmem-abi`'s: one type from the ring to the transport).
+pub use pshmem_abi::Pe;
 
 /// A local registration, as returned by [`Transport::mr_reg`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -312,7 +312,7 @@ pub fn establish(t: &mut dyn Transport, x: &dyn Exchange) -> Result<()> {
             source,
         })?;
     let mut addresses = Vec::with_capacity(all.len());
-    for (pe, a) in all.iter().enumerate() {
+    for (pe, a) in Pe::all(all.len()).zip(&all) {
         let (theirs, their_rails, address) =
             split_address(a).ok_or_else(|| TransportError::InvalidArgument {
                 op: "connect",
@@ -353,8 +353,8 @@ pub fn exchange_mr(t: &mut dyn Transport, x: &dyn Exchange, mr: MrId) -> Result<
             what: "memory registrations",
             source,
         })?;
-    all.iter()
-        .enumerate()
+    Pe::all(all.len())
+        .zip(&all)
         .map(|(pe, blob)| t.mr_import(pe, blob))
         .collect()
 }

@@ -35,8 +35,8 @@ use pshmem_env as env;
 use rand::{Rng, SeedableRng, rngs::SmallRng, seq::SliceRandom};
 
 use crate::{
-    Caps, Event, Job, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId,
-    RemoteRef, Result, Transport, TransportError, check_bounds,
+    Caps, Event, Job, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId, RemoteRef, Result,
+    Transport, TransportError, check_bounds,
 };
 
 /// Behaviour of the simulated fabric.
@@ -139,7 +139,10 @@ impl Msg {
         let mut b = vec![0u8; HDR + self.payload.len()];
         b[0] = self.kind;
         b[4..8].copy_from_slice(&self.region.to_le_bytes());
-        for (i, v) in [self.id, self.offset, self.len, self.data].iter().enumerate() {
+        for (i, v) in [self.id, self.offset, self.len, self.data]
+            .iter()
+            .enumerate()
+        {
             b[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
         }
         b[56..64].copy_from_slice(&(self.payload.len() as u64).to_le_bytes());
@@ -215,10 +218,10 @@ impl Shared {
     fn lose(&self, pe: Pe, reason: &str) {
         {
             let mut dead = self.dead.lock().unwrap_or_else(|p| p.into_inner());
-            if dead[pe].is_some() || self.shutdown.load(Ordering::Relaxed) {
+            if dead[pe.idx()].is_some() || self.shutdown.load(Ordering::Relaxed) {
                 return;
             }
-            dead[pe] = Some(reason.to_string());
+            dead[pe.idx()] = Some(reason.to_string());
         }
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         let ids: Vec<u64> = pending
@@ -358,14 +361,14 @@ impl SimTransport {
     }
 
     fn check_peer(&self, pe: Pe, op: &'static str) -> Result<(), PostError> {
-        if pe >= self.n {
+        if pe.idx() >= self.n {
             return Err(TransportError::InvalidArgument {
                 op,
                 reason: format!("PE {pe} out of range for {} PEs", self.n),
             }
             .into());
         }
-        if let Some(r) = &self.shared.dead.lock().unwrap_or_else(|p| p.into_inner())[pe] {
+        if let Some(r) = &self.shared.dead.lock().unwrap_or_else(|p| p.into_inner())[pe.idx()] {
             return Err(TransportError::PeerLost {
                 pe,
                 op,
@@ -426,12 +429,13 @@ impl SimTransport {
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, p);
         self.outstanding.fetch_add(1, Ordering::Relaxed);
-        let conn = self.conns[pe]
-            .as_mut()
-            .ok_or_else(|| TransportError::InvalidArgument {
-                op: p.op,
-                reason: "not connected (call establish first)".into(),
-            })?;
+        let conn =
+            self.conns[pe.idx()]
+                .as_mut()
+                .ok_or_else(|| TransportError::InvalidArgument {
+                    op: p.op,
+                    reason: "not connected (call establish first)".into(),
+                })?;
         if let Err(e) = conn.write_all(&msg.encode()) {
             self.shared.lose(pe, &format!("connection lost: {e}"));
         }
@@ -499,7 +503,10 @@ fn acceptor(shared: Arc<Shared>, listener: UnixListener, tx: mpsc::Sender<Incomi
         if hello.kind != Kind::Hello as u8 {
             continue;
         }
-        let from = hello.id as Pe;
+        // A hello names its sender in 32 bits, as every PE number is.
+        let Ok(from) = u32::try_from(hello.id).map(Pe::new) else {
+            continue;
+        };
         let Ok(writer) = conn.try_clone() else {
             continue;
         };
@@ -747,7 +754,7 @@ impl Transport for SimTransport {
                 reason: format!("{} addresses for {} PEs", addresses.len(), self.n),
             });
         }
-        for (pe, name) in addresses.iter().enumerate() {
+        for (pe, name) in Pe::all(self.n).zip(addresses) {
             let addr = SocketAddr::from_abstract_name(name).map_err(io_err("sim: peer name"))?;
             let mut conn =
                 UnixStream::connect_addr(&addr).map_err(|e| TransportError::PeerLost {
@@ -758,7 +765,7 @@ impl Transport for SimTransport {
             conn.write_all(
                 &Msg {
                     kind: Kind::Hello as u8,
-                    id: self.me as u64,
+                    id: u64::from(self.me.get()),
                     ..Msg::default()
                 }
                 .encode(),
@@ -771,7 +778,7 @@ impl Transport for SimTransport {
                 .name(format!("pshmem-sim-cq-{}", self.me))
                 .spawn(move || answers(shared, pe, reader, outstanding))
                 .map_err(io_err("sim: spawn"))?;
-            self.conns[pe] = Some(conn);
+            self.conns[pe.idx()] = Some(conn);
         }
         Ok(())
     }
@@ -927,7 +934,7 @@ impl Transport for SimTransport {
     }
 
     fn fail_peer(&mut self, pe: Pe, reason: &str) {
-        if pe < self.n {
+        if pe.idx() < self.n {
             self.shared.lose(pe, reason);
         }
     }

@@ -22,7 +22,7 @@ use pshmem::{Cmp, Config, Pshmem, SymPtr};
 use pshmem_benches::{machine, median, paired_ratio, pow2_sizes, size_label};
 use pshmem_bootstrap::Bootstrap;
 use pshmem_proxy::{Exclusive, standalone::InstantProxy};
-use pshmem_ring::{Desc, Producer, Ring, WaitLimit};
+use pshmem_ring::{Desc, Pe, Producer, Ring, WaitLimit};
 
 #[derive(Parser)]
 struct Args {
@@ -125,7 +125,7 @@ fn raw_bw(s: &Pshmem, src: u64, dst: u64, size: usize, count: usize, window: usi
         let t0 = Instant::now();
         while done < count {
             while posted < count && posted - done < window {
-                match x.write(1, src, dst, size, posted as u64) {
+                match x.write(Pe::new(1), src, dst, size, posted as u64) {
                     Ok(true) => posted += 1,
                     Ok(false) => break,
                     Err(e) => return Err(format!("write: {e}")),
@@ -166,7 +166,7 @@ fn raw_lat(s: &Pshmem, word: u64, from: u64, base: u64, iters: usize) -> f64 {
                 wait(x, v)?;
             }
             x.store(from, v).map_err(e)?;
-            while !x.write(peer, from, word, 8, i).map_err(e)? {
+            while !x.write(Pe::from_idx(peer), from, word, 8, i).map_err(e)? {
                 poll_job(x)?;
             }
             if me == 0 {
@@ -329,7 +329,7 @@ fn start_proxy(ring: &Arc<Ring>, cfg: &Config) -> InstantProxy {
 /// The `i`-th 8-byte `p` descriptor for PE 1.
 fn p_desc(i: u64) -> Desc {
     Desc::P {
-        pe: 1,
+        pe: Pe::new(1),
         remote: 8 * (i % 512),
         value: i,
         width: 8,

@@ -11,13 +11,12 @@ use std::sync::{
 };
 
 use pshmem_transport::{
-    Event, LocalRef, MrId, PostError, RemoteMrId, RemoteRef, Transport, TransportError,
+    Event, LocalRef, MrId, Pe, PostError, RemoteMrId, RemoteRef, Transport, TransportError,
 };
 
 use super::{
-    complete::keep,
     ctx::{self, Ctx},
-    work::Ev,
+    link::{Inbox, Link},
 };
 use crate::mem::{HeapMem, MemError};
 
@@ -55,14 +54,28 @@ impl JobSlot {
 /// [`Exclusive::poll`], which reports its own completions and keeps everything else for the
 /// proxy.
 pub struct Exclusive<'a> {
-    pub(super) t: &'a mut dyn Transport,
-    pub(super) heap: &'a HeapMem,
-    pub(super) heap_mr: MrId,
-    pub(super) remote: &'a [RemoteMrId],
-    pub(super) events: &'a mut Vec<Ev>,
-    pub(super) msgs: &'a mut Vec<Vec<u8>>,
+    t: &'a mut dyn Transport,
+    heap: &'a HeapMem,
+    heap_mr: MrId,
+    remote: &'a [RemoteMrId],
+    /// Where events that are not the job's wait for the engine.
+    inbox: &'a mut Inbox,
     /// The job's writes posted and not yet reported by `poll`.
-    pub(super) outstanding: usize,
+    outstanding: usize,
+}
+
+/// Runs `job` with `link`'s transport to itself, writing from `heap` (this PE's registered
+/// heap); the events its polls keep for the proxy stay in the link's inbox.
+pub(super) fn run(job: Job, link: &mut Link, heap: &HeapMem) {
+    let mut x = Exclusive {
+        t: &mut *link.t,
+        heap,
+        heap_mr: link.region_mr,
+        remote: &link.remote,
+        inbox: &mut link.inbox,
+        outstanding: 0,
+    };
+    job(&mut x);
 }
 
 impl std::fmt::Debug for Exclusive<'_> {
@@ -91,7 +104,7 @@ pub enum ExclusiveError {
 
 impl Exclusive<'_> {
     /// This PE.
-    pub fn my_pe(&self) -> usize {
+    pub fn my_pe(&self) -> Pe {
         self.t.my_pe()
     }
 
@@ -106,7 +119,7 @@ impl Exclusive<'_> {
     /// poll and post again.
     pub fn write(
         &mut self,
-        pe: usize,
+        pe: Pe,
         src: u64,
         dst: u64,
         len: usize,
@@ -116,7 +129,7 @@ impl Exclusive<'_> {
             return Err(ExclusiveError::Context(ctx));
         }
         self.heap.check(src, len as u64)?;
-        let remote = *self.remote.get(pe).ok_or_else(|| {
+        let remote = *self.remote.get(pe.idx()).ok_or_else(|| {
             ExclusiveError::Transport(pshmem_transport::TransportError::InvalidArgument {
                 op: "exclusive write",
                 reason: format!("PE {pe} out of range for {} PEs", self.remote.len()),
@@ -164,7 +177,7 @@ impl Exclusive<'_> {
         &mut self,
         done: &mut dyn FnMut(u64, Option<TransportError>),
     ) -> Result<usize, ExclusiveError> {
-        let (events, msgs) = (&mut *self.events, &mut *self.msgs);
+        let inbox = &mut *self.inbox;
         let mut mine = 0;
         self.t.poll(&mut |e| {
             let job = match &e {
@@ -180,7 +193,7 @@ impl Exclusive<'_> {
                     mine += 1;
                     done(j, None);
                 }
-                (None, e) => keep(events, msgs, e),
+                (None, e) => inbox.keep(e),
             }
         })?;
         self.outstanding -= mine.min(self.outstanding);

@@ -1,14 +1,15 @@
-//! This PE's own heap, as the engine touches it: operations a ring sends to this PE itself
-//! (applied at once, in order), peers' AMOs and signals, and copies between raw addresses.
-//! A host heap is reached through its mapping (CPU copies and atomics); a GPU heap through
-//! [`DeviceMem`] (CUDA copies on the proxy's own stream, AMOs by a one-thread kernel: the CPU
-//! never touches GPU memory itself).
+//! This PE's own memory, as the engine touches it ([`Home`]): operations a ring sends to this
+//! PE itself (applied at once, in order), peers' AMOs and signals, and copies between raw
+//! addresses. A host heap is reached through its mapping (CPU copies and atomics); a GPU heap
+//! through [`DeviceMem`] (CUDA copies on the proxy's own stream, AMOs by a one-thread kernel:
+//! the CPU never touches GPU memory itself).
 
-use pshmem_abi::error as code;
+use std::collections::VecDeque;
+
 use pshmem_ring::{AmoOp, Desc, Local};
 
-use super::{Engine, work::Dir};
-use crate::{DeviceMem, mem::MemError};
+use super::{io::Tracer, staged::AfterCopy, work::Dir};
+use crate::{DeviceMem, HeapMem, mem::MemError, trace::Cost};
 
 /// A GPU heap reached through its device.
 pub(crate) struct DeviceHeap {
@@ -123,9 +124,24 @@ impl DeviceHeap {
     }
 }
 
-impl Engine {
-    /// Applies an operation to this PE's own heap, at once and in order.
-    pub(super) fn apply_self(&mut self, d: &Desc) -> Result<(), MemError> {
+/// This PE's memory: the registered region's view, the GPU heap when there is one, and (host-
+/// staged path) the copies under way on the device's stream with what follows each.
+pub(super) struct Home {
+    /// This PE's GPU heap, when it has one: reached through host staging, or registered with
+    /// the transport (DMA-BUF). Dropped before the staging buffer it page-locked (the engine's
+    /// field order).
+    pub device: Option<DeviceHeap>,
+    /// What is registered as this PE's heap: the host heap, the GPU heap (registered mode, a
+    /// view never dereferenced), or the landing area (host-staged path).
+    pub region: HeapMem,
+    /// Copies under way (their tickets, in order) and what follows each.
+    pub copying: VecDeque<(u64, AfterCopy)>,
+}
+
+impl Home {
+    /// Applies an operation to this PE's own heap, at once and in order (`idle` runs while a
+    /// GPU AMO is pending).
+    pub(super) fn apply_self(&mut self, d: &Desc, idle: &mut dyn FnMut()) -> Result<(), MemError> {
         match *d {
             Desc::Put {
                 remote, local, len, ..
@@ -151,7 +167,7 @@ impl Engine {
                 result,
                 ..
             } => {
-                let old = self.heap_amo(remote, wide, op, operand, compare)?;
+                let old = self.amo(remote, (wide, op, operand, compare), idle)?;
                 if result == 0 {
                     return Ok(());
                 }
@@ -165,7 +181,9 @@ impl Engine {
             }
             | Desc::SignalCounted {
                 remote, value, op, ..
-            } => self.heap_amo(remote, true, op.as_amo(), value, 0).map(drop),
+            } => self
+                .amo(remote, (true, op.as_amo(), value, 0), idle)
+                .map(drop),
             Desc::PutSignal {
                 remote,
                 local,
@@ -176,7 +194,7 @@ impl Engine {
                 ..
             } => {
                 self.copy_heap(Dir::Put, remote, local, len)?;
-                self.heap_amo(sig, true, op.as_amo(), value, 0).map(drop)
+                self.amo(sig, (true, op.as_amo(), value, 0), idle).map(drop)
             }
             Desc::Fence => Ok(()),
         }
@@ -225,29 +243,16 @@ impl Engine {
     }
 
     /// An AMO on this PE's heap: CPU atomics on a host heap, the GPU's own atomics (a kernel)
-    /// on a GPU heap.
-    pub(super) fn heap_amo(
+    /// on a GPU heap, while `idle` runs (the rings' new operations are stashed meanwhile).
+    pub(super) fn amo(
         &mut self,
         off: u64,
-        wide: bool,
-        op: AmoOp,
-        operand: u64,
-        compare: u64,
+        (wide, op, operand, compare): (bool, AmoOp, u64, u64),
+        idle: &mut dyn FnMut(),
     ) -> Result<u64, MemError> {
-        // Split borrows: the device works while its wait stashes the rings' new operations.
-        let Engine {
-            device,
-            region,
-            rings,
-            cfg,
-            ..
-        } = self;
-        match device.as_mut() {
-            Some(d) => {
-                let mut idle = || super::work::stash_rings(rings, cfg.batch);
-                d.amo(off, (wide, op, operand, compare), &mut idle)
-            }
-            None => region.amo(off, wide, op, operand, compare),
+        match self.device.as_mut() {
+            Some(d) => d.amo(off, (wide, op, operand, compare), idle),
+            None => self.region.amo(off, wide, op, operand, compare),
         }
     }
 
@@ -272,10 +277,10 @@ impl Engine {
         }
     }
 
-    /// In registered GPU mode, local sides inside the GPU heap become heap offsets (RMA from
-    /// the registration instead of staging through chunks).
-    pub(super) fn localize(&self, mut d: Desc) -> Desc {
-        if let (Some(dev), None) = (&self.device, &self.landing) {
+    /// In registered GPU mode (not `staged`), local sides inside the GPU heap become heap
+    /// offsets (RMA from the registration instead of staging through chunks).
+    pub(super) fn localize(&self, mut d: Desc, staged: bool) -> Desc {
+        if let (Some(dev), false) = (&self.device, staged) {
             match &mut d {
                 Desc::Put { local, len, .. }
                 | Desc::Get { local, len, .. }
@@ -287,9 +292,37 @@ impl Engine {
         d
     }
 
-    /// A local memory failure while handling an operation with `pe`: the job fails.
-    pub(super) fn mem_fault(&mut self, pe: u32, e: MemError) {
-        let detail = format!("PE {}: an operation with PE {pe}: {e}", self.me);
-        self.fault_with(code::OP_FAILED, Some(self.me as usize), detail, e);
+    /// The device or host address of a descriptor's local side.
+    pub(super) fn staged_addr(&self, l: Local) -> u64 {
+        match l {
+            Local::Heap(off) => self.device.as_ref().map_or(0, |d| d.base) + off,
+            Local::Raw(a) => a,
+        }
+    }
+
+    /// Starts a copy of the host-staged path: on the device's stream, or at once without a
+    /// device (ticket 0, always finished).
+    ///
+    /// # Safety
+    /// As [`crate::DeviceMem::copy_start`].
+    pub(super) unsafe fn copy_start(
+        &mut self,
+        tracer: &mut Tracer,
+        dst: u64,
+        src: u64,
+        n: usize,
+    ) -> Result<u64, MemError> {
+        let at = tracer.clock();
+        let r = match self.device.as_mut() {
+            // SAFETY: forwarded.
+            Some(d) => unsafe { d.copy_start(dst, src, n) },
+            None => {
+                // SAFETY: forwarded; staging memory is the proxy's own, distinct from `src`.
+                unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, n) };
+                Ok(0)
+            }
+        };
+        tracer.charge_since(Cost::CopyStart, at);
+        r
     }
 }

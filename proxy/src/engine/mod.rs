@@ -1,7 +1,23 @@
-//! The proxy loop: drain rings, queue work per (ring, target PE), issue it to the transport,
-//! handle completions and peers' requests, advance the rings' completion counters.
+//! The proxy loop: drain rings, queue work per (ring, destination PE), issue it to the
+//! transport, handle completions and peers' requests, advance the rings' completion counters.
 //!
-//! One turn of the loop, one module per phase:
+//! The state is split like the work, each part in its own type:
+//! - [`Link`] (`link`): the transport, its capabilities and registrations, the events a poll
+//!   hands over and the messages that met back-pressure;
+//! - `Initiator` (`initiator`): this PE's own operations — the rings, the operations and parts
+//!   in flight, and one `Peer` per destination (`peer`: in-flight count, queues per ring, tags,
+//!   landing slots);
+//! - `Target` (`target`): what peers ask of this PE — tagged writes and parked signals, strong
+//!   signals' order, the acks to send, waiting staged gets;
+//! - `Home` (`home`): this PE's memory and GPU, and the copies under way on its stream;
+//! - the staging buffers, the trace and the fault record, lent with the others as an `Io`
+//!   (`io`).
+//!
+//! Phase methods live on the side they serve and borrow only what they use; the few steps
+//! that hand results from one side to the other (a poll's events, a peer's message, a finished
+//! copy) are routers here on the engine.
+//!
+//! One turn of the loop:
 //! 1. tell the transport about newly dead peers (here);
 //! 2. `accept`: drain up to `batch` operations from each ring into per-(ring, PE) FIFO queues
 //!    (operations on this PE itself are applied at once, in order, by `home`);
@@ -10,17 +26,15 @@
 //! 4. `complete`: poll the transport and finish parts and operations; then issue the counted
 //!    signals held aside (gated mode) whose preceding parts all completed, ahead of their
 //!    queues (everything still queued there is later);
-//! 5. `serve`: peers' requests (AMOs, signals, staged stores and gets), acks, tagged writes;
-//!    send the acks gathered this turn (one message per peer);
+//! 5. the target (`target`): peers' requests (AMOs, signals, staged stores and gets) and tagged
+//!    writes; the acks gathered this turn go out (one message per peer);
 //! 6. move each ring's `completed` counter past its finished prefix (here);
 //! 7. back off if nothing happened (here).
 //!
 //! `ctx` owns every bit of the words the engine packs (transport contexts, request ids,
-//! remote CQ data); `work` the state kept between phases; `exclusive` the jobs that borrow
-//! the transport between turns.
+//! remote CQ data); `exclusive` the jobs that borrow the transport between turns.
 
 use std::{
-    collections::{HashMap, VecDeque},
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -29,33 +43,38 @@ use std::{
 };
 
 use pshmem_abi::error as code;
-use pshmem_transport::{Caps, LocalMem, MemKind, MrId, RemoteMrId, Transport};
+use pshmem_transport::{Caps, Pe};
 
 mod accept;
 mod complete;
 pub(crate) mod ctx;
 pub(crate) mod exclusive;
 mod home;
+mod initiator;
+mod io;
 mod issue;
-mod serve;
+mod link;
+mod peer;
 pub(crate) mod staged;
 pub(crate) mod tags;
+mod target;
 #[cfg(test)]
 mod tests;
 mod work;
 
-use ctx::ImmWidth;
+use ctx::{ImmWidth, RingId};
 use exclusive::JobSlot;
-use home::DeviceHeap;
+use home::{DeviceHeap, Home};
+use initiator::Initiator;
+use io::{Faults, Io, Tracer};
+use link::{Inbox, Link};
 use staged::Landing;
-use work::{Ev, Op, Part, RingState, Staging, TagState};
+use target::Target;
+use work::{RingState, Staging};
 
 use crate::{
-    FaultCause, Health, ProxyConfig, ProxyError, ProxySetup,
-    mem::HeapMem,
-    slab::GenSlab,
+    Health, ProxyConfig, ProxyError, ProxySetup,
     trace::{Cost, Trace},
-    wire::Ack,
 };
 
 /// How put-with-signal and fence keep their order on this transport.
@@ -89,84 +108,33 @@ impl SignalMode {
 
 /// The proxy's state, owned by its thread.
 pub struct Engine {
-    // Drop order: the transport first (it may still read the staging buffer and the registered
-    // region), then the device (it page-locked the staging buffer), then the staging buffer.
-    t: Box<dyn Transport>,
-    /// This PE's GPU heap, when it has one: reached through host staging, or registered with
-    /// the transport (DMA-BUF).
-    device: Option<DeviceHeap>,
+    // Drop order: the link first (its transport may still read the staging buffer and the
+    // registered region), then home (its device page-locked the staging buffer), then the
+    // staging buffer.
+    link: Link,
+    home: Home,
     staging: Staging,
-    /// The host-staged path's landing slots (a GPU heap the transport cannot register).
-    landing: Option<Landing>,
-    caps: Caps,
-    me: u32,
-    n: usize,
-    /// What is registered as this PE's heap: the host heap, the GPU heap (registered mode, a
-    /// view never dereferenced), or the landing area (host-staged path).
-    region: HeapMem,
-    region_mr: MrId,
-    remote: Vec<RemoteMrId>,
-    rings: Vec<RingState>,
-    ops: GenSlab<Op>,
-    parts: GenSlab<Part>,
-    /// (ring, PE) queues with work, in round-robin order.
-    active: VecDeque<(u16, u32)>,
-    mode: SignalMode,
-    /// The layout of tagged writes' remote CQ data (tagged mode).
-    imm: ImmWidth,
-    /// Strong signals are in effect (asked for, in tagged mode).
-    strong: bool,
-    /// Target side: tagged writes and parked signals per (source PE, tag).
-    tags: HashMap<(u32, u32), TagState>,
-    /// Target side: strong signals ready but waiting for an earlier one from their source.
-    order: tags::Order<crate::wire::Request>,
-    /// Reused: the strong signals to apply now.
-    ready: Vec<crate::wire::Request>,
-    /// Initiator side: the tags in use toward each PE, and the counted rounds and strong
-    /// epochs that hold them.
-    itags: tags::Tags,
-    acks: HashMap<u32, Vec<Ack>>,
-    /// Messages that met back-pressure, in order: (PE, bytes, context).
-    outbox: VecDeque<(u32, Vec<u8>, u64)>,
-    health: Arc<Health>,
+    init: Initiator,
+    target: Target,
+    tracer: Tracer,
+    faults: Faults,
     cfg: ProxyConfig,
     stop: Arc<AtomicBool>,
     dead_seen: u64,
-    failed: bool,
-    /// Parts posted and not yet complete (bounded by `ProxyConfig::max_inflight`).
-    inflight: usize,
-    /// The (ring, PE) queues holding counted signals aside (gated mode) until what precedes
-    /// them completes.
-    holding: Vec<(u16, u32)>,
-    /// Parts in flight per destination PE (bounded by `ProxyConfig::max_inflight_per_pe`).
-    pe_inflight: Vec<u32>,
-    /// Reused buffers (no allocation per turn).
-    events: Vec<Ev>,
-    msgs: Vec<Vec<u8>>,
     /// A job waiting for the transport to itself (see `exclusive`).
     jobs: Arc<JobSlot>,
-    /// The proxy trace, when `PSHMEM_TRACE` asks for one.
-    trace: Option<Box<Trace>>,
 }
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
-            .field("pe", &self.me)
-            .field("mode", &self.mode)
+            .field("pe", &self.link.me)
+            .field("mode", &self.init.mode)
             .finish_non_exhaustive()
     }
 }
 
 impl Engine {
-    /// Whether flow control lets one more part go to `pe` now: in flight in total and to
-    /// that PE below their limits.
-    #[inline]
-    pub(super) fn room_for(&self, pe: u32) -> bool {
-        self.inflight < self.cfg.max_inflight
-            && (self.pe_inflight[pe as usize] as usize) < self.cfg.max_inflight_per_pe
-    }
-
     pub(crate) fn new(
         mut s: ProxySetup,
         cfg: ProxyConfig,
@@ -175,7 +143,6 @@ impl Engine {
         jobs: Arc<JobSlot>,
     ) -> Result<Self, ProxyError> {
         let caps = s.transport.caps().clone();
-        let cfg_trace = cfg.trace.clone();
         let me = s.transport.my_pe();
         let n = s.transport.n_pes();
         let host_staged = s.device.is_some() && !s.device_registered;
@@ -197,94 +164,89 @@ impl Engine {
             if host_staged {
                 landing = Some(
                     Landing::new(s.heap.len(), staging.chunk, n)
-                        .map_err(|what| ProxyError::Limits { pe: me, what })?,
+                        .map_err(|what| ProxyError::Limits { pe: me.idx(), what })?,
                 );
                 // An operation finishes only when the target acked it: every ordering is a gate.
                 mode = SignalMode::Gated;
             }
         }
-        let rings = s.rings.into_iter().map(|r| RingState::new(r, n)).collect();
+        let rings: Vec<RingState> = s.rings.into_iter().map(RingState::new).collect();
+        let slots = landing.map_or(0, |l| l.per_group);
+        let shape = (mode, imm.tag_bits(), landing.is_some(), slots);
         Ok(Self {
-            t: s.transport,
-            device,
+            link: Link {
+                t: s.transport,
+                caps,
+                me,
+                n,
+                region_mr: s.heap_mr,
+                remote: s.remote_heaps,
+                imm,
+                landing,
+                inbox: Inbox::default(),
+                outbox: Default::default(),
+            },
+            home: Home {
+                device,
+                region: s.heap,
+                copying: Default::default(),
+            },
             staging,
-            landing,
-            caps,
-            me: me as u32,
-            n,
-            region: s.heap,
-            region_mr: s.heap_mr,
-            remote: s.remote_heaps,
-            rings,
-            ops: GenSlab::new(),
-            parts: GenSlab::new(),
-            active: VecDeque::new(),
-            mode,
-            imm,
-            strong: cfg.strong_signals && mode == SignalMode::Tagged,
-            tags: HashMap::new(),
-            order: tags::Order::default(),
-            ready: Vec::new(),
-            itags: tags::Tags::new(n, imm.tag_bits()),
-            acks: HashMap::new(),
-            outbox: VecDeque::new(),
-            health,
+            init: Initiator::new(rings, (me, n), shape, &cfg),
+            target: Target::default(),
+            tracer: Tracer::new(cfg.trace.as_ref().map(|p| Box::new(Trace::new(p)))),
+            faults: Faults::new(health, me),
             cfg,
             stop,
             dead_seen: 0,
-            failed: false,
-            inflight: 0,
-            holding: Vec::new(),
-            pe_inflight: vec![0; n],
-            events: Vec::new(),
-            msgs: Vec::new(),
             jobs,
-            trace: cfg_trace.map(|p| Box::new(Trace::new(&p))),
         })
+    }
+
+    /// The initiator, the target, and the services both borrow.
+    #[inline]
+    fn split(&mut self) -> (&mut Initiator, &mut Target, Io<'_>) {
+        let Engine {
+            link,
+            home,
+            staging,
+            init,
+            target,
+            tracer,
+            faults,
+            ..
+        } = self;
+        let io = Io {
+            link,
+            staging,
+            home,
+            tracer,
+            faults,
+        };
+        (init, target, io)
     }
 
     /// Writes the trace, if one was asked for (when the thread ends).
     pub(crate) fn write_trace(&self) {
-        let Some(t) = &self.trace else { return };
-        let thread = std::thread::current()
-            .name()
-            .unwrap_or("pshmem-proxy")
-            .to_string();
-        match t.write(self.me, &thread) {
-            Ok((trace, summary)) => tracing::info!(
-                "PE {}: proxy trace written to {} and {}",
-                self.me,
-                trace.display(),
-                summary.display()
-            ),
-            Err(e) => tracing::warn!("PE {}: writing the proxy trace failed: {e}", self.me),
-        }
-    }
-
-    /// Operation `seq` of ring `ring` finished: its ring's completion may move past it.
-    #[inline]
-    pub(super) fn finish_op(&mut self, ring: u16, seq: u64) {
-        if let Some(t) = &mut self.trace {
-            t.finish(ring, seq);
-        }
-        self.rings[ring as usize].done.finish(seq);
+        self.tracer.write(self.link.me);
     }
 
     /// The signal mode of this transport, or why the engine cannot run on it.
     fn check_setup(
         caps: &Caps,
-        me: usize,
+        me: Pe,
         n: usize,
         rings: usize,
         host_staged: bool,
     ) -> Result<SignalMode, ProxyError> {
+        let pe = me.idx();
         let mode = SignalMode::for_caps(caps).ok_or_else(|| ProxyError::Unorderable {
-            pe: me,
+            pe,
             transport: caps.name.clone(),
         })?;
         if rings > ctx::MAX_RINGS || n > ctx::MAX_PES {
             return Err(ProxyError::Limits {
-                pe: me,
+                pe,
                 what: format!(
                     "{rings} rings and {n} PEs: a proxy thread serves at most {} rings and {} PEs",
                     ctx::MAX_RINGS,
@@ -294,7 +256,7 @@ impl Engine {
         }
         if host_staged && caps.cq_data_size < 8 {
             return Err(ProxyError::Limits {
-                pe: me,
+                pe,
                 what: format!(
                     "the host-staged GPU path needs writes with 8 bytes of remote CQ data, and \
                      {} carries {}",
@@ -306,7 +268,7 @@ impl Engine {
             && n > w.max_pes()
         {
             return Err(ProxyError::Limits {
-                pe: me,
+                pe,
                 what: format!(
                     "{n} PEs: the {} bytes of remote CQ data of {} name at most {} source PEs",
                     caps.cq_data_size,
@@ -330,7 +292,7 @@ impl Engine {
         let mut idle = Idle::default();
         loop {
             let work = self.turn();
-            if self.failed || self.health.faulted() {
+            if self.faults.failed || self.faults.health().faulted() {
                 // The job is failing: every ring is raised; keep nothing waiting on us.
                 return;
             }
@@ -361,13 +323,13 @@ impl Engine {
         if t.elapsed() <= self.cfg.drain_limit {
             return false;
         }
-        self.health.raise(
+        self.faults.health().raise(
             code::PROXY,
             None,
             format!(
                 "PE {}: proxy stopped with {} operations unfinished after {:?}",
-                self.me,
-                self.ops.len(),
+                self.link.me,
+                self.init.ops.len(),
                 self.cfg.drain_limit
             ),
         );
@@ -383,10 +345,7 @@ impl Engine {
         }
         let since = *idle.since.get_or_insert_with(Instant::now);
         // Sleep only with nothing in flight: a completion or ack may be moments away.
-        let waiting = self.parts.len() > 0
-            || !self.active.is_empty()
-            || !self.holding.is_empty()
-            || self.staged_busy();
+        let waiting = self.init.waiting() || self.staged_busy();
         if waiting || self.cfg.idle_after.is_zero() || since.elapsed() < self.cfg.idle_after {
             idle.spins = idle.spins.wrapping_add(1);
             if idle.spins % 64 == 0 {
@@ -394,7 +353,7 @@ impl Engine {
             } else {
                 std::hint::spin_loop();
             }
-        } else if self.t.wait(self.cfg.max_sleep) {
+        } else if self.link.t.wait(self.cfg.max_sleep) {
             // Blocked until traffic arrived or the sleep ended (a manual-progress target wakes
             // at once when a peer sends; new ring work waits at most `max_sleep`). Traffic
             // resets the idle clock: a target receiving a stream (RMA into its heap makes no
@@ -404,94 +363,67 @@ impl Engine {
         }
     }
 
+    /// Nothing under way on either side.
     fn idle(&self) -> bool {
-        self.ops.len() == 0
-            && self.parts.len() == 0
-            && self.outbox.is_empty()
-            && self.acks.is_empty()
-            && self.active.is_empty()
-            && self.holding.is_empty()
-            && !self.staged_busy()
-            && self.rings.iter().all(|r| r.stash.is_empty())
+        !self.init.busy()
+            && self.target.idle()
+            && self.link.outbox.is_empty()
+            && self.home.copying.is_empty()
+    }
+
+    /// Whether staged work is still pending (waiting get requests, copies under way).
+    fn staged_busy(&self) -> bool {
+        !self.target.waiting.is_empty() || !self.home.copying.is_empty()
     }
 
     /// One turn; returns a measure of the work done (0 = idle).
     pub(crate) fn turn(&mut self) -> usize {
-        for (pe, why) in self.health.dead_since(&mut self.dead_seen) {
-            self.t.fail_peer(pe, &why);
+        for (pe, why) in self.faults.health().dead_since(&mut self.dead_seen) {
+            self.link.t.fail_peer(Pe::from_idx(pe), &why);
         }
+        let staged = self.init.staged;
         let mut work = 0;
-        let at = self.clock();
-        for r in 0..self.rings.len() {
-            work += self.drain(r);
+        let at = self.tracer.clock();
+        let (init, target, mut io) = self.split();
+        for r in 0..init.rings.len() {
+            work += init.drain(&mut io, RingId::new(r));
         }
-        let at = self.charge(Cost::Drain, at);
-        work += self.issue_all();
-        if self.landing.is_some() {
-            work += self.serve_waiting();
+        let at = io.tracer.charge(Cost::Drain, at);
+        work += init.issue_all(&mut io);
+        if staged {
+            work += target.serve_waiting(&mut io);
         }
-        let at = self.charge(Cost::Issue, at);
+        let at = io.tracer.charge(Cost::Issue, at);
         work += self.poll();
-        if !self.holding.is_empty() {
-            work += self.release_held();
+        if !self.init.holding.is_empty() {
+            let (init, _, mut io) = self.split();
+            work += init.release_held(&mut io);
         }
-        let at = self.charge(Cost::Progress, at);
-        if self.landing.is_some() {
+        let at = self.tracer.charge(Cost::Progress, at);
+        if staged {
             work += self.flush_copies();
         }
-        work += self.flush_messages();
-        self.charge(Cost::Flush, at);
-        if let Some(t) = &mut self.trace {
-            t.end_turn(work > 0);
-        }
-        for r in &mut self.rings {
-            if let Some(v) = r.done.advance()
-                && let Some(cons) = &r.cons
-            {
-                cons.set_completed(v);
-            }
-        }
+        self.target.take_acks(&mut self.link);
+        work += self.link.flush_outbox(&mut self.tracer, &mut self.faults);
+        self.tracer.charge_since(Cost::Flush, at);
+        self.tracer.end_turn(work > 0);
+        self.init.publish_completions();
         work
     }
 
-    /// With a trace: the clock, to time a [`Cost`] from.
-    #[inline]
-    pub(super) fn clock(&self) -> Option<Instant> {
-        self.trace.as_ref().map(|t| t.start())
-    }
-
-    /// With a trace: charges the time since `at` (from [`Engine::clock`]) to `cost`.
-    #[inline]
-    pub(super) fn charge_since(&mut self, cost: Cost, at: Option<Instant>) {
-        if let (Some(t), Some(at)) = (self.trace.as_mut(), at) {
-            t.charge(cost, at);
+    /// Runs the waiting job with the transport to itself (nothing is in flight), then handles
+    /// the events its polls kept for the proxy.
+    fn run_job(&mut self) {
+        // Cleared before the slot is emptied: a job installed meanwhile sets it again. Relaxed:
+        // the slot's mutex orders the job itself; a stale `true` only costs a lock.
+        self.jobs.pending.store(false, Ordering::Relaxed);
+        let Some(job) = self.jobs.lock().take() else {
+            return;
+        };
+        exclusive::run(job, &mut self.link, &self.home.region);
+        if !self.link.inbox.is_empty() {
+            self.dispatch();
         }
-    }
-
-    /// With a trace: charges the phase since `at` to `cost` and starts the next phase.
-    #[inline]
-    fn charge(&mut self, cost: Cost, at: Option<Instant>) -> Option<Instant> {
-        self.charge_since(cost, at);
-        self.trace.as_mut()?.phase();
-        self.clock()
-    }
-
-    /// Records the job's first fault (every ring is raised) and stops issuing.
-    fn fault(&mut self, code: u32, pe: Option<usize>, detail: String) {
-        self.failed = true;
-        self.health.raise(code, pe, detail);
-    }
-
-    /// As [`Engine::fault`], keeping the error that caused it.
-    fn fault_with(
-        &mut self,
-        code: u32,
-        pe: Option<usize>,
-        detail: String,
-        cause: impl Into<FaultCause>,
-    ) {
-        self.failed = true;
-        self.health.raise_with(code, pe, detail, Some(cause.into()));
     }
 }
 
@@ -501,48 +433,6 @@ struct Idle {
     since: Option<Instant>,
     stop_at: Option<Instant>,
     spins: u32,
-}
-
-impl Staging {
-    /// Registers `staging_chunks` chunks (plus, on the host-staged path, a landing header per
-    /// chunk, so that a chunk's payload stays a whole `staging_chunk`: a 1 MiB put is one chunk,
-    /// not two) and a scratch area of the inject size.
-    fn register(
-        t: &mut dyn Transport,
-        cfg: &ProxyConfig,
-        caps: &Caps,
-        host_staged: bool,
-        me: usize,
-    ) -> Result<Self, ProxyError> {
-        let chunk = cfg.staging_chunk.max(4096) + if host_staged { staged::HDR } else { 0 };
-        let scratch = chunk * cfg.staging_chunks.max(1);
-        // Payloads up to the inject size go through the scratch area (the transport copies
-        // them at post); larger inline payloads take a chunk.
-        let inject = caps.inject_size.clamp(8, 64 << 10);
-        let mut buf = vec![0u8; scratch + inject];
-        // SAFETY: `buf` is owned by the engine, never reallocated, and lives as long as the
-        // transport (the engine drops the transport first: field order).
-        let mr = unsafe {
-            t.mr_reg(LocalMem {
-                ptr: buf.as_mut_ptr(),
-                len: buf.len(),
-                kind: MemKind::Host,
-            })
-        }
-        .map_err(|source| ProxyError::Setup {
-            pe: me,
-            what: "registering the staging buffers",
-            source,
-        })?;
-        Ok(Self {
-            buf,
-            mr,
-            chunk,
-            free: (0..cfg.staging_chunks.max(1) as u32).rev().collect(),
-            scratch,
-            inject,
-        })
-    }
 }
 
 fn pin(cpu: usize) {

@@ -1,13 +1,49 @@
-//! What the engine keeps between the phases of its turns: work queued per (ring, PE), the
-//! operations and parts in flight, the registered staging memory.
+//! What the initiator keeps between the phases of its turns: work queued per (ring, PE), the
+//! operations and parts in flight, and the registered staging memory; plus the small types the
+//! phases share (a per-PE table, a transport event copied out of a poll).
 
-use std::collections::VecDeque;
+use std::{
+    collections::VecDeque,
+    ops::{Index, IndexMut},
+};
 
 use pshmem_ring::{AmoOp, Completions, Consumer, Local, RawSlot, SignalOp, layout::MAX_SLOTS};
-use pshmem_transport::MrId;
+use pshmem_transport::{Caps, LocalMem, MemKind, MrId, Pe, Transport};
 
-use super::{ctx::SlabKey, tags::Tag};
-use crate::wire::Request;
+use super::{
+    ctx::{RingId, SlabKey},
+    tags::Tag,
+};
+use crate::{ProxyConfig, ProxyError, wire::Request};
+
+/// Largest single write or read the proxy posts from the heap (bigger ones are split).
+pub(super) const MAX_PART: u64 = 16 << 20;
+
+/// One value per PE of the job, indexed by [`Pe`] (so that no phase converts a PE to an index).
+#[derive(Debug, Clone)]
+pub(super) struct PeVec<T>(Box<[T]>);
+
+impl<T> PeVec<T> {
+    /// `f(pe)` for every PE of a job of `n`.
+    pub(super) fn from_fn(n: usize, f: impl FnMut(Pe) -> T) -> Self {
+        Self(Pe::all(n).map(f).collect())
+    }
+}
+
+impl<T> Index<Pe> for PeVec<T> {
+    type Output = T;
+    #[inline]
+    fn index(&self, pe: Pe) -> &T {
+        &self.0[pe.idx()]
+    }
+}
+
+impl<T> IndexMut<Pe> for PeVec<T> {
+    #[inline]
+    fn index_mut(&mut self, pe: Pe) -> &mut T {
+        &mut self.0[pe.idx()]
+    }
+}
 
 /// The operation a work item or part belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +145,27 @@ pub(super) enum Issued {
     Blocked,
 }
 
+/// How a post went, once booked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Post {
+    /// Posted: the part is in flight.
+    Done,
+    /// Back-pressure: nothing was posted (the part is undone); try again later.
+    Retry,
+    /// Failed: the job is failing.
+    Failed,
+}
+
+impl Post {
+    /// What a post means for the work item that made it.
+    pub(super) fn issued(self) -> Issued {
+        match self {
+            Post::Done => Issued::All,
+            Post::Retry | Post::Failed => Issued::Blocked,
+        }
+    }
+}
+
 /// The work of one (ring, PE).
 #[derive(Debug, Default)]
 pub(super) struct PeQueue {
@@ -199,7 +256,7 @@ impl PeQueue {
 /// One logical operation from a ring that needs bookkeeping.
 #[derive(Debug)]
 pub(super) struct Op {
-    pub ring: u16,
+    pub ring: RingId,
     pub seq: u64,
     /// 1 while still being issued, plus the parts in flight.
     pub pending: u32,
@@ -220,37 +277,36 @@ pub(super) enum Posted {
     IntoChunk { chunk: u32, dst: u64, len: usize },
     /// A request whose ack completes the part.
     Request,
-    /// A host-staged transfer holding a landing slot of `owner`'s group, freed at completion.
-    Landing { owner: u32, slot: u32 },
+    /// A host-staged transfer holding a landing slot of this PE's group at `owner` (at this PE
+    /// itself: a get's reply slot), freed at completion.
+    Landing { owner: Pe, slot: u32 },
 }
 
 /// One transport operation (a write, a read, or a request awaiting its ack).
 #[derive(Debug)]
 pub(super) struct Part {
     pub op: SlabKey,
-    pub pe: u32,
-    pub ring: u16,
+    pub pe: Pe,
+    pub ring: RingId,
     pub posted: Posted,
 }
 
-/// A ring the engine drains, with its completion tracker and per-PE queues.
+/// A ring the engine drains, with its completion tracker.
 pub(super) struct RingState {
     /// Taken out while the ring is drained (so each operation is handled inside the drain).
     pub cons: Option<Consumer>,
     pub done: Completions,
-    pub queues: Vec<PeQueue>,
     /// Operations taken out of the ring while the proxy waited for its GPU (see
     /// [`stash_rings`]), each with its sequence number: the next drain takes them first.
     pub stash: VecDeque<Stashed>,
 }
 
 impl RingState {
-    /// The state of `ring`, drained for a job of `n` PEs.
-    pub(super) fn new(ring: std::sync::Arc<pshmem_ring::Ring>, n: usize) -> Self {
+    /// The state of `ring`.
+    pub(super) fn new(ring: std::sync::Arc<pshmem_ring::Ring>) -> Self {
         Self {
             cons: Some(Consumer::new(ring)),
             done: Completions::new(),
-            queues: (0..n).map(|_| PeQueue::default()).collect(),
             stash: VecDeque::new(),
         }
     }
@@ -269,9 +325,7 @@ pub(super) struct Stashed {
 /// waiting for that ring space. Order is kept: a ring's stash is taken before its slots.
 pub(super) fn stash_rings(rings: &mut [RingState], batch: usize) {
     for rs in rings {
-        let RingState {
-            cons, done, stash, ..
-        } = rs;
+        let RingState { cons, done, stash } = rs;
         let Some(cons) = cons.as_mut() else {
             continue;
         };
@@ -289,7 +343,8 @@ pub(super) fn stash_rings(rings: &mut [RingState], batch: usize) {
     }
 }
 
-/// Registered bounce memory for raw-address sources and destinations.
+/// Registered bounce memory for raw-address sources and destinations, shared by both sides
+/// (the initiator's staged chunks and inline payloads; the target's staged get replies).
 pub(super) struct Staging {
     pub buf: Vec<u8>,
     pub mr: MrId,
@@ -302,6 +357,46 @@ pub(super) struct Staging {
 }
 
 impl Staging {
+    /// Registers `staging_chunks` chunks (plus, on the host-staged path, a landing header per
+    /// chunk, so that a chunk's payload stays a whole `staging_chunk`: a 1 MiB put is one chunk,
+    /// not two) and a scratch area of the inject size.
+    pub(super) fn register(
+        t: &mut dyn Transport,
+        cfg: &ProxyConfig,
+        caps: &Caps,
+        host_staged: bool,
+        me: Pe,
+    ) -> Result<Self, ProxyError> {
+        let chunk = cfg.staging_chunk.max(4096) + if host_staged { super::staged::HDR } else { 0 };
+        let scratch = chunk * cfg.staging_chunks.max(1);
+        // Payloads up to the inject size go through the scratch area (the transport copies
+        // them at post); larger inline payloads take a chunk.
+        let inject = caps.inject_size.clamp(8, 64 << 10);
+        let mut buf = vec![0u8; scratch + inject];
+        // SAFETY: `buf` is owned by the engine, never reallocated, and lives as long as the
+        // transport (the engine drops the transport first: field order).
+        let mr = unsafe {
+            t.mr_reg(LocalMem {
+                ptr: buf.as_mut_ptr(),
+                len: buf.len(),
+                kind: MemKind::Host,
+            })
+        }
+        .map_err(|source| ProxyError::Setup {
+            pe: me.idx(),
+            what: "registering the staging buffers",
+            source,
+        })?;
+        Ok(Self {
+            buf,
+            mr,
+            chunk,
+            free: (0..cfg.staging_chunks.max(1) as u32).rev().collect(),
+            scratch,
+            inject,
+        })
+    }
+
     pub(super) fn chunk_ptr(&mut self, c: u32) -> *mut u8 {
         self.buf[c as usize * self.chunk..].as_mut_ptr()
     }
@@ -322,7 +417,7 @@ pub(super) struct TagState {
 /// A transport event, copied out of the poll callback.
 #[derive(Debug)]
 pub(crate) enum Ev {
-    Done(u64, Option<u64>),
+    Done(u64),
     /// Context and the transport's error.
     Failed(u64, pshmem_transport::TransportError),
     /// A peer's write with remote CQ data landed here.

@@ -42,8 +42,8 @@ use self::fabric::{
     bits, check, strerror,
 };
 use crate::{
-    Caps, Event, Job, LocalMem, LocalRef, MemKind, MrId, Pe, PostError, RemoteMrId,
-    RemoteRef, Result, Transport, TransportError, check_bounds, slab::Slab,
+    Caps, Event, Job, LocalMem, LocalRef, MemKind, MrId, Pe, PostError, RemoteMrId, RemoteRef,
+    Result, Transport, TransportError, check_bounds, slab::Slab,
 };
 
 /// Provider preference when none is named.
@@ -408,7 +408,7 @@ impl OfiTransport {
         Ok(RawHandles {
             ep: rail.ep.raw(),
             cq: rail.cq.fid,
-            peer: rail.peers[pe],
+            peer: rail.peers[pe.idx()],
             local: region.ptr,
             local_len: region.len,
             local_desc: region.mrs[0].desc,
@@ -585,7 +585,7 @@ impl OfiTransport {
         } else {
             ce.text
         };
-        if pe < self.n && connection_lost(self.socket_errnos, ce.prov_errno) {
+        if pe.idx() < self.n && connection_lost(self.socket_errnos, ce.prov_errno) {
             return TransportError::PeerLost {
                 pe,
                 op: kind.name(),
@@ -605,14 +605,14 @@ impl OfiTransport {
     }
 
     fn peer_ok(&self, pe: Pe, op: &'static str) -> Result<(), PostError> {
-        if pe >= self.n {
+        if pe.idx() >= self.n {
             return Err(TransportError::InvalidArgument {
                 op,
                 reason: format!("PE {pe} out of range for {} PEs", self.n),
             }
             .into());
         }
-        match &self.dead[pe] {
+        match &self.dead[pe.idx()] {
             Some(reason) => Err(TransportError::PeerLost {
                 pe,
                 op,
@@ -672,7 +672,7 @@ impl OfiTransport {
     fn home_rail(&self, pe: Pe) -> usize {
         match self.rails.len() {
             1 => 0,
-            n => pe % n,
+            n => pe.idx() % n,
         }
     }
 
@@ -731,7 +731,7 @@ impl OfiTransport {
             msg_iov: (&iov as *const libc::iovec).cast(),
             desc: &mut desc,
             iov_count: 1,
-            addr: r.peers[pe],
+            addr: r.peers[pe.idx()],
             rma_iov: &rma,
             rma_iov_count: 1,
             context,
@@ -951,7 +951,7 @@ impl OfiTransport {
                     Some(i) => {
                         let (pe, kind) = match self.ops.get_mut(i as u32) {
                             Some(rec) => (rec.pe, rec.kind),
-                            None => (usize::MAX, OpKind::Write),
+                            None => (Pe::new(u32::MAX), OpKind::Write),
                         };
                         let error = self.completion_error(pe, kind, ce);
                         self.finish_part(i as u32, Some(error), on_event);
@@ -1397,7 +1397,7 @@ impl Transport for OfiTransport {
             msg_iov: (&iov as *const libc::iovec).cast(),
             desc: &mut desc,
             iov_count: 1,
-            addr: r.peers[pe],
+            addr: r.peers[pe.idx()],
             context,
             data: 0,
         };
@@ -1476,10 +1476,10 @@ impl Transport for OfiTransport {
     }
 
     fn fail_peer(&mut self, pe: Pe, reason: &str) {
-        if pe >= self.n || self.dead[pe].is_some() {
+        if pe.idx() >= self.n || self.dead[pe.idx()].is_some() {
             return;
         }
-        self.dead[pe] = Some(reason.to_string());
+        self.dead[pe.idx()] = Some(reason.to_string());
         for slot in self.ops.indices_where(|r| r.pe == pe && !r.abandoned) {
             let rec = self.ops.get_mut(slot).expect("live");
             rec.abandoned = true;

@@ -30,7 +30,7 @@ fn counted_signals_never_show_before_any_of_their_puts() {
                     for (i, b) in msgs.iter().enumerate() {
                         let local = w.source(i % 2 == 0, 256 * 1024 + dst(k, i), b);
                         let d = Desc::PutCounted {
-                            pe: 1,
+                            pe: Pe::new(1),
                             remote: dst(k, i),
                             local,
                             len: len as u64,
@@ -41,7 +41,7 @@ fn counted_signals_never_show_before_any_of_their_puts() {
                 }
                 for (k, msgs) in bufs.iter().enumerate() {
                     let d = Desc::SignalCounted {
-                        pe: 1,
+                        pe: Pe::new(1),
                         remote: sig(k),
                         value: (-(msgs.len() as i64) - 1) as u64,
                         op: SignalOp::Set,
@@ -69,7 +69,11 @@ fn counted_signals_never_show_before_any_of_their_puts() {
                     w.fill(1, sig(k), &0u64.to_le_bytes());
                 }
                 // Each round's tags went back with its signals' acks.
-                assert_eq!(w.engines[0].itags.in_use(1), 0, "seed {seed}, {mode:?}");
+                assert_eq!(
+                    w.engines[0].init.peers[Pe::new(1)].tags.in_use(),
+                    0,
+                    "seed {seed}, {mode:?}"
+                );
             }
         }
     }
@@ -88,7 +92,7 @@ fn the_per_pe_limit_bounds_parts_in_flight_to_each_destination() {
     w.fill(0, 256 * 1024, &src);
     let mut last = 0;
     for i in 0..20u64 {
-        for pe in [1, 2] {
+        for pe in [1, 2].map(Pe::new) {
             let d = Desc::Put {
                 pe,
                 remote: 4096 + i * 4096,
@@ -103,7 +107,7 @@ fn the_per_pe_limit_bounds_parts_in_flight_to_each_destination() {
         |w| w.completed(0) >= last,
         |w| {
             for (pe, p) in peak.iter_mut().enumerate().skip(1) {
-                let now = w.engines[0].pe_inflight[pe];
+                let now = w.engines[0].init.peers[Pe::from_idx(pe)].inflight;
                 assert!(now <= 2, "{now} parts in flight to PE {pe}");
                 *p = (*p).max(now);
             }
@@ -133,14 +137,14 @@ fn a_held_counted_signal_lets_later_puts_go() {
             ..InProcConfig::default()
         };
         let mut w = World::new(2, fab, cfg());
-        assert_eq!(w.engines[0].mode, SignalMode::Gated);
+        assert_eq!(w.engines[0].init.mode, SignalMode::Gated);
         let (a, b, sig) = (4096u64, 64 * 1024u64, 512 * 1024u64);
         let data = pattern(seed as usize, 3_000);
         let later = pattern(seed as usize + 9, 3_000);
         w.fill(0, 256 * 1024, &data);
         w.fill(0, 300 * 1024, &later);
         let put = |remote, local| Desc::PutCounted {
-            pe: 1,
+            pe: Pe::new(1),
             remote,
             local: Local::Heap(local),
             len: 3_000,
@@ -150,7 +154,7 @@ fn a_held_counted_signal_lets_later_puts_go() {
         w.push(
             0,
             Desc::SignalCounted {
-                pe: 1,
+                pe: Pe::new(1),
                 remote: sig,
                 value: (-2i64) as u64,
                 op: SignalOp::Set,
@@ -159,7 +163,7 @@ fn a_held_counted_signal_lets_later_puts_go() {
         let last = w.push(
             0,
             Desc::Put {
-                pe: 1,
+                pe: Pe::new(1),
                 remote: b,
                 local: Local::Heap(300 * 1024),
                 len: 3_000,
@@ -182,7 +186,7 @@ fn a_held_counted_signal_lets_later_puts_go() {
             },
         );
         assert_eq!(w.word(1, sig), (-2i64) as u64, "seed {seed}");
-        assert!(w.engines[0].holding.is_empty());
+        assert!(w.engines[0].init.holding.is_empty());
         overtaken += seen as usize;
     }
     assert!(
@@ -208,7 +212,7 @@ fn push_rounds(w: &mut World, seed: u64, sig: u64, len: usize) -> (Vec<Round>, u
             w.push(
                 0,
                 Desc::PutCounted {
-                    pe: 1,
+                    pe: Pe::new(1),
                     remote: at,
                     local,
                     len: len as u64,
@@ -222,7 +226,7 @@ fn push_rounds(w: &mut World, seed: u64, sig: u64, len: usize) -> (Vec<Round>, u
         w.push(
             0,
             Desc::SignalCounted {
-                pe: 1,
+                pe: Pe::new(1),
                 remote: sig,
                 value,
                 op: SignalOp::Set,
@@ -251,7 +255,7 @@ fn held_signals_keep_their_order_and_fences_wait_for_them() {
             ..InProcConfig::default()
         };
         let mut w = World::new(2, fab, cfg());
-        assert_eq!(w.engines[0].mode, SignalMode::Gated);
+        assert_eq!(w.engines[0].init.mode, SignalMode::Gated);
         let (sig, len) = (512 * 1024u64, 2_000);
         let (rounds, at) = push_rounds(&mut w, seed, sig, len);
         w.push(0, Desc::Fence);
@@ -260,7 +264,7 @@ fn held_signals_keep_their_order_and_fences_wait_for_them() {
         let last = w.push(
             0,
             Desc::Put {
-                pe: 1,
+                pe: Pe::new(1),
                 remote: at,
                 local,
                 len: len as u64,
@@ -270,7 +274,10 @@ fn held_signals_keep_their_order_and_fences_wait_for_them() {
         w.run(
             |w| w.completed(0) >= last,
             |w| {
-                let held = w.engines[0].rings.iter().map(|r| r.queues[1].held.len());
+                let held = w.engines[0].init.peers[Pe::new(1)]
+                    .queues
+                    .iter()
+                    .map(|q| q.held.len());
                 most_held = most_held.max(held.max().unwrap_or(0));
                 let v = w.word(1, sig);
                 if v != 0 {
@@ -293,7 +300,7 @@ fn held_signals_keep_their_order_and_fences_wait_for_them() {
         );
         assert_eq!(w.word(1, sig), rounds[rounds.len() - 1].0, "seed {seed}");
         assert_eq!(w.bytes(1, at, len), after);
-        assert!(w.engines[0].holding.is_empty());
+        assert!(w.engines[0].init.holding.is_empty());
     }
     assert!(
         most_held >= 2,

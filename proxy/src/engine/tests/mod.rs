@@ -11,7 +11,7 @@ use std::{
 use pshmem_abi::error;
 use pshmem_ring::{AmoOp, Desc, Local, Producer, Ring, SignalOp, WaitLimit};
 use pshmem_transport::{
-    LocalMem, MemKind, Transport,
+    LocalMem, MemKind, Pe, Transport,
     inproc::{InProcConfig, InProcFabric},
 };
 
@@ -51,7 +51,7 @@ impl World {
             .map(|m| unsafe { HeapMem::new(m.as_mut_ptr().cast(), HEAP) })
             .collect();
         let mut ts: Vec<Box<dyn Transport>> = (0..n)
-            .map(|pe| Box::new(fabric.endpoint(pe)) as Box<dyn Transport>)
+            .map(|pe| Box::new(fabric.endpoint(Pe::from_idx(pe))) as Box<dyn Transport>)
             .collect();
         let mrs: Vec<_> = ts
             .iter_mut()
@@ -72,7 +72,7 @@ impl World {
             let remote_heaps = blobs
                 .iter()
                 .enumerate()
-                .map(|(q, b)| t.mr_import(q, b).expect("import"))
+                .map(|(q, b)| t.mr_import(Pe::from_idx(q), b).expect("import"))
                 .collect();
             let ring = Ring::new_host(256);
             let h = Health::new();
@@ -251,7 +251,7 @@ fn put_with_signal_never_shows_the_signal_before_its_data() {
     for seed in 1..=6 {
         for (mode, fab) in modes(seed) {
             let mut w = World::new(2, fab, cfg());
-            assert_eq!(w.engines[0].mode, mode);
+            assert_eq!(w.engines[0].init.mode, mode);
             let len = 10_000;
             let bufs: Vec<Vec<u8>> = (0..12).map(|i| pattern(i, len)).collect();
             let sig = |i: usize| 512 * 1024 + 8 * i as u64;
@@ -261,7 +261,7 @@ fn put_with_signal_never_shows_the_signal_before_its_data() {
                 // Half from the heap (one RMA part), half from raw memory (staged, 3 parts).
                 let local = w.source(i % 2 == 0, 256 * 1024 + dst(i), b);
                 let d = Desc::PutSignal {
-                    pe: 1,
+                    pe: Pe::new(1),
                     remote: dst(i),
                     local,
                     len: len as u64,
@@ -287,7 +287,11 @@ fn put_with_signal_never_shows_the_signal_before_its_data() {
                 assert_eq!(w.word(1, sig(i)), i as u64 + 1, "seed {seed}, {mode:?}");
             }
             // Every signal was acked: every tag went back.
-            assert_eq!(w.engines[0].itags.in_use(1), 0, "seed {seed}, {mode:?}");
+            assert_eq!(
+                w.engines[0].init.peers[Pe::new(1)].tags.in_use(),
+                0,
+                "seed {seed}, {mode:?}"
+            );
         }
     }
 }
@@ -301,12 +305,12 @@ fn fence_orders_one_destination_and_stalls_no_other() {
         let mut w = World::new(3, modes(seed)[0].1.clone(), cfg());
         let data = pattern(seed as usize, 20_000);
         w.fill(0, 8192, &data);
-        w.fabric.hold(1, true);
+        w.fabric.hold(Pe::new(1), true);
         // Four parts in flight to PE 1 before the fence: one from the heap, three staged.
         w.push(
             0,
             Desc::Put {
-                pe: 1,
+                pe: Pe::new(1),
                 remote: 8192,
                 local: Local::Heap(8192),
                 len: 8192,
@@ -315,15 +319,15 @@ fn fence_orders_one_destination_and_stalls_no_other() {
         w.push(
             0,
             Desc::Put {
-                pe: 1,
+                pe: Pe::new(1),
                 remote: 8192 + 8192,
                 local: Local::Raw(data[8192..].as_ptr() as u64),
                 len: (data.len() - 8192) as u64,
             },
         );
         w.push(0, Desc::Fence);
-        let p = |pe, value| Desc::P {
-            pe,
+        let p = |pe: u32, value| Desc::P {
+            pe: Pe::new(pe),
             remote: 64,
             value,
             width: 8,
@@ -335,7 +339,7 @@ fn fence_orders_one_destination_and_stalls_no_other() {
         }
         assert_eq!(w.word(2, 64), 9, "seed {seed}: the fence stalled PE 2");
         assert_eq!(w.word(1, 64), 0, "seed {seed}: PE 1's link is held");
-        w.fabric.hold(1, false);
+        w.fabric.hold(Pe::new(1), false);
         let check = |w: &World| {
             if w.word(1, 64) == 7 {
                 assert_eq!(w.bytes(1, 8192, data.len()), data, "seed {seed}");
@@ -360,7 +364,7 @@ fn parts_completing_out_of_order_finish_in_ring_order() {
         let sources: Vec<Vec<u8>> = (0..9).map(|i| pattern(100 + i, len)).collect();
         let mut ops = Vec::new();
         for i in 0..9 {
-            let pe = 1 + (i % 3) as u32;
+            let pe = Pe::new(1 + (i % 3) as u32);
             let put = Desc::Put {
                 pe,
                 remote: 65536 + (i * 16384) as u64,
@@ -384,13 +388,13 @@ fn parts_completing_out_of_order_finish_in_ring_order() {
                     continue;
                 }
                 if put {
-                    let got = w.bytes(pe as usize, 65536 + (i * 16384) as u64, len);
+                    let got = w.bytes(pe.idx(), 65536 + (i * 16384) as u64, len);
                     assert_eq!(got, sources[i], "seed {seed}: put {i} completed early");
                 } else {
                     // SAFETY: the get finished (completed passed it): nothing writes the
                     // buffer any more, and it is live.
                     let got = unsafe { std::slice::from_raw_parts(gets_at[i] as *const u8, len) };
-                    assert_eq!(got, &pattern(pe as usize, len)[..], "seed {seed}: get {i}");
+                    assert_eq!(got, &pattern(pe.idx(), len)[..], "seed {seed}: get {i}");
                 }
             }
         };
@@ -411,7 +415,7 @@ fn amos_from_several_pes_are_atomic_and_fetch() {
         for (k, row) in cells.iter_mut().enumerate() {
             for c in row.iter_mut() {
                 let d = Desc::Amo {
-                    pe: 2,
+                    pe: Pe::new(2),
                     remote: 128,
                     op: AmoOp::FetchAdd,
                     wide: true,
@@ -451,14 +455,14 @@ fn back_pressure_loses_nothing() {
     let mut last = 0;
     for (i, s) in srcs.iter().enumerate() {
         let put = Desc::Put {
-            pe: 1,
+            pe: Pe::new(1),
             remote: (i * 16384) as u64 + 4096,
             local: Local::Raw(s.as_ptr() as u64),
             len: s.len() as u64,
         };
         w.push(0, put);
         let add = Desc::Amo {
-            pe: 1,
+            pe: Pe::new(1),
             remote: 256,
             op: AmoOp::Add,
             wide: false,
@@ -483,14 +487,14 @@ fn own_and_empty_operations_finish_at_once() {
     w.push(
         0,
         Desc::Put {
-            pe: 0,
+            pe: Pe::new(0),
             remote: 4096,
             local: Local::Raw(src.as_ptr() as u64),
             len: 100,
         },
     );
     let empty = Desc::Get {
-        pe: 1,
+        pe: Pe::new(1),
         remote: 4096,
         local: Local::Heap(8192),
         len: 0,
@@ -506,11 +510,11 @@ fn own_and_empty_operations_finish_at_once() {
 #[test]
 fn a_failed_transfer_names_its_pe() {
     let mut w = World::new(3, InProcConfig::default(), cfg());
-    w.fabric.fail_next(0, 2);
+    w.fabric.fail_next(Pe::new(0), Pe::new(2));
     w.push(
         0,
         Desc::Put {
-            pe: 2,
+            pe: Pe::new(2),
             remote: 4096,
             local: Local::Heap(8192),
             len: 4096,
@@ -537,7 +541,7 @@ fn a_refused_request_names_the_target() {
     w.push(
         0,
         Desc::Amo {
-            pe: 1,
+            pe: Pe::new(1),
             remote: HEAP as u64,
             op: AmoOp::Add,
             wide: true,
@@ -559,11 +563,11 @@ fn a_refused_request_names_the_target() {
 #[test]
 fn a_dead_peer_fails_what_goes_to_it() {
     let mut w = World::new(2, InProcConfig::default(), cfg());
-    w.fabric.hold(1, true);
+    w.fabric.hold(Pe::new(1), true);
     w.push(
         0,
         Desc::P {
-            pe: 1,
+            pe: Pe::new(1),
             remote: 64,
             value: 1,
             width: 8,
@@ -572,12 +576,12 @@ fn a_dead_peer_fails_what_goes_to_it() {
     w.step();
     assert_eq!(w.fabric.pending(), 1, "the p is on the wire");
     w.health[0].peer_dead(1, "killed by the test".into());
-    w.fabric.hold(1, false);
+    w.fabric.hold(Pe::new(1), false);
     for _ in 0..20 {
         w.step();
     }
     let f = w.health[0].fault().expect("a fault");
     assert_eq!((f.code, f.pe), (error::PEER_DEAD, Some(1)), "{f:?}");
     assert_eq!(w.word(1, 64), 0, "nothing reached the dead peer");
-    assert!(w.engines[0].failed, "the lost p failed the engine");
+    assert!(w.engines[0].faults.failed, "the lost p failed the engine");
 }

@@ -9,7 +9,7 @@ fn stashed_operations_keep_their_order() {
     let fab = modes(1)[3].1.clone();
     let mut w = World::new(2, fab, cfg());
     let p = |value| Desc::P {
-        pe: 1,
+        pe: Pe::new(1),
         remote: 64,
         value,
         width: 8,
@@ -18,9 +18,9 @@ fn stashed_operations_keep_their_order() {
         w.push(0, p(v));
     }
     // Two waits of the proxy, 4 operations each at most: all six go to the stash.
-    crate::engine::work::stash_rings(&mut w.engines[0].rings, 4);
-    crate::engine::work::stash_rings(&mut w.engines[0].rings, 4);
-    assert_eq!(w.engines[0].rings[0].stash.len(), 6);
+    crate::engine::work::stash_rings(&mut w.engines[0].init.rings, 4);
+    crate::engine::work::stash_rings(&mut w.engines[0].init.rings, 4);
+    assert_eq!(w.engines[0].init.rings[0].stash.len(), 6);
     assert!(!w.engines[0].idle(), "stashed work is work");
     let mut last = 0;
     for v in 7..=9 {
@@ -45,5 +45,5 @@ fn stashed_operations_keep_their_order() {
         seen.windows(2).all(|p| p[0] < p[1]),
         "out of order: {seen:?}"
     );
-    assert!(w.engines[0].rings[0].stash.is_empty());
+    assert!(w.engines[0].init.rings[0].stash.is_empty());
 }

@@ -23,7 +23,7 @@ fn push_round(w: &World, i: usize, buf: &[u8], small: &[u8]) -> u64 {
     // Half from the heap (one RMA part), half from raw memory (staged, 2 parts).
     let local = w.source(i % 2 == 0, 256 * 1024 + dst(i), buf);
     let put = Desc::Put {
-        pe: 1,
+        pe: Pe::new(1),
         remote: dst(i),
         local,
         len: buf.len() as u64,
@@ -31,7 +31,7 @@ fn push_round(w: &World, i: usize, buf: &[u8], small: &[u8]) -> u64 {
     w.push(0, put);
     let value = i as u64 + 1;
     let p = Desc::P {
-        pe: 1,
+        pe: Pe::new(1),
         remote: pword(i),
         value,
         width: 8,
@@ -39,14 +39,14 @@ fn push_round(w: &World, i: usize, buf: &[u8], small: &[u8]) -> u64 {
     w.push(0, p);
     let d = if i % 2 == 0 {
         Desc::Signal {
-            pe: 1,
+            pe: Pe::new(1),
             remote: SIG,
             value,
             op: SignalOp::Set,
         }
     } else {
         Desc::PutSignal {
-            pe: 1,
+            pe: Pe::new(1),
             remote: (450 * 1024 + 64 * i) as u64,
             local: Local::Raw(small.as_ptr() as u64),
             len: small.len() as u64,
@@ -92,12 +92,12 @@ fn violations(fab: InProcConfig, strong: bool) -> usize {
             "the last signal is the last applied"
         );
         assert_eq!(
-            w.engines[0].itags.in_use(1),
+            w.engines[0].init.peers[Pe::new(1)].tags.in_use(),
             0,
             "every epoch's tag went back"
         );
         assert_eq!(
-            w.engines[1].order.held(),
+            w.engines[1].target.order.held(),
             0,
             "nothing left held at the target"
         );
@@ -135,8 +135,8 @@ fn strong_signals_are_tagged_on_both_widths() {
             ..cfg()
         };
         let w = World::new(2, fab, pcfg);
-        assert_eq!(w.engines[0].mode, SignalMode::Tagged);
-        assert!(w.engines[0].strong);
+        assert_eq!(w.engines[0].init.mode, SignalMode::Tagged);
+        assert!(w.engines[0].init.strong);
     }
 }
 
@@ -144,8 +144,8 @@ fn strong_signals_are_tagged_on_both_widths() {
 #[test]
 fn too_many_pes_for_a_32_bit_immediate_are_refused() {
     let fabric = InProcFabric::new(1, efa_width(1));
-    let caps = fabric.endpoint(0).caps().clone();
-    assert!(Engine::check_setup(&caps, 0, 16384, 1, false).is_ok());
-    let e = Engine::check_setup(&caps, 0, 16385, 1, false).expect_err("refused");
+    let caps = fabric.endpoint(Pe::new(0)).caps().clone();
+    assert!(Engine::check_setup(&caps, Pe::new(0), 16384, 1, false).is_ok());
+    let e = Engine::check_setup(&caps, Pe::new(0), 16385, 1, false).expect_err("refused");
     assert!(e.to_string().contains("16384 source PEs"), "{e}");
 }

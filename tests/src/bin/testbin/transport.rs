@@ -13,7 +13,7 @@ use pshmem::net::{BootstrapExchange, job};
 use pshmem_bootstrap::Bootstrap;
 use pshmem_tests::{epoch_ms, pattern};
 use pshmem_transport::{
-    Event, LocalMem, LocalRef, MemKind, MrId, PostError, RemoteMrId, RemoteRef, Transport,
+    Event, LocalMem, LocalRef, MemKind, MrId, Pe, PostError, RemoteMrId, RemoteRef, Transport,
     TransportError, establish,
     ofi::{OfiConfig, OfiTransport},
     sim::{SimConfig, SimTransport},
@@ -198,7 +198,7 @@ pub fn rma(bs: &Bootstrap, w: &Which, sizes: &[usize]) -> Result<(), String> {
         };
         // SAFETY: src is registered and untouched until the completion is waited for.
         post(t.as_mut(), &mut seen, |t| unsafe {
-            t.write(next, l, r, s, 1)
+            t.write(Pe::from_idx(next), l, r, s, 1)
         })
         .map_err(|e| e.to_string())?;
         wait(t.as_mut(), 1, &mut seen, Duration::from_secs(60))
@@ -212,7 +212,7 @@ pub fn rma(bs: &Bootstrap, w: &Which, sizes: &[usize]) -> Result<(), String> {
         barrier(bs, t.as_mut(), &mut seen);
         // SAFETY: as above; src is not touched until the read completes.
         post(t.as_mut(), &mut seen, |t| unsafe {
-            t.read(next, l, r, s, 2)
+            t.read(Pe::from_idx(next), l, r, s, 2)
         })
         .map_err(|e| e.to_string())?;
         wait(t.as_mut(), 2, &mut seen, Duration::from_secs(60))
@@ -257,7 +257,7 @@ pub fn data(bs: &Bootstrap, w: &Which, count: usize) -> Result<(), String> {
             };
             // SAFETY: each source slot is written once and not touched again.
             post(t.as_mut(), &mut seen, |t| unsafe {
-                t.write_data(dst, l, r, 8, v, 100 + seq as u64)
+                t.write_data(Pe::from_idx(dst), l, r, 8, v, 100 + seq as u64)
             })
             .map_err(|e| e.to_string())?;
         }
@@ -310,7 +310,10 @@ pub fn send(bs: &Bootstrap, w: &Which, count: usize) -> Result<(), String> {
             let len = [1, 8, 63, 64, 65, 1000, max][k % 7];
             let mut msg = pattern((me * 7919 + k) as u64, len);
             msg[0] = me as u8;
-            post(t.as_mut(), &mut seen, |t| t.send(dst, &msg, 7)).map_err(|e| e.to_string())?;
+            post(t.as_mut(), &mut seen, |t| {
+                t.send(Pe::from_idx(dst), &msg, 7)
+            })
+            .map_err(|e| e.to_string())?;
         }
     }
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -377,13 +380,15 @@ pub fn oob(bs: &Bootstrap, w: &Which) -> Result<(), String> {
     let blob = t.mr_export(wm);
     let all = bs.allgather(&blob).map_err(|e| e.to_string())?;
     let peer = (me + 1) % bs.world_size();
-    let honest: RemoteMrId = t.mr_import(peer, &all[peer]).map_err(|e| e.to_string())?;
+    let honest: RemoteMrId = t
+        .mr_import(Pe::from_idx(peer), &all[peer])
+        .map_err(|e| e.to_string())?;
     let mut seen = Seen::default();
     let l = LocalRef { mr: sm, offset: 0 };
     // SAFETY: src is registered.
     match unsafe {
         t.write(
-            peer,
+            Pe::from_idx(peer),
             l,
             RemoteRef {
                 mr: honest,
@@ -405,7 +410,7 @@ pub fn oob(bs: &Bootstrap, w: &Which) -> Result<(), String> {
     // SAFETY: as above.
     match unsafe {
         t.read(
-            peer,
+            Pe::from_idx(peer),
             l,
             RemoteRef {
                 mr: honest,
@@ -429,11 +434,13 @@ pub fn oob(bs: &Bootstrap, w: &Which) -> Result<(), String> {
     } else {
         forged[..8].copy_from_slice(&((2 * reg) as u64).to_le_bytes());
     }
-    let fake = t.mr_import(peer, &forged).map_err(|e| e.to_string())?;
+    let fake = t
+        .mr_import(Pe::from_idx(peer), &forged)
+        .map_err(|e| e.to_string())?;
     // SAFETY: as above.
     post(t.as_mut(), &mut seen, |t| unsafe {
         t.write(
-            peer,
+            Pe::from_idx(peer),
             l,
             RemoteRef {
                 mr: fake,
@@ -512,11 +519,11 @@ pub fn kill(bs: &Bootstrap, w: &Which) -> Result<(), String> {
     while Instant::now() < deadline {
         let d = dead.load(Ordering::SeqCst);
         if d != usize::MAX {
-            t.fail_peer(0, "bootstrap reports rank 0 dead");
+            t.fail_peer(Pe::new(0), "bootstrap reports rank 0 dead");
         }
         if inflight < 8 {
             // SAFETY: src is registered and never modified.
-            match unsafe { t.write(0, l, r, len, ctx) } {
+            match unsafe { t.write(Pe::new(0), l, r, len, ctx) } {
                 Ok(()) => {
                     ctx += 1;
                     inflight += 1;
@@ -597,7 +604,7 @@ pub fn reorder(bs: &Bootstrap, w: &Which, count: usize) -> Result<(), String> {
             };
             // SAFETY: each slot is written once.
             post(t.as_mut(), &mut seen, |t| unsafe {
-                t.write_data(1, l, r, 8, seq as u64, seq as u64)
+                t.write_data(Pe::new(1), l, r, 8, seq as u64, seq as u64)
             })
             .map_err(|e| e.to_string())?;
         }

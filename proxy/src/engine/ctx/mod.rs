@@ -14,10 +14,16 @@
 //! | `Staged` | staging chunk 0..32, target PE 32..52 | a staged write (frees its chunk) |
 //! | `Job` | the job's own bits, 0..61 | an exclusive job's write |
 //!
+//! PEs and ring indices travel as [`Pe`] and [`RingId`] everywhere else; here alone they are
+//! narrowed into their fields (`Field::put_pe`, `Field::get_pe`), each narrowing bounded by the
+//! field's width, which the engine checks the job against at start.
+//!
 //! Kind 0 is no kind at all, so a zeroed word never decodes. The widths are named, their
 //! disjointness is checked at compile time, and `tests` round-trips every kind at the extreme
 //! values of every field (the slab generation among them: its top bit once collided with a
 //! staged write's tag, when bits were claimed in several files).
+
+use pshmem_transport::Pe;
 
 /// Bits of the kind field, at the top of a context word.
 const KIND_BITS: u32 = 3;
@@ -67,6 +73,18 @@ impl Field {
         );
         (value & self.mask()) << self.shift
     }
+    /// A PE placed in the field (callers keep it within the width: the engine refuses jobs of
+    /// more PEs than its fields name).
+    #[inline]
+    fn put_pe(self, pe: Pe) -> u64 {
+        self.put(pe.get().into())
+    }
+    /// The PE in the field.
+    #[inline]
+    const fn get_pe(self, word: u64) -> Pe {
+        // The field is at most 32 bits wide (checked below), so nothing is lost.
+        Pe::new(self.get(word) as u32)
+    }
     /// The fields are disjoint (one ends at or before the other starts).
     const fn before(self, next: Field) -> bool {
         self.end() <= next.shift
@@ -109,10 +127,36 @@ const _: () = {
     assert!(JOB.end() == PAYLOAD_BITS);
     // A fast part names any PE a staged write or an ack can name, and the reverse.
     assert!(FAST_PE.bits == STAGED_PE.bits && ACK_PE.bits >= FAST_PE.bits);
+    // A PE field never needs more than the 32 bits of a PE number.
+    assert!(FAST_PE.bits <= 32 && ACK_PE.bits <= 32 && STAGED_PE.bits <= 32);
 };
 
 /// Most rings one proxy thread can drain (a fast part names its ring).
 pub(crate) const MAX_RINGS: usize = 1 << FAST_RING.bits;
+
+/// A ring of one proxy thread: its index among the thread's rings (below [`MAX_RINGS`]). A
+/// type of its own, so that it is never swapped with the PE it travels beside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct RingId(u16);
+
+impl RingId {
+    /// Ring `i` of the thread (below [`MAX_RINGS`], which the engine checks at start).
+    #[inline]
+    pub(crate) fn new(i: usize) -> Self {
+        debug_assert!(i < MAX_RINGS);
+        Self(i as u16)
+    }
+    /// As an index of the thread's rings.
+    #[inline]
+    pub(crate) const fn idx(self) -> usize {
+        self.0 as usize
+    }
+    /// The number, as the trace records it.
+    #[inline]
+    pub(crate) const fn get(self) -> u16 {
+        self.0
+    }
+}
 /// Most PEs a job can have (a fast part and a staged write name their PE).
 pub(crate) const MAX_PES: usize = 1 << FAST_PE.bits;
 
@@ -174,9 +218,9 @@ impl SlabKey {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct FastOp {
     /// The ring it was drained from.
-    pub ring: u16,
+    pub ring: RingId,
     /// Its target PE.
-    pub pe: u32,
+    pub pe: Pe,
     /// The low 32 bits of its sequence number.
     pub seq_low: u32,
 }
@@ -185,7 +229,7 @@ impl FastOp {
     /// The fast operation `seq` of `ring` to `pe` (ring and PE within [`MAX_RINGS`] and
     /// [`MAX_PES`], which the engine checks at start).
     #[inline]
-    pub(crate) fn new(ring: u16, pe: u32, seq: u64) -> Self {
+    pub(crate) fn new(ring: RingId, pe: Pe, seq: u64) -> Self {
         Self {
             ring,
             pe,
@@ -196,15 +240,15 @@ impl FastOp {
     #[inline]
     fn pack(self) -> u64 {
         FAST_SEQ.put(self.seq_low.into())
-            | FAST_PE.put(self.pe.into())
-            | FAST_RING.put(self.ring.into())
+            | FAST_PE.put_pe(self.pe)
+            | FAST_RING.put(self.ring.0.into())
     }
 
     #[inline(always)]
     fn unpack(payload: u64) -> Self {
         Self {
-            ring: FAST_RING.get(payload) as u16,
-            pe: FAST_PE.get(payload) as u32,
+            ring: RingId(FAST_RING.get(payload) as u16),
+            pe: FAST_PE.get_pe(payload),
             seq_low: FAST_SEQ.get(payload) as u32,
         }
     }
@@ -231,12 +275,12 @@ pub(crate) enum Ctx {
     /// The send of acks to `pe`.
     Ack {
         /// The destination.
-        pe: u32,
+        pe: Pe,
     },
     /// A staged write to `pe` from staging chunk `chunk`, which its completion frees.
     Staged {
         /// The target PE.
-        pe: u32,
+        pe: Pe,
         /// The staging chunk.
         chunk: u32,
     },
@@ -253,10 +297,10 @@ impl Ctx {
             Ctx::Part(PartRef::Fast(f)) => (KIND_FAST, f.pack()),
             Ctx::Request(PartRef::Tracked(k)) => (KIND_REQUEST_PART, k.pack()),
             Ctx::Request(PartRef::Fast(f)) => (KIND_REQUEST_FAST, f.pack()),
-            Ctx::Ack { pe } => (KIND_ACK, ACK_PE.put(pe.into())),
+            Ctx::Ack { pe } => (KIND_ACK, ACK_PE.put_pe(pe)),
             Ctx::Staged { pe, chunk } => (
                 KIND_STAGED,
-                STAGED_CHUNK.put(chunk.into()) | STAGED_PE.put(pe.into()),
+                STAGED_CHUNK.put(chunk.into()) | STAGED_PE.put_pe(pe),
             ),
             Ctx::Job(bits) => (KIND_JOB, JOB.put(bits)),
         };
@@ -273,10 +317,10 @@ impl Ctx {
             KIND_REQUEST_PART => Ctx::Request(PartRef::Tracked(SlabKey::unpack(p))),
             KIND_REQUEST_FAST => Ctx::Request(PartRef::Fast(FastOp::unpack(p))),
             KIND_ACK => Ctx::Ack {
-                pe: ACK_PE.get(p) as u32,
+                pe: ACK_PE.get_pe(p),
             },
             KIND_STAGED => Ctx::Staged {
-                pe: STAGED_PE.get(p) as u32,
+                pe: STAGED_PE.get_pe(p),
                 chunk: STAGED_CHUNK.get(p) as u32,
             },
             KIND_JOB => Ctx::Job(JOB.get(p)),
@@ -286,7 +330,7 @@ impl Ctx {
 
     /// The PE this context concerns, where it names one without the slab (a tracked part's PE
     /// is in its slab entry).
-    pub(crate) fn pe(self) -> Option<u32> {
+    pub(crate) fn pe(self) -> Option<Pe> {
         match self {
             Ctx::Part(PartRef::Fast(f)) | Ctx::Request(PartRef::Fast(f)) => Some(f.pe),
             Ctx::Ack { pe } | Ctx::Staged { pe, .. } => Some(pe),
@@ -400,7 +444,7 @@ impl ImmWidth {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct TagData {
     /// The initiating PE (below [`ImmWidth::max_pes`]).
-    pub src: u32,
+    pub src: Pe,
     /// The tag (below 2^[`ImmWidth::tag_bits`]).
     pub tag: u32,
 }
@@ -408,13 +452,13 @@ pub(crate) struct TagData {
 impl TagData {
     pub(crate) fn encode(self, w: ImmWidth) -> u64 {
         let (src, id) = w.fields();
-        src.put(self.src.into()) | id.put(self.tag.into())
+        src.put_pe(self.src) | id.put(self.tag.into())
     }
 
     pub(crate) fn decode(data: u64, w: ImmWidth) -> Self {
         let (src, id) = w.fields();
         Self {
-            src: src.get(data) as u32,
+            src: src.get_pe(data),
             tag: id.get(data) as u32,
         }
     }
@@ -448,144 +492,23 @@ impl SignalTag {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LandingData {
     /// The slot group (an initiating PE).
-    pub group: u32,
+    pub group: Pe,
     /// The slot within the group.
     pub slot: u32,
 }
 
 impl LandingData {
     pub(crate) fn encode(self) -> u64 {
-        LANDING_GROUP.put(self.group.into()) | LANDING_SLOT.put(self.slot.into())
+        LANDING_GROUP.put_pe(self.group) | LANDING_SLOT.put(self.slot.into())
     }
 
     pub(crate) fn decode(data: u64) -> Self {
         Self {
-            group: LANDING_GROUP.get(data) as u32,
+            group: LANDING_GROUP.get_pe(data),
             slot: LANDING_SLOT.get(data) as u32,
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn keys() -> Vec<SlabKey> {
-        let mut v = Vec::new();
-        for index in [0, 1, u32::MAX] {
-            for generation in [0, 1, 1 << 27, 1 << 28, SlabKey::MAX_GENERATION] {
-                v.push(SlabKey::new(index, generation));
-            }
-        }
-        v
-    }
-
-    fn fasts() -> Vec<FastOp> {
-        let mut v = Vec::new();
-        for ring in [0, 1, MAX_RINGS as u16 - 1] {
-            for pe in [0, 1, MAX_PES as u32 - 1] {
-                for seq in [0, 1, u64::from(u32::MAX), u64::MAX] {
-                    v.push(FastOp::new(ring, pe, seq));
-                }
-            }
-        }
-        v
-    }
-
-    fn every_ctx() -> Vec<Ctx> {
-        let parts: Vec<PartRef> = keys()
-            .into_iter()
-            .map(PartRef::Tracked)
-            .chain(fasts().into_iter().map(PartRef::Fast))
-            .collect();
-        let mut v: Vec<Ctx> = parts.iter().map(|&p| Ctx::Part(p)).collect();
-        v.extend(parts.iter().map(|&p| Ctx::Request(p)));
-        for pe in [0, 1, MAX_PES as u32 - 1, u32::MAX] {
-            v.push(Ctx::Ack { pe });
-        }
-        for pe in [0, 1, MAX_PES as u32 - 1] {
-            for chunk in [0, 1, u32::MAX] {
-                v.push(Ctx::Staged { pe, chunk });
-            }
-        }
-        for bits in [0, 1, (1 << PAYLOAD_BITS) - 1] {
-            v.push(Ctx::Job(bits));
-        }
-        v
-    }
-
-    #[test]
-    fn every_kind_round_trips_at_the_extremes() {
-        let all = every_ctx();
-        for &c in &all {
-            let w = c.encode();
-            assert_eq!(Ctx::decode(w), Some(c), "{c:?} as {w:#x}");
-            assert_eq!(
-                fast_part(w),
-                matches!(c, Ctx::Part(PartRef::Fast(_))).then(|| {
-                    let Ctx::Part(PartRef::Fast(f)) = c else {
-                        unreachable!()
-                    };
-                    f
-                })
-            );
-            assert_eq!(job(w), if let Ctx::Job(b) = c { Some(b) } else { None });
-        }
-        // Distinct contexts give distinct words (no two kinds or fields share a word).
-        let distinct: std::collections::HashSet<Ctx> = all.iter().copied().collect();
-        let words: std::collections::HashSet<u64> = distinct.iter().map(|c| c.encode()).collect();
-        assert_eq!(words.len(), distinct.len());
-    }
-
-    #[test]
-    fn fast_ops_keep_the_low_sequence_bits() {
-        let f = FastOp::new(3, 7, 0x1234_5678_9abc_def0);
-        assert_eq!(f.seq_low, 0x9abc_def0);
-    }
-
-    #[test]
-    fn zero_and_foreign_words_do_not_decode() {
-        assert_eq!(Ctx::decode(0), None);
-        assert_eq!(Ctx::decode(0x1234), None);
-        assert_eq!(fast_part(0), None);
-        assert_eq!(job(0), None);
-    }
-
-    #[test]
-    fn generations_wrap_within_their_field() {
-        assert_eq!(SlabKey::next_generation(SlabKey::MAX_GENERATION), 0);
-        assert_eq!(SlabKey::next_generation(5), 6);
-    }
-
-    #[test]
-    fn remote_data_round_trips() {
-        for w in [ImmWidth::Four, ImmWidth::Eight] {
-            let (pes, tags) = (w.max_pes() as u32, 1u32 << w.tag_bits());
-            for src in [0, 1, pes - 1] {
-                for tag in [0, 1, tags - 1] {
-                    let d = TagData { src, tag };
-                    let word = d.encode(w);
-                    assert_eq!(TagData::decode(word, w), d);
-                    if w == ImmWidth::Four {
-                        assert!(word <= u64::from(u32::MAX), "{d:?} fits 32 bits");
-                    }
-                }
-            }
-        }
-        assert_eq!(ImmWidth::Four.max_pes(), 16384);
-        assert_eq!(ImmWidth::Eight.max_pes(), MAX_PES);
-        assert_eq!(ImmWidth::of(0), None);
-        assert_eq!(ImmWidth::of(4), Some(ImmWidth::Four));
-        assert_eq!(ImmWidth::of(8), Some(ImmWidth::Eight));
-        for slot in [0, 1, u32::MAX] {
-            for group in [0, 1, MAX_PES as u32 - 1] {
-                let d = LandingData { group, slot };
-                assert_eq!(LandingData::decode(d.encode()), d);
-            }
-        }
-        for (tag, seq) in [(0, 0), (1, 1), (u32::MAX, u32::MAX), (5, 0)] {
-            let s = SignalTag { tag, seq };
-            assert_eq!(SignalTag::decode(s.encode()), s);
-        }
-    }
-}
+mod tests;
