@@ -1,5 +1,6 @@
 //! Compiles the raw libfabric baseline (c/fabric_raw.c) that fabric-bench runs beside the safe layer,
-//! and pshmem-perf's device-initiated kernels (cuda/perf.cu).
+//! pshmem-perf's device-initiated kernels (cuda/perf.cu), and the probe table of their arguments
+//! (src/probe.c).
 fn main() {
     let lib = pkg_config::Config::new()
         .atleast_version("1.17")
@@ -13,4 +14,5 @@ fn main() {
     }
     cc.compile("pshmem_fabric_raw");
     pshmem_cuda_build::fatbins("cuda");
+    pshmem_cuda_build::c_probe("src/probe.c", "pshmem_benches_probe", &["cuda"]);
 }

@@ -1,10 +1,14 @@
 /* pshmem-perf's device-initiated tests (run when the PEs have GPUs). */
 #include "pshmem/device.cuh"
+#include "perf_args.h"
 
 /* `reps` puts (or gets) of `size` bytes to `pe`, split evenly over the grid's blocks (each a
  * block-wide nbi call), then quiet: the NVSHMEM perftest shape (one message per block). */
-extern "C" __global__ void perf_bw(char *dst, const char *src, unsigned long long size, int reps,
-                                   int pe, int get) {
+extern "C" __global__ void perf_bw(const perf_bw_args_t a) {
+    char *dst = a.dst;
+    const char *src = a.src;
+    const unsigned long long size = a.size;
+    const int reps = a.reps, pe = a.pe, get = a.get;
     unsigned long long per = (size + gridDim.x - 1) / gridDim.x;
     per = (per + 15) & ~15ull;
     unsigned long long off = (unsigned long long)blockIdx.x * per;
@@ -20,8 +24,10 @@ extern "C" __global__ void perf_bw(char *dst, const char *src, unsigned long lon
 
 /* p + wait_until ping-pong between PE 0 and PE 1 (one thread each); PE 0 writes the total
  * nanoseconds to *ns. */
-extern "C" __global__ void perf_p_pingpong(uint64_t *flag, int iters, int me, uint64_t base,
-                                           unsigned long long *ns) {
+extern "C" __global__ void perf_p_pingpong(const perf_p_pingpong_args_t a) {
+    uint64_t *flag = a.flag, *ns = a.ns;
+    const int iters = a.iters, me = a.me;
+    const uint64_t base = a.base;
     int peer = 1 - me;
     uint64_t t0 = pshmem_globaltimer();
     for (int i = 1; i <= iters; ++i) {
@@ -38,7 +44,9 @@ extern "C" __global__ void perf_p_pingpong(uint64_t *flag, int iters, int me, ui
 }
 
 /* `iters` fetch_adds on `pe`'s word, one after the other (one thread). */
-extern "C" __global__ void perf_amo(uint64_t *word, int iters, int pe, unsigned long long *ns) {
+extern "C" __global__ void perf_amo(const perf_amo_args_t a) {
+    uint64_t *word = a.word, *ns = a.ns;
+    const int iters = a.iters, pe = a.pe;
     uint64_t t0 = pshmem_globaltimer();
     uint64_t sum = 0;
     for (int i = 0; i < iters; ++i) sum += pshmem_uint64_atomic_fetch_add(word, 1, pe);
@@ -46,14 +54,18 @@ extern "C" __global__ void perf_amo(uint64_t *word, int iters, int pe, unsigned 
 }
 
 /* Every thread sends `per_thread` 8-byte p's to `pe`, then quiet: message rate. */
-extern "C" __global__ void perf_msg_rate(uint64_t *dst, int per_thread, int pe) {
+extern "C" __global__ void perf_msg_rate(const perf_msg_rate_args_t a) {
+    uint64_t *dst = a.dst;
+    const int per_thread = a.per_thread, pe = a.pe;
     unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
     for (int i = 0; i < per_thread; ++i) pshmem_uint64_p(&dst[(t * 7 + i) % 4096], i, pe);
     pshmemx_quiet_block();
 }
 
 /* `iters` device barriers (one thread per PE). */
-extern "C" __global__ void perf_barrier(int iters, unsigned long long *ns) {
+extern "C" __global__ void perf_barrier(const perf_barrier_args_t a) {
+    const int iters = a.iters;
+    uint64_t *ns = a.ns;
     uint64_t t0 = pshmem_globaltimer();
     for (int i = 0; i < iters; ++i) pshmem_barrier_all();
     *ns = pshmem_globaltimer() - t0;
@@ -62,7 +74,8 @@ extern "C" __global__ void perf_barrier(int iters, unsigned long long *ns) {
 /* Keeps the GPU busy for `ns` nanoseconds. Launched before a timed kernel's start event, so the
  * event is processed only after the host has enqueued the timed kernel: host-side launch costs
  * then stay out of the measurement (both harnesses of the comparison do the same). */
-extern "C" __global__ void perf_spin(unsigned long long ns) {
+extern "C" __global__ void perf_spin(const perf_spin_args_t a) {
+    const uint64_t ns = a.ns;
     uint64_t t0 = pshmem_globaltimer();
     while (pshmem_globaltimer() - t0 < ns) {
     }
@@ -71,8 +84,12 @@ extern "C" __global__ void perf_spin(unsigned long long ns) {
 /* `iters` collectives over the world team by one block (the NVSHMEM collective perftests' shape):
  * kind 0 sync, 1 broadcast (root 0), 2 fcollect, 3 alltoall (`n` bytes per member), 4 reduce and
  * 5 reducescatter (float sums of n / 4 elements per member). PE 0's time in *ns. */
-extern "C" __global__ void __launch_bounds__(512) perf_coll(int kind, int iters, char *dest, const char *src,
-                                     unsigned long long n, unsigned long long *ns) {
+extern "C" __global__ void __launch_bounds__(512) perf_coll(const perf_coll_args_t a) {
+    const int kind = a.kind, iters = a.iters;
+    char *dest = a.dest;
+    const char *src = a.src;
+    const unsigned long long n = a.n;
+    uint64_t *ns = a.ns;
     uint64_t t0 = pshmem_globaltimer();
     for (int i = 0; i < iters; ++i) {
         switch (kind) {

@@ -8,8 +8,15 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
-use pshmem::{DType, Pshmem, RedOp, gpu::host_ops::Coll, team::TEAM_WORLD};
+use cudarc::driver::{CudaModule, CudaStream, DevicePtr};
+use pshmem::{
+    DType, Pshmem, RedOp,
+    cuda::{Kernel, KernelArgs},
+    gpu::{Gpu, host_ops::Coll},
+    team::TEAM_WORLD,
+};
+
+use crate::kargs::{AmoArgs, BarrierArgs, BwArgs, CollArgs, MsgRateArgs, PPingpongArgs, SpinArgs};
 
 /// One measured figure (as the host tests' rows).
 #[derive(Debug)]
@@ -69,12 +76,9 @@ pub struct GpuPlan<'a> {
 
 type R<T> = Result<T, String>;
 
-fn cfg(blocks: u32, threads: u32) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: 0,
-    }
+/// Kernel `name` of pshmem-perf's module.
+fn kernel<A: KernelArgs>(g: &Gpu, m: &Arc<CudaModule>, name: &'static str) -> R<Kernel<A>> {
+    Kernel::load(g.context(), m, name).map_err(err)
 }
 
 fn err<E: std::fmt::Display>(e: E) -> String {
@@ -84,13 +88,10 @@ fn err<E: std::fmt::Display>(e: E) -> String {
 /// Milliseconds between two events recorded around `launch` on `st`. A 50 µs spinner runs
 /// first, so that the start event is processed after the host has enqueued the kernel: the
 /// host's launch cost stays out of the figure (nvshmem_bench.cu does the same).
-fn timed(st: &Arc<CudaStream>, spin: &CudaFunction, launch: impl FnOnce() -> R<()>) -> R<f64> {
+fn timed(st: &Arc<CudaStream>, spin: &Kernel<SpinArgs>, launch: impl FnOnce() -> R<()>) -> R<f64> {
     let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-    let ns = 50_000u64;
-    let mut b = st.launch_builder(spin);
-    b.arg(&ns);
-    // SAFETY: perf_spin(u64): no memory.
-    unsafe { b.launch(cfg(1, 1)) }.map_err(err)?;
+    // SAFETY: no memory.
+    unsafe { spin.launch((1, 1), 1, st.cu_stream(), SpinArgs { ns: 50_000 }) }.map_err(err)?;
     let a = st.record_event(flags).map_err(err)?;
     launch()?;
     let b = st.record_event(flags).map_err(err)?;
@@ -103,24 +104,14 @@ pub fn run(s: &Pshmem, plan: &GpuPlan<'_>) -> R<Vec<GpuRow>> {
     let g = s.gpu_init().map_err(err)?;
     let me = s.my_pe();
     let m = g.load(crate::PERF_KERNELS).map_err(err)?;
-    // Every function fetched before any kernel runs (see Gpu::load).
-    let f = |n: &str| m.load_function(n).map_err(err);
-    let (k_bw, k_pp, k_amo, k_rate, k_bar, k_spin): (
-        CudaFunction,
-        CudaFunction,
-        CudaFunction,
-        CudaFunction,
-        CudaFunction,
-        CudaFunction,
-    ) = (
-        f("perf_bw")?,
-        f("perf_p_pingpong")?,
-        f("perf_amo")?,
-        f("perf_msg_rate")?,
-        f("perf_barrier")?,
-        f("perf_spin")?,
-    );
-    let k_coll = f("perf_coll")?;
+    // Every kernel fetched before any runs (see Gpu::load).
+    let k_bw: Kernel<BwArgs> = kernel(g, &m, "perf_bw")?;
+    let k_pp: Kernel<PPingpongArgs> = kernel(g, &m, "perf_p_pingpong")?;
+    let k_amo: Kernel<AmoArgs> = kernel(g, &m, "perf_amo")?;
+    let k_rate: Kernel<MsgRateArgs> = kernel(g, &m, "perf_msg_rate")?;
+    let k_bar: Kernel<BarrierArgs> = kernel(g, &m, "perf_barrier")?;
+    let k_spin: Kernel<SpinArgs> = kernel(g, &m, "perf_spin")?;
+    let k_coll: Kernel<CollArgs> = kernel(g, &m, "perf_coll")?;
     let max = plan.sizes.iter().copied().max().unwrap_or(8).max(64);
     let src = s.gpu_malloc(max).map_err(err)?;
     let dst = s.gpu_malloc(max).map_err(err)?;
@@ -128,6 +119,10 @@ pub fn run(s: &Pshmem, plan: &GpuPlan<'_>) -> R<Vec<GpuRow>> {
     g.copy_in(src, &vec![0x5a; max]).map_err(err)?;
     let st = g.stream().clone();
     let ns = st.alloc_zeros::<u64>(1).map_err(err)?;
+    // The result word's device address (everything here runs on `st`, so the slice's own
+    // stream tracking has nothing to order).
+    let ns_at = ns.device_ptr(&st).0;
+    let raw = st.cu_stream();
     let mut rows = Vec::new();
     let barrier = || s.barrier_all().map_err(err);
     let read_ns =
@@ -143,18 +138,20 @@ pub fn run(s: &Pshmem, plan: &GpuPlan<'_>) -> R<Vec<GpuRow>> {
                     let mut best: (f64, Vec<f64>, u32) = (0.0, Vec::new(), 0);
                     if me == 0 {
                         for blocks in plan.shape.grids(size) {
-                            let (d, sp, sz, r, pe) =
-                                (g.ptr(dst), g.ptr(src), size as u64, reps as i32, 1i32);
+                            let args = BwArgs {
+                                dst: g.ptr(dst),
+                                src: g.ptr(src),
+                                size: size as u64,
+                                reps: reps as i32,
+                                pe: 1,
+                                get,
+                                _pad: 0,
+                            };
                             let mut samples = Vec::new();
                             for i in 0..plan.samples + 1 {
                                 let ms = timed(&st, &k_spin, || {
-                                    let mut b = st.launch_builder(&k_bw);
-                                    b.arg(&d).arg(&sp).arg(&sz).arg(&r).arg(&pe).arg(&get);
-                                    // SAFETY: perf_bw(char*, const char*, u64, int, int, int)
-                                    // on symmetric buffers of at least `size` bytes.
-                                    unsafe { b.launch(cfg(blocks, 512)) }
-                                        .map(|_| ())
-                                        .map_err(err)
+                                    // SAFETY: symmetric buffers of at least `size` bytes.
+                                    unsafe { k_bw.launch((blocks, 1), 512, raw, args) }.map_err(err)
                                 })?;
                                 if i > 0 {
                                     samples.push((reps * size) as f64 / (ms * 1e-3) / 1e9);
@@ -185,12 +182,15 @@ pub fn run(s: &Pshmem, plan: &GpuPlan<'_>) -> R<Vec<GpuRow>> {
                     let base = u64::from_le_bytes(cur);
                     barrier()?;
                     if me < 2 {
-                        let (fp, iters, mei) = (g.ptr(flags), plan.reps as i32, me as i32);
-                        let mut b = st.launch_builder(&k_pp);
-                        b.arg(&fp).arg(&iters).arg(&mei).arg(&base).arg(&ns);
-                        // SAFETY: perf_p_pingpong(u64*, int, int, u64, u64*): one symmetric
-                        // word, one result word.
-                        unsafe { b.launch(cfg(1, 1)) }.map_err(err)?;
+                        let args = PPingpongArgs {
+                            flag: g.ptr(flags),
+                            base,
+                            ns: ns_at,
+                            iters: plan.reps as i32,
+                            me: me as i32,
+                        };
+                        // SAFETY: one symmetric word, one result word.
+                        unsafe { k_pp.launch((1, 1), 1, raw, args) }.map_err(err)?;
                         g.synchronize(&st, "p_latency").map_err(err)?;
                         if me == 0 {
                             samples.push(read_ns(&st)? / 1e3 / plan.reps as f64 / 2.0);
@@ -213,12 +213,15 @@ pub fn run(s: &Pshmem, plan: &GpuPlan<'_>) -> R<Vec<GpuRow>> {
             "atomic_latency" => {
                 let mut samples = Vec::new();
                 if me == 0 {
-                    let (w, iters, pe) = (g.ptr(flags + 8 * 64), plan.reps as i32, 1i32);
+                    let args = AmoArgs {
+                        word: g.ptr(flags + 8 * 64),
+                        ns: ns_at,
+                        iters: plan.reps as i32,
+                        pe: 1,
+                    };
                     for i in 0..plan.samples + 1 {
-                        let mut b = st.launch_builder(&k_amo);
-                        b.arg(&w).arg(&iters).arg(&pe).arg(&ns);
-                        // SAFETY: perf_amo(u64*, int, int, u64*): one symmetric word.
-                        unsafe { b.launch(cfg(1, 1)) }.map_err(err)?;
+                        // SAFETY: one symmetric word, one result word.
+                        unsafe { k_amo.launch((1, 1), 1, raw, args) }.map_err(err)?;
                         g.synchronize(&st, "atomic_latency").map_err(err)?;
                         if i > 0 {
                             samples.push(read_ns(&st)? / 1e3 / plan.reps as f64);
@@ -238,15 +241,15 @@ pub fn run(s: &Pshmem, plan: &GpuPlan<'_>) -> R<Vec<GpuRow>> {
                 let mut samples = Vec::new();
                 let (blocks, threads, per) = (8u32, 256u32, 64i32);
                 if me == 0 {
-                    let (d, pe) = (g.ptr(flags), 1i32);
+                    let args = MsgRateArgs {
+                        dst: g.ptr(flags),
+                        per_thread: per,
+                        pe: 1,
+                    };
                     for i in 0..plan.samples + 1 {
                         let ms = timed(&st, &k_spin, || {
-                            let mut b = st.launch_builder(&k_rate);
-                            b.arg(&d).arg(&per).arg(&pe);
-                            // SAFETY: perf_msg_rate(u64*, int, int): 4096 symmetric words.
-                            unsafe { b.launch(cfg(blocks, threads)) }
-                                .map(|_| ())
-                                .map_err(err)
+                            // SAFETY: 4096 symmetric words.
+                            unsafe { k_rate.launch((blocks, 1), threads, raw, args) }.map_err(err)
                         })?;
                         if i > 0 {
                             let ops = f64::from(blocks * threads) * f64::from(per);
@@ -268,11 +271,13 @@ pub fn run(s: &Pshmem, plan: &GpuPlan<'_>) -> R<Vec<GpuRow>> {
                 let mut samples = Vec::new();
                 for i in 0..plan.samples + 1 {
                     barrier()?;
-                    let iters = plan.reps as i32;
-                    let mut b = st.launch_builder(&k_bar);
-                    b.arg(&iters).arg(&ns);
-                    // SAFETY: perf_barrier(int, u64*): one result word.
-                    unsafe { b.launch(cfg(1, 1)) }.map_err(err)?;
+                    let args = BarrierArgs {
+                        ns: ns_at,
+                        iters: plan.reps as i32,
+                        _pad: 0,
+                    };
+                    // SAFETY: one result word.
+                    unsafe { k_bar.launch((1, 1), 1, raw, args) }.map_err(err)?;
                     g.synchronize(&st, "barrier_latency").map_err(err)?;
                     if i > 0 && me == 0 {
                         samples.push(read_ns(&st)? / 1e3 / plan.reps as f64);
@@ -358,12 +363,16 @@ pub fn run(s: &Pshmem, plan: &GpuPlan<'_>) -> R<Vec<GpuRow>> {
                     }
                     for i in 0..plan.samples + 1 {
                         barrier()?;
-                        let (d, sp, sz, r) = (g.ptr(cd), g.ptr(cs), size as u64, reps as i32);
-                        let mut b = st.launch_builder(&k_coll);
-                        b.arg(&kind).arg(&r).arg(&d).arg(&sp).arg(&sz).arg(&ns);
-                        // SAFETY: perf_coll(int, int, char*, const char*, u64, u64*) on
-                        // symmetric buffers of n_pes × size bytes and one result word.
-                        unsafe { b.launch(cfg(1, 512)) }.map_err(err)?;
+                        let args = CollArgs {
+                            dest: g.ptr(cd),
+                            src: g.ptr(cs),
+                            n: size as u64,
+                            ns: ns_at,
+                            kind,
+                            iters: reps as i32,
+                        };
+                        // SAFETY: symmetric buffers of n_pes × size bytes and one result word.
+                        unsafe { k_coll.launch((1, 1), 512, raw, args) }.map_err(err)?;
                         g.synchronize(&st, name).map_err(err)?;
                         if i > 0 && me == 0 {
                             samples.push(read_ns(&st)? / 1e3 / reps as f64);

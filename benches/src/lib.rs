@@ -13,6 +13,9 @@
 pub static PERF_KERNELS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf.fatbin"));
 
 pub mod gpu_perf;
+// Kernel argument structs implement an unsafe trait (`KernelArgs`), by the macro that lists them.
+#[allow(unsafe_code)]
+mod kargs;
 pub mod raw;
 
 /// The median of the paired ratios `a[i] / b[i]`: the two sides of each pair ran back to back,

@@ -1,5 +1,6 @@
-/* The MoE kernels of pshmem-ep (pshmem/ep/ll.cuh, pshmem/ep/ht.cuh), one entry point each; loaded by
- * ep/src/lib.rs through the runtime (`Gpu::load`), which fills this module's pshmem_dstate.
+/* The MoE kernels of pshmem-ep (pshmem/ep/ll.cuh, pshmem/ep/ht.cuh), one entry point each, each
+ * taking one argument struct of ll.h or ht.h by value; loaded by ep/src/lib.rs through the
+ * runtime (`Gpu::load`), which fills this module's pshmem_dstate.
  * Two blocks per SM at least (64 registers a thread): blocks that wait for peers hold their
  * SM, and with several PEs on one GPU (MPS) the peers' kernels need the rest. */
 #include "pshmem/ep/ll.cuh"
@@ -25,8 +26,8 @@ extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS, 2)
 }
 
 extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS, 2)
-    pshmem_ep_ll_clean(uint64_t *sig, uint64_t words) {
-    pshmem_ep::clean(sig, words);
+    pshmem_ep_ll_clean(const pshmem_ep_ll_clean_args_t a) {
+    pshmem_ep::clean(a.sig, a.words);
 }
 
 /* The high-throughput (normal) mode's kernels (pshmem/ep/ht.cuh). */

@@ -2,8 +2,6 @@
 //! arguments its kernels take ([`HtArgs`], the mirror of `pshmem_ep_ht_args_t`) and their
 //! launches ([`Ll::launch_ht`]). Device code: `ep/include/pshmem/ep/ht.h` and `ht.cuh`.
 
-use std::ffi::c_void;
-
 use pshmem::{Error, gpu::Gpu, gpu::host_ops::RawStream};
 
 use crate::Ll;
@@ -19,11 +17,10 @@ pub const MAX_CHANNELS: usize = 64;
 /// Largest top-k (`PSHMEM_EP_HT_MAX_TOPK`).
 pub const MAX_TOPK: usize = 16;
 
+pshmem::kernel_args! {
 /// `pshmem_ep_ht_args_t`: what every HT kernel reads (addresses are device addresses).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
 #[allow(missing_docs)]
-pub struct HtArgs {
+pub struct HtArgs = "pshmem_ep_ht_args_t" {
     pub num_tokens: i32,
     pub hidden: i32,
     pub num_topk: i32,
@@ -76,6 +73,7 @@ pub struct HtArgs {
     pub fwd_mask: u64,
     pub bias0: u64,
     pub bias1: u64,
+}
 }
 
 const _: () = assert!(
@@ -306,35 +304,28 @@ impl Ll {
         args.my_rank = self.me as i32;
         args.rings = rings;
         args.n_rings = n as u32;
-        let mut params: [*mut c_void; 1] = [(&mut args as *mut HtArgs).cast()];
-        // SAFETY: one by-value parameter of the kernel's type (HtArgs mirrors
-        // pshmem_ep_ht_args_t, size asserted); the addresses are the caller's contract.
-        unsafe { self.raw_launch(gpu, &self.ht[k as usize], (blocks, 1), stream, &mut params) }
+        // SAFETY: the addresses are the caller's contract.
+        unsafe { self.ht[k as usize].launch((blocks, 1), THREADS, stream, args) }.map_err(
+            |source| Error::Cuda {
+                me: self.me,
+                what: "launching a MoE kernel",
+                source,
+            },
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pshmem::cuda::KernelArgs;
 
     /// The Rust mirror of `pshmem_ep_ht_args_t` and the constants equal the C compiler's view.
     #[test]
     fn the_arguments_and_constants_match_the_c_header() {
         let probe = crate::probe();
-        pshmem_abi_probe::assert_mirror!(
-            probe,
-            "pshmem_ep_ht_args_t",
-            HtArgs {
-                num_tokens, hidden, num_topk, num_experts, num_ranks, my_rank, node_size,
-                num_channels, nvl_slots, rdma_slots, nvl_chunk, rdma_chunk, x_elem_bytes,
-                num_scales, expert_alignment, max_recv, max_fwd, msg_ints, slot_bytes, ctrl, inbox,
-                outbox, nvl, nvl_stage, rdma, rdma_stage, rings, n_rings, _pad, topk_idx,
-                topk_weights, is_token_in_rank, num_tokens_per_rank, num_tokens_per_node,
-                num_tokens_per_expert, channel_prefix, node_channel_prefix, rank_prefix,
-                recv_prefix, recv_node_prefix, counters, x, x_scales, recv_x, recv_scales,
-                recv_topk_idx, recv_topk_weights, recv_src_idx, send_head, fwd_mask, bias0, bias1,
-            }
-        );
+        // Every field (the struct lists them all: `kernel_args!`).
+        probe.assert_mirror(HtArgs::C_NAME, HtArgs::FIELDS, size_of::<HtArgs>());
         probe.assert_constants(&[
             ("PSHMEM_EP_HT_MAX_RANKS", MAX_RANKS as u64),
             ("PSHMEM_EP_HT_MAX_NODE", MAX_NODE as u64),

@@ -11,12 +11,18 @@
 //! signal* (`pshmem/counted.cuh`): the proxy applies it only after every counted put it covers
 //! landed, on any fabric; same-host peers get stores and a release store.
 
-use std::{ffi::c_void, sync::Arc};
+use std::sync::Arc;
 
 pub mod ht;
+pub mod keys;
 
-use cudarc::driver::{CudaFunction, CudaModule, sys};
-use pshmem::{Error, cuda::CudaError, gpu::Gpu, gpu::host_ops::RawStream};
+use cudarc::driver::CudaModule;
+use pshmem::{
+    Error,
+    cuda::{self, CudaError, KernelArgs},
+    gpu::Gpu,
+    gpu::host_ops::RawStream,
+};
 
 /// The kernels (`cuda/ep.cu`).
 pub static KERNELS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ep.fatbin"));
@@ -42,11 +48,10 @@ pub mod flags {
     pub const ZERO_COPY: u32 = 0x8;
 }
 
+pshmem::kernel_args! {
 /// `pshmem_ep_ll_args_t`: what every LL kernel reads (addresses are device addresses).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
 #[allow(missing_docs)]
-pub struct LlArgs {
+pub struct LlArgs = "pshmem_ep_ll_args_t" {
     pub num_tokens: i32,
     pub max_tokens: i32,
     pub hidden: i32,
@@ -73,6 +78,17 @@ pub struct LlArgs {
     pub layout_range: u64,
     pub cum_stats: u64,
     pub wait_stats: u64,
+}
+}
+
+pshmem::kernel_args! {
+    /// `pshmem_ep_ll_clean_args_t`: the signal words the clean kernel zeroes.
+    pub struct CleanArgs = "pshmem_ep_ll_clean_args_t" {
+        /// Device address of the first word.
+        pub sig: u64,
+        /// Words.
+        pub words: u64,
+    }
 }
 
 const _: () = assert!(
@@ -195,12 +211,13 @@ impl Kernel {
     }
 }
 
-/// The loaded LL kernels of one PE's GPU.
+/// The loaded MoE kernels of one PE's GPU (low-latency and normal mode).
 #[derive(Debug)]
 pub struct Ll {
     _module: Arc<CudaModule>,
-    f: [CudaFunction; 5],
-    ht: [CudaFunction; 6],
+    ll: [cuda::Kernel<LlArgs>; 4],
+    clean: cuda::Kernel<CleanArgs>,
+    ht: [cuda::Kernel<ht::HtArgs>; 6],
     me: usize,
 }
 
@@ -212,22 +229,28 @@ impl Ll {
     /// Loads the kernels into `gpu`'s context (the runtime fills their device state).
     pub fn load(gpu: &Gpu, me: usize) -> Result<Self, Error> {
         let m = gpu.load(KERNELS)?;
-        let load = |name: &'static str| {
-            m.load_function(name)
-                .map_err(|e| cuda_err(me, "loading the MoE kernels")(pshmem::cuda::driver(name)(e)))
-        };
-        let f = [
-            load("pshmem_ep_ll_dispatch_send")?,
-            load("pshmem_ep_ll_dispatch_recv")?,
-            load("pshmem_ep_ll_combine_send")?,
-            load("pshmem_ep_ll_combine_recv")?,
-            load("pshmem_ep_ll_clean")?,
+        fn load<A: KernelArgs>(
+            gpu: &Gpu,
+            m: &Arc<CudaModule>,
+            me: usize,
+            name: &'static str,
+        ) -> Result<cuda::Kernel<A>, Error> {
+            cuda::Kernel::load(gpu.context(), m, name)
+                .map_err(cuda_err(me, "loading the MoE kernels"))
+        }
+        let ll = [
+            load(gpu, &m, me, "pshmem_ep_ll_dispatch_send")?,
+            load(gpu, &m, me, "pshmem_ep_ll_dispatch_recv")?,
+            load(gpu, &m, me, "pshmem_ep_ll_combine_send")?,
+            load(gpu, &m, me, "pshmem_ep_ll_combine_recv")?,
         ];
-        let [a, b, c, d, e, g] = ht::HtKernel::NAMES.map(load);
+        let clean = load(gpu, &m, me, "pshmem_ep_ll_clean")?;
+        let [a, b, c, d, e, g] = ht::HtKernel::NAMES.map(|name| load(gpu, &m, me, name));
         let ht = [a?, b?, c?, d?, e?, g?];
         Ok(Self {
             _module: m,
-            f,
+            ll,
+            clean,
             ht,
             me,
         })
@@ -252,63 +275,21 @@ impl Ll {
         args.my_rank = self.me as i32;
         args.rings = rings;
         args.n_rings = n as u32;
-        let f = &self.f[k as usize];
-        let mut params: [*mut c_void; 1] = [(&mut args as *mut LlArgs).cast()];
-        // SAFETY: one by-value parameter of the kernel's type (LlArgs mirrors
-        // pshmem_ep_ll_args_t, size asserted); the addresses are the caller's contract.
-        unsafe { self.raw_launch(gpu, f, grid, stream, &mut params) }
+        // SAFETY: the addresses are the caller's contract.
+        unsafe { self.ll[k as usize].launch(grid, THREADS, stream, args) }
+            .map_err(cuda_err(self.me, "launching a MoE kernel"))
     }
 
     /// Zeroes `words` signal words at `sig` on `stream` (the caller brackets it with barriers).
     ///
     /// # Safety
     /// `sig` must be `words` writable 8-byte words of device memory; `stream` as in `launch`.
-    pub unsafe fn clean(
-        &self,
-        gpu: &Gpu,
-        sig: u64,
-        words: u64,
-        stream: RawStream,
-    ) -> Result<(), Error> {
-        let (mut s, mut w) = (sig, words);
-        let mut params: [*mut c_void; 2] =
-            [(&mut s as *mut u64).cast(), (&mut w as *mut u64).cast()];
+    pub unsafe fn clean(&self, sig: u64, words: u64, stream: RawStream) -> Result<(), Error> {
         let blocks = words.div_ceil(u64::from(THREADS)).clamp(1, 64) as u32;
-        // SAFETY: the kernel's two parameters (u64 *sig, u64 words); `sig` is the caller's.
-        unsafe { self.raw_launch(gpu, &self.f[4], (blocks, 1), stream, &mut params) }
-    }
-
-    /// # Safety
-    /// `params` match `f`'s parameters; what they point to is valid until the kernel ran.
-    unsafe fn raw_launch(
-        &self,
-        gpu: &Gpu,
-        f: &CudaFunction,
-        grid: (u32, u32),
-        stream: RawStream,
-        params: &mut [*mut c_void],
-    ) -> Result<(), Error> {
-        let what = "launching a MoE kernel";
-        gpu.context()
-            .bind_to_thread()
-            .map_err(|e| cuda_err(self.me, what)(pshmem::cuda::driver("cuCtxSetCurrent")(e)))?;
-        // SAFETY: forwarded from the caller; the context is bound.
-        let rc = unsafe {
-            sys::cuLaunchKernel(
-                f.cu_function(),
-                grid.0.max(1),
-                grid.1.max(1),
-                1,
-                THREADS,
-                1,
-                1,
-                0,
-                stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        pshmem::cuda::check(rc, "cuLaunchKernel").map_err(cuda_err(self.me, what))
+        let args = CleanArgs { sig, words };
+        // SAFETY: `sig` is the caller's.
+        unsafe { self.clean.launch((blocks, 1), THREADS, stream, args) }
+            .map_err(cuda_err(self.me, "launching a MoE kernel"))
     }
 }
 
@@ -330,16 +311,9 @@ mod tests {
     #[test]
     fn the_arguments_and_constants_match_the_c_header() {
         let probe = crate::probe();
-        pshmem_abi_probe::assert_mirror!(
-            probe,
-            "pshmem_ep_ll_args_t",
-            LlArgs {
-                num_tokens, max_tokens, hidden, num_topk, num_experts, num_ranks, my_rank, flags,
-                sig, send, recv, msg_bytes, rings, n_rings, _pad, x, topk_idx, topk_weights,
-                slot_map, out_x, out_scales, recv_count, src_info, layout_range, cum_stats,
-                wait_stats,
-            }
-        );
+        // Every field (the struct lists them all: `kernel_args!`).
+        probe.assert_mirror(LlArgs::C_NAME, LlArgs::FIELDS, size_of::<LlArgs>());
+        probe.assert_mirror(CleanArgs::C_NAME, CleanArgs::FIELDS, size_of::<CleanArgs>());
         probe.assert_constants(&[
             ("PSHMEM_EP_MAX_TOKENS", MAX_TOKENS as u64),
             ("PSHMEM_EP_MAX_RANKS", MAX_RANKS as u64),

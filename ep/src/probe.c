@@ -50,4 +50,6 @@ PSHMEM_PROBE_TABLE(pshmem_ep_probe,
     OFF(pshmem_ep_ht_args_t, bias0), OFF(pshmem_ep_ht_args_t, bias1),
     VAL(PSHMEM_EP_HT_MAX_RANKS), VAL(PSHMEM_EP_HT_MAX_NODE), VAL(PSHMEM_EP_HT_MAX_CHANNELS),
     VAL(PSHMEM_EP_HT_THREADS), VAL(PSHMEM_EP_HT_MAX_TOPK),
+    SIZE(pshmem_ep_ll_clean_args_t), OFF(pshmem_ep_ll_clean_args_t, sig),
+    OFF(pshmem_ep_ll_clean_args_t, words),
 )

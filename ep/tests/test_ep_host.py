@@ -2,6 +2,8 @@
 kernels refuse. The kernels themselves run in ep/tests/workers/ep_ll.py (scripts/gpu-test.sh).
 """
 
+import re
+
 import pytest
 
 import pshmem._pshmem as C
@@ -108,6 +110,53 @@ def test_the_default_configs_use_the_sms_set():
         assert "Config(16, " in repr(Buffer.get_dispatch_config(8))
     finally:
         Buffer.set_num_sms(24)
+
+
+# ---- launch arguments by name: checked before anything runs (no init, no GPU needed) -------
+
+
+def _ll_args(**over):
+    """Every name combine_send reads, zero, with `over` applied (None removes a name)."""
+    names = ["sig", "send", "recv", "num_tokens", "max_tokens", "hidden", "num_topk",
+             "num_experts", "num_ranks", "flags", "x", "topk_idx", "slot_map", "out_x",
+             "layout_range", "topk_weights"]
+    args = {n: 0 for n in names}
+    for k, v in over.items():
+        if v is None:
+            args.pop(k)
+        else:
+            args[k] = v
+    return args
+
+
+@pytest.mark.parametrize("over, words", [
+    ({"num_topks": 8}, 'no argument "num_topks"'),
+    ({"my_rank": 0}, 'no argument "my_rank"'),
+    ({"topk_weights": None}, "missing argument(s) topk_weights"),
+])
+def test_ll_launch_refuses_unknown_owned_and_missing_names(over, words):
+    with pytest.raises(C.InvalidArgument, match=re.escape(words)):
+        C.ep_ll_launch("combine_send", 1, 1, 0, _ll_args(**over))
+
+
+def test_ll_launch_refuses_values_that_do_not_fit_their_field():
+    with pytest.raises(C.InvalidArgument, match="x = -1 is not an address"):
+        C.ep_ll_launch("combine_send", 1, 1, 0, _ll_args(x=-1))
+
+
+def test_ht_launch_and_layout_refuse_unknown_and_missing_names():
+    shape = dict(num_ranks=2, node_size=2, num_channels=2, nvl_slots=64, rdma_slots=64,
+                 hidden=1024, num_topk=2, x_elem_bytes=2, num_scales=0, num_experts=8)
+    assert C.ep_ht_layout(shape)["bytes"] > 0
+    with pytest.raises(C.InvalidArgument, match='no argument "buf"'):
+        C.ep_ht_layout(dict(shape, buf=0))
+    with pytest.raises(C.InvalidArgument, match=re.escape("missing argument(s) hidden")):
+        C.ep_ht_layout({k: v for k, v in shape.items() if k != "hidden"})
+    with pytest.raises(C.InvalidArgument, match=re.escape("missing argument(s) buf")):
+        C.ep_ht_launch("reset", 1, 0, dict(shape, nvl_chunk=8, rdma_chunk=8, num_tokens=4))
+    with pytest.raises(C.InvalidArgument, match='no argument "ctrl"'):
+        C.ep_ht_launch("reset", 1, 0, dict(shape, buf=0, nvl_chunk=8, rdma_chunk=8,
+                                           num_tokens=4, ctrl=0))
 
 
 # ---- the MoE test workers' shared checks (ep/tests/workers/epcheck.py) --------------------

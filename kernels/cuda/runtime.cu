@@ -1,25 +1,25 @@
 /* Kernels the runtime itself launches: the target-side AMO that a proxy applies to its GPU heap
  * for a remote initiator (the CPU never does atomics on GPU memory: no GDRCopy), and the host's
- * on-stream quiet and barrier. */
+ * operations and on-stream quiet and barrier. Each takes one struct of pshmem/kernel_args.h by
+ * value (the runtime's launcher, runtime/src/gpu/kargs.rs, mirrors them). */
 #include "pshmem/device.cuh"
+#include "pshmem/kernel_args.h"
 
 /* One AMO on this GPU's memory at `addr` (system scope, so that it is atomic with respect to
  * kernels' atomics, local or through NVLink). The old value goes to `*result` (pinned host
  * memory the proxy reads after synchronizing its stream). One thread. */
-extern "C" __global__ void pshmem_k_amo(unsigned long long addr, unsigned int sub,
-                                        unsigned long long operand, unsigned long long compare,
-                                        unsigned long long *result) {
-    unsigned int op = sub & 0xfu;
+extern "C" __global__ void pshmem_k_amo(const pshmem_k_amo_args_t a) {
+    unsigned int op = a.sub & 0xfu;
     unsigned long long old;
-    if (sub & PSHMEM_AMO_WIDE) {
-        old = pshmem_i_amo_here<unsigned long long>((unsigned long long *)addr, op, operand,
-                                                    compare);
+    if (a.sub & PSHMEM_AMO_WIDE) {
+        old = pshmem_i_amo_here<unsigned long long>((unsigned long long *)a.addr, op, a.operand,
+                                                    a.compare);
     } else {
-        old = pshmem_i_amo_here<unsigned int>((unsigned int *)addr, op, (unsigned int)operand,
-                                              (unsigned int)compare);
+        old = pshmem_i_amo_here<unsigned int>((unsigned int *)a.addr, op, (unsigned int)a.operand,
+                                              (unsigned int)a.compare);
     }
     /* The proxy synchronizes the stream before reading, which orders this store. */
-    *(volatile unsigned long long *)result = old;
+    *(volatile unsigned long long *)a.result = old;
     __threadfence_system();
 }
 
@@ -32,65 +32,58 @@ extern "C" __global__ void pshmem_k_barrier_all(void) { pshmem_barrier_all(); }
  * kernel's (loads and stores to mapped peers, the ring to the others). */
 
 /* put (put != 0) or get of n bytes with `pe`; nbi: leave completion to a later quiet. */
-extern "C" __global__ void pshmem_k_rma(int put, void *dest, const void *src,
-                                        unsigned long long n, int pe, int nbi) {
-    if (put) {
-        if (nbi) pshmemx_putmem_nbi_block(dest, src, n, pe);
-        else pshmemx_putmem_block(dest, src, n, pe);
+extern "C" __global__ void pshmem_k_rma(const pshmem_k_rma_args_t a) {
+    if (a.put) {
+        if (a.nbi) pshmemx_putmem_nbi_block(a.dest, a.src, a.n, a.pe);
+        else pshmemx_putmem_block(a.dest, a.src, a.n, a.pe);
     } else {
-        if (nbi) pshmemx_getmem_nbi_block(dest, src, n, pe);
-        else pshmemx_getmem_block(dest, src, n, pe);
+        if (a.nbi) pshmemx_getmem_nbi_block(a.dest, a.src, a.n, a.pe);
+        else pshmemx_getmem_block(a.dest, a.src, a.n, a.pe);
     }
 }
 
 /* put-with-signal; nbi as above. */
-extern "C" __global__ void pshmem_k_put_signal(void *dest, const void *src, unsigned long long n,
-                                               uint64_t *sig, unsigned long long v, int op,
-                                               int pe, int nbi) {
-    if (nbi) pshmemx_putmem_signal_nbi_block(dest, src, n, sig, v, op, pe);
-    else pshmemx_putmem_signal_block(dest, src, n, sig, v, op, pe);
+extern "C" __global__ void pshmem_k_put_signal(const pshmem_k_put_signal_args_t a) {
+    if (a.nbi) pshmemx_putmem_signal_nbi_block(a.dest, a.src, a.n, a.sig, a.value, a.op, a.pe);
+    else pshmemx_putmem_signal_block(a.dest, a.src, a.n, a.sig, a.value, a.op, a.pe);
 }
 
 /* A signal update (complete at quiet). One thread. */
-extern "C" __global__ void pshmem_k_signal_op(uint64_t *sig, unsigned long long v, int op, int pe) {
-    pshmemx_signal_op(sig, v, op, pe);
+extern "C" __global__ void pshmem_k_signal_op(const pshmem_k_signal_op_args_t a) {
+    pshmemx_signal_op(a.sig, a.value, a.op, a.pe);
 }
 
 /* A wait on a local signal word, launched on an application stream so the work after it on
  * that stream runs once `*sig cmp v` holds (bounded like every device wait); with `reset`, the
  * word is then set to `to` (a consumed signal, so a CUDA graph can replay the same wait
  * without a kernel of its own to clear it). One thread. */
-extern "C" __global__ void pshmem_k_signal_wait(uint64_t *sig, int cmp, unsigned long long v,
-                                               int reset, unsigned long long to) {
-    pshmem_signal_wait_until(sig, cmp, v);
+extern "C" __global__ void pshmem_k_signal_wait(const pshmem_k_signal_wait_args_t a) {
+    pshmem_signal_wait_until(a.sig, a.cmp, a.value);
     /* Plain store: the next update of this word comes from a peer that learned of this one
      * through a later message, and that message cannot pass the kernel's end. */
-    if (reset) *(volatile uint64_t *)sig = to;
+    if (a.reset) *(volatile uint64_t *)a.sig = a.to;
 }
 
 /* An AMO of the host: `sub` as a ring slot's (PSHMEM_AMO_* | PSHMEM_AMO_WIDE); the old value
  * goes to *result (pinned host memory, read after the stream is synchronized). One thread. */
-extern "C" __global__ void pshmem_k_host_amo(void *dest, unsigned int sub,
-                                             unsigned long long operand,
-                                             unsigned long long compare, int pe,
-                                             unsigned long long *result) {
-    unsigned int op = sub & 0xfu;
+extern "C" __global__ void pshmem_k_host_amo(const pshmem_k_host_amo_args_t a) {
+    unsigned int op = a.sub & 0xfu;
     unsigned long long old;
-    if (sub & PSHMEM_AMO_WIDE) {
-        old = pshmem_i_atomic<unsigned long long>((unsigned long long *)dest, op, operand,
-                                                  compare, pe);
+    if (a.sub & PSHMEM_AMO_WIDE) {
+        old = pshmem_i_atomic<unsigned long long>((unsigned long long *)a.dest, op, a.operand,
+                                                  a.compare, a.pe);
     } else {
-        old = pshmem_i_atomic<unsigned int>((unsigned int *)dest, op, (unsigned int)operand,
-                                            (unsigned int)compare, pe);
+        old = pshmem_i_atomic<unsigned int>((unsigned int *)a.dest, op, (unsigned int)a.operand,
+                                            (unsigned int)a.compare, a.pe);
     }
-    *(volatile unsigned long long *)result = old;
+    *(volatile unsigned long long *)a.result = old;
     __threadfence_system();
 }
 
 /* A team's sync (barrier != 0: barrier, that is quiet first). One thread. */
-extern "C" __global__ void pshmem_k_team_sync(int team, int barrier) {
-    if (barrier) pshmem_barrier(team);
-    else pshmem_team_sync(team);
+extern "C" __global__ void pshmem_k_team_sync(const pshmem_k_team_sync_args_t a) {
+    if (a.barrier) pshmem_barrier(a.team);
+    else pshmem_team_sync(a.team);
 }
 
 /* A collective of the host or on a stream, in one block (the block forms of coll.cuh): kind 0
@@ -101,8 +94,11 @@ __device__ void pshmem_i_k_reduce(int kind, int team, void *dest, const void *sr
                                   unsigned long long n, int op) {
     pshmem_i_reduce<2, T>(team, op, (T *)dest, (const T *)src, n, kind == 4);
 }
-extern "C" __global__ void pshmem_k_coll(int kind, int team, void *dest, const void *src,
-                                         unsigned long long n, int arg, int dtype) {
+extern "C" __global__ void pshmem_k_coll(const pshmem_k_coll_args_t a) {
+    const int kind = a.kind, team = a.team, arg = a.arg, dtype = a.dtype;
+    void *dest = a.dest;
+    const void *src = a.src;
+    const unsigned long long n = a.n;
     switch (kind) {
     case 0: pshmem_i_broadcast<2>(team, dest, src, n, arg); return;
     case 1: pshmem_i_fcollect<2>(team, dest, src, n); return;
@@ -156,9 +152,12 @@ __device__ __forceinline__ void pshmem_i_k_copy_slice(const pshmem_team_device_t
     pshmem_i_copy(r + lo, src + lo, len, threadIdx.x, blockDim.x);
 }
 
-extern "C" __global__ void pshmem_k_coll_wide(int kind, int team, void *dest, const void *src,
-                                              unsigned long long n, int arg, int dtype) {
-    const pshmem_team_device_t *t = pshmem_i_team(team);
+extern "C" __global__ void pshmem_k_coll_wide(const pshmem_k_coll_args_t a) {
+    const int kind = a.kind, arg = a.arg, dtype = a.dtype;
+    void *dest = a.dest;
+    const void *src = a.src;
+    const unsigned long long n = a.n;
+    const pshmem_team_device_t *t = pshmem_i_team(a.team);
     if (!t || t->my_index < 0) return; /* the sync launches record it */
     const int me = t->my_index, size = t->size;
     char *d = (char *)dest;

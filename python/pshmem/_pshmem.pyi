@@ -108,10 +108,16 @@ def ep_ll_layout(max_tokens: int, hidden: int, ranks: int, experts: int) -> dict
     """Sizes and offsets of the LL buffer; ValueError names a broken requirement."""
 def ep_ring_count() -> int: ...
 def ep_ll_launch(kernel: str, grid_x: int, grid_y: int, stream: int,
-                 args: dict[str, int]) -> None: ...
+                 args: dict[str, int]) -> None:
+    """Launches an LL kernel; `args` names every field of pshmem_ep_ll_args_t the kernel reads
+    (0 for an absent pointer) and nothing else: an unknown, launcher-owned or missing name
+    raises InvalidArgument naming it (pshmem_ep::keys)."""
 def ep_ll_clean(sig: int, words: int, stream: int) -> None: ...
 def ep_load() -> None: ...
 def ep_check() -> None:
     """Raises the first error a device call of this PE recorded (timeouts included)."""
-def ep_ht_layout(shape: dict[str, int]) -> dict[str, int]: ...
-def ep_ht_launch(kernel: str, blocks: int, stream: int, args: dict[str, int]) -> None: ...
+def ep_ht_layout(shape: dict[str, int]) -> dict[str, int]:
+    """Sizes of the HT buffer for exactly the ten shape names; ValueError names a broken
+    requirement, InvalidArgument an unknown or missing name."""
+def ep_ht_launch(kernel: str, blocks: int, stream: int, args: dict[str, int]) -> None:
+    """Launches an HT kernel; `args` as ep_ll_launch's, for pshmem_ep_ht_args_t and `buf`."""

@@ -11,14 +11,65 @@ use pshmem::Pshmem;
 use pshmem_ep::{
     Kernel, Ll, LlArgs, LlLayout,
     ht::{HtArgs, HtKernel, HtLayout, HtShape},
+    keys,
 };
 use pyo3::prelude::*;
 
 use crate::{
-    errors::{invalid, to_py},
+    errors::{invalid, invalid_arg, to_py},
     ops::{gpu_of, raw},
     state,
 };
+
+/// A launch's arguments by name, checked against the kernel's (`pshmem_ep::keys`: none
+/// unknown, none required missing) before anything runs; each value checked against its field's
+/// type when read. A name the kernel does not read may be left out (it is 0).
+struct Args<'a> {
+    op: &'static str,
+    map: &'a HashMap<String, i64>,
+}
+
+impl<'a> Args<'a> {
+    fn checked(
+        op: &'static str,
+        kernel: &str,
+        map: &'a HashMap<String, i64>,
+        (accepted, required): (&[&str], &[&str]),
+    ) -> PyResult<Self> {
+        keys::check(kernel, map.keys().map(String::as_str), accepted, required)
+            .map_err(|e| invalid_arg(op, e))?;
+        Ok(Self { op, map })
+    }
+
+    fn raw(&self, n: &str) -> i64 {
+        self.map.get(n).copied().unwrap_or(0)
+    }
+
+    fn fit<T: TryFrom<i64>>(&self, n: &str, what: &str) -> PyResult<T> {
+        let v = self.raw(n);
+        T::try_from(v).map_err(|_| invalid_arg(self.op, format!("{n} = {v} is not {what}")))
+    }
+
+    /// A C `int` field.
+    fn int(&self, n: &str) -> PyResult<i32> {
+        self.fit(n, "a 32-bit integer")
+    }
+
+    /// A C `unsigned` field.
+    fn uint(&self, n: &str) -> PyResult<u32> {
+        self.fit(n, "an unsigned 32-bit integer")
+    }
+
+    /// An address (0: none).
+    fn addr(&self, n: &str) -> PyResult<u64> {
+        self.fit(n, "an address")
+    }
+
+    /// A count or size (not negative).
+    fn size(&self, n: &str) -> PyResult<usize> {
+        self.fit(n, "a count")
+    }
+}
 
 /// The kernels, loaded once per initialized PE.
 static LL: Mutex<Option<(Weak<Pshmem>, Arc<Ll>)>> = Mutex::new(None);
@@ -70,7 +121,8 @@ fn ep_ring_count() -> PyResult<usize> {
 
 /// Launches LL kernel `kernel` ("dispatch_send", "dispatch_recv", "combine_send",
 /// "combine_recv") over (grid_x, grid_y) blocks on `stream` with the arguments of
-/// `pshmem_ep_ll_args_t` given by name (missing ones are 0).
+/// `pshmem_ep_ll_args_t` given by name: every field the kernel reads, and no name that is not a
+/// field the caller fills (`pshmem_ep::keys`).
 #[pyfunction]
 fn ep_ll_launch(
     py: Python<'_>,
@@ -80,35 +132,40 @@ fn ep_ll_launch(
     stream: u64,
     args: HashMap<String, i64>,
 ) -> PyResult<()> {
-    let s = state()?;
     let op = "ep_ll_launch";
     let k = Kernel::from_name(kernel)
-        .ok_or_else(|| invalid(s.my_pe(), op, format!("no LL kernel {kernel:?}")))?;
-    let get = |n: &str| args.get(n).copied().unwrap_or(0);
+        .ok_or_else(|| invalid_arg(op, format!("no LL kernel {kernel:?}")))?;
+    let g = Args::checked(
+        op,
+        kernel,
+        &args,
+        (&keys::ll_accepted(), &keys::ll_required(k)),
+    )?;
     let mut a = LlArgs {
-        num_tokens: get("num_tokens") as i32,
-        max_tokens: get("max_tokens") as i32,
-        hidden: get("hidden") as i32,
-        num_topk: get("num_topk") as i32,
-        num_experts: get("num_experts") as i32,
-        num_ranks: get("num_ranks") as i32,
-        flags: get("flags") as u32,
-        sig: get("sig") as u64,
-        send: get("send") as u64,
-        recv: get("recv") as u64,
-        x: get("x") as u64,
-        topk_idx: get("topk_idx") as u64,
-        topk_weights: get("topk_weights") as u64,
-        slot_map: get("slot_map") as u64,
-        out_x: get("out_x") as u64,
-        out_scales: get("out_scales") as u64,
-        recv_count: get("recv_count") as u64,
-        src_info: get("src_info") as u64,
-        layout_range: get("layout_range") as u64,
-        cum_stats: get("cum_stats") as u64,
-        wait_stats: get("wait_stats") as u64,
+        num_tokens: g.int("num_tokens")?,
+        max_tokens: g.int("max_tokens")?,
+        hidden: g.int("hidden")?,
+        num_topk: g.int("num_topk")?,
+        num_experts: g.int("num_experts")?,
+        num_ranks: g.int("num_ranks")?,
+        flags: g.uint("flags")?,
+        sig: g.addr("sig")?,
+        send: g.addr("send")?,
+        recv: g.addr("recv")?,
+        x: g.addr("x")?,
+        topk_idx: g.addr("topk_idx")?,
+        topk_weights: g.addr("topk_weights")?,
+        slot_map: g.addr("slot_map")?,
+        out_x: g.addr("out_x")?,
+        out_scales: g.addr("out_scales")?,
+        recv_count: g.addr("recv_count")?,
+        src_info: g.addr("src_info")?,
+        layout_range: g.addr("layout_range")?,
+        cum_stats: g.addr("cum_stats")?,
+        wait_stats: g.addr("wait_stats")?,
         ..LlArgs::default()
     };
+    let s = state()?;
     let gpu = gpu_of(&s, op)?;
     if a.num_ranks as usize != s.n_pes() {
         return Err(invalid(
@@ -155,31 +212,35 @@ fn ep_ll_launch(
     })
 }
 
-/// The shape of an HT buffer layout from the launch arguments (missing ones are 0).
-fn ht_shape(get: &impl Fn(&str) -> i64) -> HtShape {
-    let u = |n: &str| get(n).max(0) as usize;
-    HtShape {
-        ranks: u("num_ranks"),
-        node_size: u("node_size"),
-        channels: u("num_channels"),
-        nvl_slots: u("nvl_slots"),
-        rdma_slots: u("rdma_slots"),
-        hidden: u("hidden"),
-        topk: u("num_topk"),
-        x_elem_bytes: u("x_elem_bytes"),
-        num_scales: u("num_scales"),
-        experts: u("num_experts"),
-    }
+/// The shape of an HT buffer layout from checked arguments.
+fn ht_shape(g: &Args<'_>) -> PyResult<HtShape> {
+    Ok(HtShape {
+        ranks: g.size("num_ranks")?,
+        node_size: g.size("node_size")?,
+        channels: g.size("num_channels")?,
+        nvl_slots: g.size("nvl_slots")?,
+        rdma_slots: g.size("rdma_slots")?,
+        hidden: g.size("hidden")?,
+        topk: g.size("num_topk")?,
+        x_elem_bytes: g.size("x_elem_bytes")?,
+        num_scales: g.size("num_scales")?,
+        experts: g.size("num_experts")?,
+    })
 }
 
 /// The HT (normal mode) buffer layout for the shape given by name (`num_ranks`, `node_size`,
 /// `num_channels`, `nvl_slots`, `rdma_slots`, `hidden`, `num_topk`, `x_elem_bytes`,
-/// `num_scales`, `num_experts`): a dict of its sizes; raises `ValueError` naming the
-/// requirement a shape breaks.
+/// `num_scales`, `num_experts`, all of them and no other): a dict of its sizes; raises
+/// `ValueError` naming the requirement a shape breaks.
 #[pyfunction]
 fn ep_ht_layout(shape: HashMap<String, i64>) -> PyResult<HashMap<&'static str, usize>> {
-    let get = |n: &str| shape.get(n).copied().unwrap_or(0);
-    let l = HtLayout::new(ht_shape(&get)).map_err(pyo3::exceptions::PyValueError::new_err)?;
+    let g = Args::checked(
+        "ep_ht_layout",
+        "layout",
+        &shape,
+        (keys::HT_SHAPE, keys::HT_SHAPE),
+    )?;
+    let l = HtLayout::new(ht_shape(&g)?).map_err(pyo3::exceptions::PyValueError::new_err)?;
     Ok(HashMap::from([
         ("bytes", l.bytes),
         ("slot_bytes", l.slot_bytes),
@@ -191,9 +252,10 @@ fn ep_ht_layout(shape: HashMap<String, i64>) -> PyResult<HashMap<&'static str, u
 }
 
 /// Launches HT kernel `kernel` ("layout", "reset", "prefix", "notify", "dispatch", "combine")
-/// over `blocks` blocks on `stream`. `args` names the fields of `pshmem_ep_ht_args_t` (missing
-/// ones are 0) and `buf`, the start of the symmetric buffer: the areas in it follow from the
-/// shape's layout, which must lie in the GPU heap.
+/// over `blocks` blocks on `stream`. `args` names the fields of `pshmem_ep_ht_args_t` the
+/// caller fills (every one the kernel reads: `pshmem_ep::keys`) and `buf`, the start of the
+/// symmetric buffer: the areas in it follow from the shape's layout, which must lie in the GPU
+/// heap.
 #[pyfunction]
 fn ep_ht_launch(
     py: Python<'_>,
@@ -202,86 +264,87 @@ fn ep_ht_launch(
     stream: u64,
     args: HashMap<String, i64>,
 ) -> PyResult<()> {
-    let s = state()?;
     let op = "ep_ht_launch";
     let k = HtKernel::from_name(kernel)
-        .ok_or_else(|| invalid(s.my_pe(), op, format!("no HT kernel {kernel:?}")))?;
-    let get = |n: &str| args.get(n).copied().unwrap_or(0);
+        .ok_or_else(|| invalid_arg(op, format!("no HT kernel {kernel:?}")))?;
+    let g = Args::checked(
+        op,
+        kernel,
+        &args,
+        (&keys::ht_accepted(), &keys::ht_required(k)),
+    )?;
+    let p = |n: &str| g.addr(n);
+    let mut a = HtArgs {
+        num_tokens: g.int("num_tokens")?,
+        hidden: g.int("hidden")?,
+        num_topk: g.int("num_topk")?,
+        num_experts: g.int("num_experts")?,
+        num_ranks: g.int("num_ranks")?,
+        node_size: g.int("node_size")?,
+        num_channels: g.int("num_channels")?,
+        nvl_slots: g.int("nvl_slots")?,
+        rdma_slots: g.int("rdma_slots")?,
+        nvl_chunk: g.int("nvl_chunk")?,
+        rdma_chunk: g.int("rdma_chunk")?,
+        x_elem_bytes: g.int("x_elem_bytes")?,
+        num_scales: g.int("num_scales")?,
+        expert_alignment: g.int("expert_alignment")?,
+        max_recv: g.int("max_recv")?,
+        max_fwd: g.int("max_fwd")?,
+        topk_idx: p("topk_idx")?,
+        topk_weights: p("topk_weights")?,
+        is_token_in_rank: p("is_token_in_rank")?,
+        num_tokens_per_rank: p("num_tokens_per_rank")?,
+        num_tokens_per_node: p("num_tokens_per_node")?,
+        num_tokens_per_expert: p("num_tokens_per_expert")?,
+        channel_prefix: p("channel_prefix")?,
+        node_channel_prefix: p("node_channel_prefix")?,
+        rank_prefix: p("rank_prefix")?,
+        recv_prefix: p("recv_prefix")?,
+        recv_node_prefix: p("recv_node_prefix")?,
+        counters: p("counters")?,
+        x: p("x")?,
+        x_scales: p("x_scales")?,
+        recv_x: p("recv_x")?,
+        recv_scales: p("recv_scales")?,
+        recv_topk_idx: p("recv_topk_idx")?,
+        recv_topk_weights: p("recv_topk_weights")?,
+        recv_src_idx: p("recv_src_idx")?,
+        send_head: p("send_head")?,
+        fwd_mask: p("fwd_mask")?,
+        bias0: p("bias0")?,
+        bias1: p("bias1")?,
+        ..HtArgs::default()
+    };
+    let s = state()?;
     let gpu = gpu_of(&s, op)?;
-    if get("num_ranks") as usize != s.n_pes() {
+    if a.num_ranks as usize != s.n_pes() {
         return Err(invalid(
             s.my_pe(),
             op,
-            format!(
-                "num_ranks {} in a job of {} PEs",
-                get("num_ranks"),
-                s.n_pes()
-            ),
+            format!("num_ranks {} in a job of {} PEs", a.num_ranks, s.n_pes()),
         ));
     }
-    let p = |n: &str| get(n) as u64;
-    let mut a = HtArgs {
-        num_tokens: get("num_tokens") as i32,
-        hidden: get("hidden") as i32,
-        num_topk: get("num_topk") as i32,
-        num_experts: get("num_experts") as i32,
-        num_ranks: get("num_ranks") as i32,
-        node_size: get("node_size") as i32,
-        num_channels: get("num_channels") as i32,
-        nvl_slots: get("nvl_slots") as i32,
-        rdma_slots: get("rdma_slots") as i32,
-        nvl_chunk: get("nvl_chunk") as i32,
-        rdma_chunk: get("rdma_chunk") as i32,
-        x_elem_bytes: get("x_elem_bytes") as i32,
-        num_scales: get("num_scales") as i32,
-        expert_alignment: get("expert_alignment") as i32,
-        max_recv: get("max_recv") as i32,
-        max_fwd: get("max_fwd") as i32,
-        topk_idx: p("topk_idx"),
-        topk_weights: p("topk_weights"),
-        is_token_in_rank: p("is_token_in_rank"),
-        num_tokens_per_rank: p("num_tokens_per_rank"),
-        num_tokens_per_node: p("num_tokens_per_node"),
-        num_tokens_per_expert: p("num_tokens_per_expert"),
-        channel_prefix: p("channel_prefix"),
-        node_channel_prefix: p("node_channel_prefix"),
-        rank_prefix: p("rank_prefix"),
-        recv_prefix: p("recv_prefix"),
-        recv_node_prefix: p("recv_node_prefix"),
-        counters: p("counters"),
-        x: p("x"),
-        x_scales: p("x_scales"),
-        recv_x: p("recv_x"),
-        recv_scales: p("recv_scales"),
-        recv_topk_idx: p("recv_topk_idx"),
-        recv_topk_weights: p("recv_topk_weights"),
-        recv_src_idx: p("recv_src_idx"),
-        send_head: p("send_head"),
-        fwd_mask: p("fwd_mask"),
-        bias0: p("bias0"),
-        bias1: p("bias1"),
-        ..HtArgs::default()
-    };
     let ll = kernels(&s)?;
     if k == HtKernel::Layout {
         // Reads top-k and writes the counts: no buffer, a shape check only.
-        let sh = ht_shape(&get);
-        let (n, g) = (sh.ranks, sh.node_size);
+        let (n, g, experts) = (
+            g.size("num_ranks")?,
+            g.size("node_size")?,
+            g.size("num_experts")?,
+        );
         if n == 0
             || n > pshmem_ep::ht::MAX_RANKS
             || g == 0
             || n % g != 0
             || g > pshmem_ep::ht::MAX_NODE
-            || sh.experts == 0
-            || sh.experts % n != 0
+            || experts == 0
+            || experts % n != 0
         {
             return Err(invalid(
                 s.my_pe(),
                 op,
-                format!(
-                    "layout of {n} ranks in nodes of {g}, {} experts: unsupported",
-                    sh.experts
-                ),
+                format!("layout of {n} ranks in nodes of {g}, {experts} experts: unsupported"),
             ));
         }
         return py.detach(|| {
@@ -290,8 +353,8 @@ fn ep_ht_launch(
             unsafe { ll.launch_ht(gpu, k, a, blocks, raw(stream)) }.map_err(to_py)
         });
     }
-    let l = HtLayout::new(ht_shape(&get)).map_err(|e| invalid(s.my_pe(), op, e))?;
-    let buf = p("buf");
+    let l = HtLayout::new(ht_shape(&g)?).map_err(|e| invalid(s.my_pe(), op, e))?;
+    let buf = p("buf")?;
     if gpu.offset_of(buf, l.bytes).is_none() {
         return Err(invalid(
             s.my_pe(),
@@ -343,7 +406,7 @@ fn ep_ll_clean(sig: u64, words: u64, stream: u64) -> PyResult<()> {
     }
     let ll = kernels(&s)?;
     // SAFETY: `words` words of the GPU heap (checked); a live stream of this device.
-    unsafe { ll.clean(gpu, sig, words, raw(stream)) }.map_err(to_py)
+    unsafe { ll.clean(sig, words, raw(stream)) }.map_err(to_py)
 }
 
 /// Loads the MoE kernels' module now (`Buffer` does at construction). Loading a module may

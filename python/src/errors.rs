@@ -95,6 +95,11 @@ pub(crate) fn invalid(me: usize, op: &str, detail: impl std::fmt::Display) -> Py
     InvalidArgument::new_err(format!("PE {me}: {op}: {detail}"))
 }
 
+/// An invalid argument found before anything ran (no PE to name yet).
+pub(crate) fn invalid_arg(op: &str, detail: impl std::fmt::Display) -> PyErr {
+    InvalidArgument::new_err(format!("{op}: {detail}"))
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("PshmemError", py.get_type::<PshmemError>())?;

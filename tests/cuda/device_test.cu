@@ -3,6 +3,7 @@
  * runtime chose. Kernels count what they find wrong in `errors`; the host also compares whole
  * buffers byte for byte. */
 #include "pshmem/device.cuh"
+#include "args.h"
 
 __device__ __forceinline__ uint64_t t_mix(uint64_t x) {
     uint64_t z = x + 0x9E3779B97F4A7C15ull;
@@ -16,8 +17,9 @@ __device__ __forceinline__ unsigned char t_byte(uint64_t seed, uint64_t i) {
     return (unsigned char)(t_mix(seed ^ (i >> 3)) >> ((i & 7) * 8));
 }
 
-extern "C" __global__ void t_fill(unsigned char *buf, unsigned long long n,
-                                  unsigned long long seed) {
+extern "C" __global__ void t_fill(const t_fill_args_t a) {
+    unsigned char *buf = a.buf;
+    const uint64_t n = a.n, seed = a.seed;
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
          i += (uint64_t)gridDim.x * blockDim.x)
         buf[i] = t_byte(seed, i);
@@ -25,8 +27,11 @@ extern "C" __global__ void t_fill(unsigned char *buf, unsigned long long n,
 
 /* One put or get of `len` bytes with variant v: 0 thread, 1 thread nbi, 2 warp, 3 warp nbi,
  * 4 block, 5 block nbi (nbi ones are completed by quiet). One block. */
-extern "C" __global__ void t_putget(int put, int v, char *dst, const char *src,
-                                    unsigned long long len, int pe) {
+extern "C" __global__ void t_putget(const t_putget_args_t a) {
+    const int put = a.put, v = a.v, pe = a.pe;
+    char *dst = a.dst;
+    const char *src = a.src;
+    const unsigned long long len = a.len;
     unsigned t = threadIdx.x;
     switch (v) {
     case 0:
@@ -58,8 +63,14 @@ extern "C" __global__ void t_putget(int put, int v, char *dst, const char *src,
 }
 
 /* p of every type to the peer (thread i writes element i), then g of the peer's `gsrc`. */
-extern "C" __global__ void t_pg(uint64_t *p64, int *p32, char *p8, double *pd, float *pf,
-                                uint64_t *gout, const uint64_t *gsrc, int n, int pe, int me) {
+extern "C" __global__ void t_pg(const t_pg_args_t a) {
+    uint64_t *p64 = a.p64, *gout = a.gout;
+    int *p32 = a.p32;
+    char *p8 = a.p8;
+    double *pd = a.pd;
+    float *pf = a.pf;
+    const uint64_t *gsrc = a.gsrc;
+    const int n = a.n, pe = a.pe, me = a.me;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         pshmem_uint64_p(&p64[i], t_mix((uint64_t)me * 1000003u + i), pe);
         pshmem_int_p(&p32[i], -(me * 100000 + i), pe);
@@ -77,9 +88,13 @@ extern "C" __global__ void t_pg(uint64_t *p64, int *p32, char *p8, double *pd, f
  * into buf + j*msg, signal ADD 1 after each; variant 0 thread nbi, 1 block nbi, 2 thread
  * blocking); block 1 receives the peer's: after the signal reaches j+1, message j must be there
  * whole. */
-extern "C" __global__ void t_put_signal(char *buf, const char *src, unsigned long long msg, int k,
-                                        uint64_t *sig, int pe, unsigned long long peer_seed,
-                                        int variant, unsigned long long *errors) {
+extern "C" __global__ void t_put_signal(const t_put_signal_args_t a) {
+    char *buf = a.buf;
+    const char *src = a.src;
+    const unsigned long long msg = a.msg, peer_seed = a.peer_seed;
+    uint64_t *sig = a.sig;
+    unsigned long long *errors = (unsigned long long *)a.errors;
+    const int k = a.k, pe = a.pe, variant = a.variant;
     if (blockIdx.x == 0) {
         for (int j = 0; j < k; ++j) {
             char *d = buf + (uint64_t)j * msg;
@@ -114,7 +129,10 @@ extern "C" __global__ void t_put_signal(char *buf, const char *src, unsigned lon
 /* Contended atomics: every thread adds 1 to word 0 (64-bit fetch_add) and word 1 (64-bit add)
  * and to c32[0] (32-bit fetch_add) and c32[1] (32-bit add) of every PE, `iters` times; threads
  * below 4 also increment word 2 with a compare-swap loop. */
-extern "C" __global__ void t_atomics(uint64_t *c64, unsigned int *c32, int iters) {
+extern "C" __global__ void t_atomics(const t_atomics_args_t a) {
+    uint64_t *c64 = a.c64;
+    unsigned int *c32 = a.c32;
+    const int iters = a.iters;
     int n = pshmem_n_pes();
     for (int it = 0; it < iters; ++it) {
         for (int pe = 0; pe < n; ++pe) {
@@ -137,8 +155,11 @@ extern "C" __global__ void t_atomics(uint64_t *c64, unsigned int *c32, int iters
 }
 
 /* The semantics of each AMO, one thread, on this PE's own word at the peer (`x64[me]`). */
-extern "C" __global__ void t_amo_semantics(uint64_t *x64, unsigned int *x32, int pe,
-                                           unsigned long long *errors) {
+extern "C" __global__ void t_amo_semantics(const t_amo_semantics_args_t a) {
+    uint64_t *x64 = a.x64;
+    unsigned int *x32 = a.x32;
+    const int pe = a.pe;
+    unsigned long long *errors = (unsigned long long *)a.errors;
     int me = pshmem_my_pe();
     uint64_t *w = &x64[me];
     unsigned int *v = &x32[me];
@@ -170,8 +191,10 @@ extern "C" __global__ void t_amo_semantics(uint64_t *x64, unsigned int *x32, int
 
 /* Device barrier: round r stores r into the peer's word (p), barriers, and expects the word
  * written into this PE by its other neighbour to be r. One thread. */
-extern "C" __global__ void t_barrier(uint64_t *word, int rounds, int pe,
-                                     unsigned long long *errors) {
+extern "C" __global__ void t_barrier(const t_barrier_args_t a) {
+    uint64_t *word = a.word;
+    const int rounds = a.rounds, pe = a.pe;
+    unsigned long long *errors = (unsigned long long *)a.errors;
     for (int r = 1; r <= rounds; ++r) {
         pshmem_uint64_p(word, (uint64_t)r, pe);
         pshmem_barrier_all();
@@ -182,7 +205,8 @@ extern "C" __global__ void t_barrier(uint64_t *word, int rounds, int pe,
 }
 
 /* Waits for a signal that may never come (the peer died): ends with the error recorded. */
-extern "C" __global__ void t_wait(uint64_t *sig, unsigned long long *out) {
+extern "C" __global__ void t_wait(const t_wait_args_t a) {
+    uint64_t *sig = a.sig, *out = a.out;
     out[0] = pshmem_signal_wait_until(sig, PSHMEM_CMP_GE, 1);
     out[1] = pshmem_error();
 }

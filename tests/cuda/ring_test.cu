@@ -2,6 +2,7 @@
  * function of (warp, sequence), one- and two-slot operations mixed, and then quiets. The host
  * consumer checks that none is lost, duplicated or torn. */
 #include "pshmem/ring_device.cuh"
+#include "args.h"
 
 __device__ __forceinline__ uint64_t pshmem_test_mix(uint64_t x) {
     uint64_t z = x + 0x9E3779B97F4A7C15ull;
@@ -12,8 +13,10 @@ __device__ __forceinline__ uint64_t pshmem_test_mix(uint64_t x) {
 
 /* Lane 0 of every warp pushes `per_warp` operations and quiets; `status[warp]` gets 0, or the
  * ring's error word. */
-extern "C" __global__ void pshmem_ring_stress(pshmem_ring_device_t r, unsigned long long per_warp,
-                                              unsigned long long *status) {
+extern "C" __global__ void pshmem_ring_stress(const pshmem_ring_stress_args_t a) {
+    pshmem_ring_device_t r = a.r;
+    const uint64_t per_warp = a.per_warp;
+    uint64_t *status = a.status;
     if ((threadIdx.x & 31) != 0) return;
     uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     uint64_t err = 0, end = 0;
@@ -39,10 +42,11 @@ extern "C" __global__ void pshmem_ring_stress(pshmem_ring_device_t r, unsigned l
 
 /* Latency of one descriptor: publish a `p` and wait until the proxy has completed it, `iters`
  * times; cycles per round trip go to `cycles[i]`. One thread. */
-extern "C" __global__ void pshmem_ring_roundtrip(pshmem_ring_device_t r, unsigned int pe,
-                                                 unsigned long long iters,
-                                                 unsigned long long *cycles,
-                                                 unsigned long long *status) {
+extern "C" __global__ void pshmem_ring_roundtrip(const pshmem_ring_roundtrip_args_t a) {
+    pshmem_ring_device_t r = a.r;
+    const uint32_t pe = a.pe;
+    const uint64_t iters = a.iters;
+    uint64_t *cycles = a.cycles, *status = a.status;
     uint64_t err = 0, end = 0;
     for (uint64_t i = 0; i < iters && !err; ++i) {
         pshmem_slot_t s[1];
@@ -62,9 +66,11 @@ extern "C" __global__ void pshmem_ring_roundtrip(pshmem_ring_device_t r, unsigne
 }
 
 /* Throughput: lane 0 of every warp publishes `per_warp` `p` descriptors for `pe`, then quiets. */
-extern "C" __global__ void pshmem_ring_rate(pshmem_ring_device_t r, unsigned int pe,
-                                            unsigned long long per_warp,
-                                            unsigned long long *status) {
+extern "C" __global__ void pshmem_ring_rate(const pshmem_ring_rate_args_t a) {
+    pshmem_ring_device_t r = a.r;
+    const uint32_t pe = a.pe;
+    const uint64_t per_warp = a.per_warp;
+    uint64_t *status = a.status;
     if ((threadIdx.x & 31) != 0) return;
     uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     uint64_t err = 0, end = 0;
@@ -85,9 +91,9 @@ extern "C" __global__ void pshmem_ring_rate(pshmem_ring_device_t r, unsigned int
  * i into `to_cpu` (release, system scope), a CPU thread that spins on it stores i into
  * `to_gpu`, and the GPU spins (acquire) until it sees i. One thread; cycles per round trip go
  * to `cycles[i]`. The CPU side stops when it reads ~0. */
-extern "C" __global__ void pshmem_mailbox(unsigned long long *to_cpu, unsigned long long *to_gpu,
-                                          unsigned long long iters,
-                                          unsigned long long *cycles) {
+extern "C" __global__ void pshmem_mailbox(const pshmem_mailbox_args_t a) {
+    uint64_t *to_cpu = a.to_cpu, *to_gpu = a.to_gpu, *cycles = a.cycles;
+    const uint64_t iters = a.iters;
     for (uint64_t i = 1; i <= iters; ++i) {
         uint64_t t0 = clock64();
         pshmem_st_release_sys_u64((uint64_t *)to_cpu, i);

@@ -1,10 +1,11 @@
-/* The probe of the shared headers under abi/include (pshmem/abi.h, ring.h, state.h, types.h):
- * every size, offset and constant their Rust mirrors are compared with, by name. The headers'
- * own static asserts also run here, on the host compiler. */
+/* The probe of the shared headers under abi/include (pshmem/abi.h, ring.h, state.h, types.h,
+ * kernel_args.h): every size, offset and constant their Rust mirrors are compared with, by
+ * name. The headers' own static asserts also run here, on the host compiler. */
 #include "pshmem/abi.h"
 #include "pshmem/ring.h"
 #include "pshmem/state.h"
 #include "pshmem/types.h"
+#include "pshmem/kernel_args.h"
 #include "pshmem_probe.h"
 
 PSHMEM_PROBE_TABLE(pshmem_abi_probe,
@@ -53,4 +54,29 @@ PSHMEM_PROBE_TABLE(pshmem_abi_probe,
     OFF(pshmem_team_device_t, sync_off), OFF(pshmem_team_device_t, epoch),
     OFF(pshmem_team_device_t, scratch), OFF(pshmem_team_device_t, scratch_bytes),
     OFF(pshmem_team_device_t, ll_off), OFF(pshmem_team_device_t, ll_seq), VAL(PSHMEM_LL_BYTES),
+    /* kernel_args.h (mirrors: runtime/src/gpu/kargs.rs) */
+    SIZE(pshmem_k_amo_args_t), OFF(pshmem_k_amo_args_t, addr), OFF(pshmem_k_amo_args_t, operand),
+    OFF(pshmem_k_amo_args_t, compare), OFF(pshmem_k_amo_args_t, result),
+    OFF(pshmem_k_amo_args_t, sub), OFF(pshmem_k_amo_args_t, _pad), SIZE(pshmem_k_rma_args_t),
+    OFF(pshmem_k_rma_args_t, dest), OFF(pshmem_k_rma_args_t, src), OFF(pshmem_k_rma_args_t, n),
+    OFF(pshmem_k_rma_args_t, pe), OFF(pshmem_k_rma_args_t, put), OFF(pshmem_k_rma_args_t, nbi),
+    OFF(pshmem_k_rma_args_t, _pad), SIZE(pshmem_k_put_signal_args_t),
+    OFF(pshmem_k_put_signal_args_t, dest), OFF(pshmem_k_put_signal_args_t, src),
+    OFF(pshmem_k_put_signal_args_t, n), OFF(pshmem_k_put_signal_args_t, sig),
+    OFF(pshmem_k_put_signal_args_t, value), OFF(pshmem_k_put_signal_args_t, op),
+    OFF(pshmem_k_put_signal_args_t, pe), OFF(pshmem_k_put_signal_args_t, nbi),
+    OFF(pshmem_k_put_signal_args_t, _pad), SIZE(pshmem_k_signal_op_args_t),
+    OFF(pshmem_k_signal_op_args_t, sig), OFF(pshmem_k_signal_op_args_t, value),
+    OFF(pshmem_k_signal_op_args_t, op), OFF(pshmem_k_signal_op_args_t, pe),
+    SIZE(pshmem_k_signal_wait_args_t), OFF(pshmem_k_signal_wait_args_t, sig),
+    OFF(pshmem_k_signal_wait_args_t, value), OFF(pshmem_k_signal_wait_args_t, to),
+    OFF(pshmem_k_signal_wait_args_t, cmp), OFF(pshmem_k_signal_wait_args_t, reset),
+    SIZE(pshmem_k_host_amo_args_t), OFF(pshmem_k_host_amo_args_t, dest),
+    OFF(pshmem_k_host_amo_args_t, operand), OFF(pshmem_k_host_amo_args_t, compare),
+    OFF(pshmem_k_host_amo_args_t, result), OFF(pshmem_k_host_amo_args_t, sub),
+    OFF(pshmem_k_host_amo_args_t, pe), SIZE(pshmem_k_team_sync_args_t),
+    OFF(pshmem_k_team_sync_args_t, team), OFF(pshmem_k_team_sync_args_t, barrier),
+    SIZE(pshmem_k_coll_args_t), OFF(pshmem_k_coll_args_t, dest), OFF(pshmem_k_coll_args_t, src),
+    OFF(pshmem_k_coll_args_t, n), OFF(pshmem_k_coll_args_t, kind), OFF(pshmem_k_coll_args_t, team),
+    OFF(pshmem_k_coll_args_t, arg), OFF(pshmem_k_coll_args_t, dtype),
 )

@@ -75,7 +75,11 @@ impl Probe {
         for (f, off) in fields {
             assert_eq!(self.value(&format!("{t}.{f}")), *off as u64, "{t}.{f}");
         }
-        assert_eq!(self.value(&format!("sizeof {t}")), size as u64, "sizeof {t}");
+        assert_eq!(
+            self.value(&format!("sizeof {t}")),
+            size as u64,
+            "sizeof {t}"
+        );
     }
 
     /// Asserts that every (C name, Rust value) pair equals the C compiler's value.

@@ -125,7 +125,11 @@ pub fn c_probe(src: &str, lib: &str, own_includes: &[&str]) {
         .extra_warnings(true);
     println!("cargo:rerun-if-changed={}", manifest.join(src).display());
     println!("cargo:rerun-if-changed={}", probe_include_dir().display());
-    for i in own_includes.iter().map(|i| manifest.join(i)).chain(include_dirs()) {
+    for i in own_includes
+        .iter()
+        .map(|i| manifest.join(i))
+        .chain(include_dirs())
+    {
         println!("cargo:rerun-if-changed={}", i.display());
         b.include(i);
     }

@@ -13,12 +13,12 @@ use std::{
     },
 };
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg, sys};
+use cudarc::driver::{CudaContext, CudaStream, sys};
 use pshmem_abi::{AMO_WIDE, AmoOp};
 use pshmem_proxy::{DeviceError, DeviceMem};
 
-use super::mem::HostAlloc;
-use crate::cuda::{CudaError, check, driver, record};
+use super::{kargs::AmoArgs, mem::HostAlloc};
+use crate::cuda::{CudaError, Kernel, check, driver, record};
 
 /// This PE's GPU heap as its proxy reaches it.
 pub(super) struct CudaDeviceMem {
@@ -26,7 +26,7 @@ pub(super) struct CudaDeviceMem {
     stream: Arc<CudaStream>,
     /// Whether the context is current on the proxy thread (bound at its first use).
     bound: bool,
-    amo: CudaFunction,
+    amo: Kernel<AmoArgs>,
     heap: (u64, u64),
     /// Pinned host cell the AMO kernel writes the old value to.
     result: HostAlloc,
@@ -68,7 +68,7 @@ impl CudaDeviceMem {
     /// is never done while an application kernel spins waiting for this proxy.
     pub(super) fn new(
         ctx: Arc<CudaContext>,
-        amo: CudaFunction,
+        amo: Kernel<AmoArgs>,
         heap: (u64, u64),
         result: HostAlloc,
     ) -> Result<Self, CudaError> {
@@ -182,26 +182,20 @@ impl CudaDeviceMem {
         (op, wide, operand, compare): (AmoOp, bool, u64, u64),
         idle: &mut dyn FnMut(),
     ) -> Result<u64, CudaError> {
-        let sub = u32::from(op.code() | if wide { AMO_WIDE } else { 0 });
-        let dev_result = self.result.device_ptr()?;
-        let mut b = self.stream.launch_builder(&self.amo);
-        b.arg(&addr)
-            .arg(&sub)
-            .arg(&operand)
-            .arg(&compare)
-            .arg(&dev_result);
-        let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (1, 1, 1),
-            shared_mem_bytes: 0,
+        let args = AmoArgs {
+            addr,
+            operand,
+            compare,
+            result: self.result.device_ptr()?,
+            sub: u32::from(op.code() | if wide { AMO_WIDE } else { 0 }),
+            _pad: 0,
         };
-        // SAFETY: pshmem_k_amo(u64, u32, u64, u64, u64*): the address is inside the heap and
-        // aligned (checked by the proxy, or the heap's base); the result cell is pinned and
-        // device-mapped.
-        unsafe { b.launch(cfg) }.map_err(driver("launching the AMO kernel"))?;
+        let s = self.stream.cu_stream();
+        // SAFETY: the address is inside the heap and aligned (checked by the proxy, or the
+        // heap's base); the result cell is pinned and device-mapped.
+        unsafe { self.amo.launch((1, 1), 1, s, args) }?;
         // Not a blocking synchronize: the kernel needs an SM, and the GPU's blocks may all be
         // waiting for ring space that only the proxy (in `idle`) can free.
-        let s = self.stream.cu_stream();
         loop {
             // SAFETY: a query of our own stream.
             match unsafe { sys::cuStreamQuery(s) } {

@@ -10,17 +10,20 @@
 //! chunk; the on-stream forms take only device-addressable memory (they must be capturable in
 //! a CUDA graph: kernel launches on the given stream, nothing else).
 
-use std::{
-    ffi::c_void,
-    sync::{Mutex, MutexGuard},
-};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use cudarc::driver::{CudaFunction, CudaModule, sys};
+use cudarc::driver::{CudaContext, CudaModule, sys};
 use pshmem_abi::{DType, RedOp};
 
-use super::{Gpu, Resources, cu, mem::DevAlloc};
+use super::{
+    Gpu, Resources, cu,
+    kargs::{
+        CollArgs, HostAmoArgs, PutSignalArgs, RmaArgs, SignalOpArgs, SignalWaitArgs, TeamSyncArgs,
+    },
+    mem::DevAlloc,
+};
 use crate::{
-    cuda::{CudaError, check, driver},
+    cuda::{CudaError, Kernel, KernelArgs, check},
     error::{Error, Result},
     team::Team,
 };
@@ -38,14 +41,17 @@ const WIDE_BLOCKS: usize = 132;
 /// The runtime's kernels for host operations, fetched once at init (with CUDA's lazy loading,
 /// fetching one while a kernel waits on a peer can stall the context).
 pub(super) struct HostKernels {
-    rma: CudaFunction,
-    put_signal: CudaFunction,
-    signal_op: CudaFunction,
-    signal_wait: CudaFunction,
-    amo: CudaFunction,
-    team_sync: CudaFunction,
-    coll: CudaFunction,
-    coll_wide: CudaFunction,
+    rma: Kernel<RmaArgs>,
+    put_signal: Kernel<PutSignalArgs>,
+    signal_op: Kernel<SignalOpArgs>,
+    signal_wait: Kernel<SignalWaitArgs>,
+    amo: Kernel<HostAmoArgs>,
+    team_sync: Kernel<TeamSyncArgs>,
+    coll: Kernel<CollArgs>,
+    coll_wide: Kernel<CollArgs>,
+    /// `pshmem_k_quiet` and `pshmem_k_barrier_all` (no parameters).
+    pub(super) quiet: Kernel<()>,
+    pub(super) barrier_all: Kernel<()>,
     /// The staging buffer (allocated at first use) and the pinned result cell of AMOs; the lock
     /// also serializes the host operations of this PE on the internal stream.
     scratch: Mutex<Option<DevAlloc>>,
@@ -54,19 +60,21 @@ pub(super) struct HostKernels {
 
 impl HostKernels {
     pub(super) fn new(
-        m: &std::sync::Arc<CudaModule>,
+        ctx: &Arc<CudaContext>,
+        m: &Arc<CudaModule>,
         cell: super::mem::HostAlloc,
     ) -> std::result::Result<Self, CudaError> {
-        let f = |name: &'static str| m.load_function(name).map_err(driver(name));
         Ok(Self {
-            rma: f("pshmem_k_rma")?,
-            put_signal: f("pshmem_k_put_signal")?,
-            signal_op: f("pshmem_k_signal_op")?,
-            signal_wait: f("pshmem_k_signal_wait")?,
-            amo: f("pshmem_k_host_amo")?,
-            team_sync: f("pshmem_k_team_sync")?,
-            coll: f("pshmem_k_coll")?,
-            coll_wide: f("pshmem_k_coll_wide")?,
+            rma: Kernel::load(ctx, m, "pshmem_k_rma")?,
+            put_signal: Kernel::load(ctx, m, "pshmem_k_put_signal")?,
+            signal_op: Kernel::load(ctx, m, "pshmem_k_signal_op")?,
+            signal_wait: Kernel::load(ctx, m, "pshmem_k_signal_wait")?,
+            amo: Kernel::load(ctx, m, "pshmem_k_host_amo")?,
+            team_sync: Kernel::load(ctx, m, "pshmem_k_team_sync")?,
+            coll: Kernel::load(ctx, m, "pshmem_k_coll")?,
+            coll_wide: Kernel::load(ctx, m, "pshmem_k_coll_wide")?,
+            quiet: Kernel::load(ctx, m, "pshmem_k_quiet")?,
+            barrier_all: Kernel::load(ctx, m, "pshmem_k_barrier_all")?,
             scratch: Mutex::new(None),
             cell,
         })
@@ -190,37 +198,21 @@ impl Gpu {
         })
     }
 
-    /// Launches `f` with `args` (pointers to each argument's value) on `stream`.
+    /// Launches kernel `k` of operation `op` on `grid` blocks of `threads` on `stream`.
     ///
     /// # Safety
-    /// `args` must match the kernel's parameters in number, order and size, and every memory
-    /// the kernel touches through them must stay valid until it has run.
-    unsafe fn launch(
+    /// As [`Kernel::launch`]: every memory the kernel touches through `args` stays valid until
+    /// it has run.
+    pub(super) unsafe fn launch<A: KernelArgs>(
         &self,
         op: &'static str,
-        f: &CudaFunction,
-        grid: u32,
-        threads: u32,
+        k: &Kernel<A>,
+        (grid, threads): (u32, u32),
         stream: RawStream,
-        args: &mut [*mut c_void],
+        args: A,
     ) -> Result<()> {
-        // SAFETY: forwarded from the caller; the context is bound by `live`.
-        let rc = unsafe {
-            sys::cuLaunchKernel(
-                f.cu_function(),
-                grid,
-                1,
-                1,
-                threads,
-                1,
-                1,
-                0,
-                stream,
-                args.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        check(rc, "cuLaunchKernel").map_err(cu(self.me, op))
+        // SAFETY: forwarded from the caller.
+        unsafe { k.launch((grid, 1), threads, stream, args) }.map_err(cu(self.me, op))
     }
 
     fn host_lock(&self) -> MutexGuard<'_, Option<DevAlloc>> {
@@ -276,19 +268,18 @@ impl Gpu {
             let rc = unsafe { sys::cuMemcpyAsync(d, s, len, stream) };
             return check(rc, "cuMemcpyAsync (copy engine)").map_err(cu(self.me, op));
         }
-        let (mut put, mut dest, mut src) = (i32::from(put), dest, src);
-        let (mut n, mut pe, mut nbi) = (len as u64, pe as i32, i32::from(nbi));
-        let mut args: [*mut c_void; 6] = [
-            (&mut put as *mut i32).cast(),
-            (&mut dest as *mut u64).cast(),
-            (&mut src as *mut u64).cast(),
-            (&mut n as *mut u64).cast(),
-            (&mut pe as *mut i32).cast(),
-            (&mut nbi as *mut i32).cast(),
-        ];
-        // SAFETY: the arguments of pshmem_k_rma(int, void*, const void*, u64, int, int); the
-        // callers keep both ranges valid until the kernel ran (blocking calls synchronize).
-        unsafe { self.launch(op, &self.host.rma, 1, THREADS, stream, &mut args) }
+        let args = RmaArgs {
+            dest,
+            src,
+            n: len as u64,
+            pe: pe as i32,
+            put: i32::from(put),
+            nbi: i32::from(nbi),
+            _pad: 0,
+        };
+        // SAFETY: the callers keep both ranges valid until the kernel ran (blocking calls
+        // synchronize).
+        unsafe { self.launch(op, &self.host.rma, (1, THREADS), stream, args) }
     }
 
     /// Copies `len` bytes at `src` (any memory of this process) to the GPU heap address `dest`
@@ -461,21 +452,20 @@ impl Gpu {
         let live = self.live(op)?;
         let _g = self.host_lock();
         let st = stream.unwrap_or_else(|| self.stream.cu_stream());
-        let (mut d, mut s, mut n, mut sg, mut v) = (dest, src as u64, len as u64, sig, value);
-        let (mut o, mut p, mut b) = (i32::from(sig_op), pe as i32, i32::from(nbi));
-        let mut args: [*mut c_void; 8] = [
-            (&mut d as *mut u64).cast(),
-            (&mut s as *mut u64).cast(),
-            (&mut n as *mut u64).cast(),
-            (&mut sg as *mut u64).cast(),
-            (&mut v as *mut u64).cast(),
-            (&mut o as *mut i32).cast(),
-            (&mut p as *mut i32).cast(),
-            (&mut b as *mut i32).cast(),
-        ];
-        // SAFETY: the arguments of pshmem_k_put_signal; the source stays valid (blocking calls
-        // synchronize; on-stream and nbi callers own that).
-        unsafe { self.launch(op, &self.host.put_signal, 1, THREADS, st, &mut args)? };
+        let args = PutSignalArgs {
+            dest,
+            src: src as u64,
+            n: len as u64,
+            sig,
+            value,
+            op: i32::from(sig_op),
+            pe: pe as i32,
+            nbi: i32::from(nbi),
+            _pad: 0,
+        };
+        // SAFETY: the source stays valid (blocking calls synchronize; on-stream and nbi callers
+        // own that).
+        unsafe { self.launch(op, &self.host.put_signal, (1, THREADS), st, args)? };
         if stream.is_some() || nbi {
             Ok(())
         } else {
@@ -501,15 +491,14 @@ impl Gpu {
         let _live = self.live(op)?;
         let _g = self.host_lock();
         let st = stream.unwrap_or_else(|| self.stream.cu_stream());
-        let (mut s, mut v, mut o, mut p) = (sig, value, i32::from(sig_op), pe as i32);
-        let mut args: [*mut c_void; 4] = [
-            (&mut s as *mut u64).cast(),
-            (&mut v as *mut u64).cast(),
-            (&mut o as *mut i32).cast(),
-            (&mut p as *mut i32).cast(),
-        ];
-        // SAFETY: the arguments of pshmem_k_signal_op(uint64_t*, u64, int, int).
-        unsafe { self.launch(op, &self.host.signal_op, 1, 1, st, &mut args) }
+        let args = SignalOpArgs {
+            sig,
+            value,
+            op: i32::from(sig_op),
+            pe: pe as i32,
+        };
+        // SAFETY: the signal word is in the heap (checked).
+        unsafe { self.launch(op, &self.host.signal_op, (1, 1), st, args) }
     }
 
     /// Makes `stream` wait until this PE's signal word at `sig` satisfies `cmp value` (a
@@ -538,18 +527,15 @@ impl Gpu {
             });
         }
         let _live = self.live(op)?;
-        let (mut s, mut c, mut v) = (sig, i32::from(cmp), value);
-        let (mut r, mut to) = (i32::from(reset.is_some()), reset.unwrap_or(0));
-        let mut args: [*mut c_void; 5] = [
-            (&mut s as *mut u64).cast(),
-            (&mut c as *mut i32).cast(),
-            (&mut v as *mut u64).cast(),
-            (&mut r as *mut i32).cast(),
-            (&mut to as *mut u64).cast(),
-        ];
-        // SAFETY: the arguments of pshmem_k_signal_wait(uint64_t*, int, u64, int, u64), on the
-        // caller's live stream.
-        unsafe { self.launch(op, &self.host.signal_wait, 1, 1, stream, &mut args) }
+        let args = SignalWaitArgs {
+            sig,
+            value,
+            to: reset.unwrap_or(0),
+            cmp: i32::from(cmp),
+            reset: i32::from(reset.is_some()),
+        };
+        // SAFETY: the word is in the heap (checked), on the caller's live stream.
+        unsafe { self.launch(op, &self.host.signal_wait, (1, 1), stream, args) }
     }
 
     /// An AMO from the host on a 4- or 8-byte (`wide`) word: `sub` a PSHMEM_AMO_* code.
@@ -578,25 +564,18 @@ impl Gpu {
         let live = self.live(op)?;
         let _g = self.host_lock();
         let cell = self.host.cell.device_ptr().map_err(|e| self.cuda(op, e))?;
-        let mut d = dest;
-        let mut s = u32::from(sub)
-            | if wide {
-                u32::from(pshmem_abi::AMO_WIDE)
-            } else {
-                0
-            };
-        let (mut x, mut c, mut p, mut r) = (operand, compare, pe as i32, cell);
-        let mut args: [*mut c_void; 6] = [
-            (&mut d as *mut u64).cast(),
-            (&mut s as *mut u32).cast(),
-            (&mut x as *mut u64).cast(),
-            (&mut c as *mut u64).cast(),
-            (&mut p as *mut i32).cast(),
-            (&mut r as *mut u64).cast(),
-        ];
-        // SAFETY: the arguments of pshmem_k_host_amo; the result cell is pinned memory of this
+        let wide_bit = if wide { pshmem_abi::AMO_WIDE } else { 0 };
+        let args = HostAmoArgs {
+            dest,
+            operand,
+            compare,
+            result: cell,
+            sub: u32::from(sub | wide_bit),
+            pe: pe as i32,
+        };
+        // SAFETY: the word is in the heap (checked); the result cell is pinned memory of this
         // Gpu, read after the stream is synchronized.
-        unsafe { self.launch(op, &self.host.amo, 1, 1, self.stream.cu_stream(), &mut args)? };
+        unsafe { self.launch(op, &self.host.amo, (1, 1), self.stream.cu_stream(), args)? };
         self.finish(op, Some(live))?;
         // SAFETY: 8 bytes of pinned host memory the finished kernel wrote.
         Ok(unsafe { std::ptr::read_volatile(self.host.cell.ptr.cast::<u64>()) })
@@ -616,10 +595,12 @@ impl Gpu {
         let live = self.live(op)?;
         let _g = self.host_lock();
         let st = stream.unwrap_or_else(|| self.stream.cu_stream());
-        let (mut t, mut b) = (team, i32::from(barrier));
-        let mut args: [*mut c_void; 2] = [(&mut t as *mut i32).cast(), (&mut b as *mut i32).cast()];
-        // SAFETY: the arguments of pshmem_k_team_sync(int, int).
-        unsafe { self.launch(op, &self.host.team_sync, 1, 1, st, &mut args)? };
+        let args = TeamSyncArgs {
+            team,
+            barrier: i32::from(barrier),
+        };
+        // SAFETY: no memory beyond the device state.
+        unsafe { self.launch(op, &self.host.team_sync, (1, 1), st, args)? };
         if stream.is_some() {
             Ok(())
         } else {
@@ -714,17 +695,15 @@ impl Gpu {
         let live = self.live(op)?;
         let _g = self.host_lock();
         let st = stream.unwrap_or_else(|| self.stream.cu_stream());
-        let (mut k, mut t, mut d, mut s, mut nn, mut a, mut dt) =
-            (kind, team, dest, src, n as u64, arg, dtype);
-        let mut args: [*mut c_void; 7] = [
-            (&mut k as *mut i32).cast(),
-            (&mut t as *mut i32).cast(),
-            (&mut d as *mut u64).cast(),
-            (&mut s as *mut u64).cast(),
-            (&mut nn as *mut u64).cast(),
-            (&mut a as *mut i32).cast(),
-            (&mut dt as *mut i32).cast(),
-        ];
+        let args = CollArgs {
+            dest,
+            src,
+            n: n as u64,
+            kind,
+            team,
+            arg,
+            dtype,
+        };
         // Large messages among members this GPU all maps: the data part spread over a grid,
         // between team syncs launched on the same stream (the same choice on every member:
         // the same sizes, and mappings are symmetric). In-place reductions stay in one block
@@ -744,21 +723,18 @@ impl Gpu {
         if mapped && per_member >= WIDE_BYTES && !in_place {
             let grid = (per_member / WIDE_SLICE).clamp(1, WIDE_BLOCKS) as u32;
             let sync = |barrier: i32| -> Result<()> {
-                let (mut t, mut b) = (team, barrier);
-                let mut args: [*mut c_void; 2] =
-                    [(&mut t as *mut i32).cast(), (&mut b as *mut i32).cast()];
-                // SAFETY: the arguments of pshmem_k_team_sync(int, int).
-                unsafe { self.launch(op, &self.host.team_sync, 1, 1, st, &mut args) }
+                let args = TeamSyncArgs { team, barrier };
+                // SAFETY: no memory beyond the device state.
+                unsafe { self.launch(op, &self.host.team_sync, (1, 1), st, args) }
             };
             sync(0)?;
-            // SAFETY: the arguments of pshmem_k_coll_wide (as pshmem_k_coll's); both ranges
-            // are in the symmetric heap (checked) and every member maps them.
-            unsafe { self.launch(op, &self.host.coll_wide, grid, THREADS, st, &mut args)? };
+            // SAFETY: both ranges are in the symmetric heap (checked) and every member maps
+            // them.
+            unsafe { self.launch(op, &self.host.coll_wide, (grid, THREADS), st, args)? };
             sync(1)?;
         } else {
-            // SAFETY: the arguments of pshmem_k_coll(int, int, void*, const void*, u64, int,
-            // int); both ranges are in the symmetric heap (checked).
-            unsafe { self.launch(op, &self.host.coll, 1, THREADS, st, &mut args)? };
+            // SAFETY: both ranges are in the symmetric heap (checked).
+            unsafe { self.launch(op, &self.host.coll, (1, THREADS), st, args)? };
         }
         if stream.is_some() {
             Ok(())
@@ -792,39 +768,12 @@ impl Gpu {
             "quiet_on_stream"
         };
         let _live = self.live(op)?;
-        let f = if barrier {
-            &self.k_barrier
+        let k = if barrier {
+            &self.host.barrier_all
         } else {
-            &self.k_quiet
+            &self.host.quiet
         };
         // SAFETY: a kernel without parameters, on the caller's live stream.
-        unsafe { self.launch_one_raw(op, f, stream) }
-    }
-
-    /// # Safety
-    /// `f` takes no parameters.
-    unsafe fn launch_one_raw(
-        &self,
-        op: &'static str,
-        f: &CudaFunction,
-        stream: RawStream,
-    ) -> Result<()> {
-        // SAFETY: a one-thread launch of a parameterless kernel, context bound by the caller.
-        let rc = unsafe {
-            sys::cuLaunchKernel(
-                f.cu_function(),
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                0,
-                stream,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
-        };
-        check(rc, "cuLaunchKernel").map_err(cu(self.me, op))
+        unsafe { self.launch(op, k, (1, 1), stream, ()) }
     }
 }

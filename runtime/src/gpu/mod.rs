@@ -14,6 +14,7 @@
 
 mod device;
 pub mod host_ops;
+mod kargs;
 mod mem;
 pub mod mps;
 mod teams;
@@ -23,9 +24,7 @@ use std::{
     sync::{Arc, Mutex, MutexGuard},
 };
 
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaStream, DevicePtr, LaunchConfig, sys,
-};
+use cudarc::driver::{CudaContext, CudaModule, CudaStream, DevicePtr, sys};
 use pshmem_abi::error as code;
 use pshmem_bootstrap::Bootstrap;
 use pshmem_proxy::{Health, HeapMem, Proxy, ProxyConfig, ProxySetup};
@@ -39,7 +38,7 @@ use self::{
 };
 use crate::{
     alloc::{Allocator, RESERVED},
-    cuda::{self, CudaError, RingDeviceHandle, check, driver},
+    cuda::{self, CudaError, Kernel, RingDeviceHandle, check, driver},
     error::{Error, Result},
 };
 
@@ -120,11 +119,6 @@ pub struct Gpu {
     rings: Vec<(Arc<Ring>, u64)>,
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    /// pshmem_k_quiet and pshmem_k_barrier_all, fetched once: with CUDA's lazy loading,
-    /// fetching a function while a kernel waits on a peer can stall the context (and with it
-    /// the proxy that the peer's progress depends on).
-    k_quiet: CudaFunction,
-    k_barrier: CudaFunction,
     state: DeviceState,
     peers: Vec<u64>,
     /// Host puts and gets to mapped peers of at least this many bytes use the copy engine.
@@ -249,15 +243,10 @@ impl Gpu {
         let runtime = cuda::load(&ctx, pshmem_kernels::RUNTIME)
             .map_err(cu(me, "loading the runtime kernels"))?;
         clock.mark("kernels");
-        let function = |name: &'static str| {
-            runtime
-                .load_function(name)
-                .map_err(|e| cu(me, "loading the runtime kernels")(driver(name)(e)))
-        };
-        let (k_quiet, k_barrier) = (
-            function("pshmem_k_quiet")?,
-            function("pshmem_k_barrier_all")?,
-        );
+        // Every kernel is fetched here, once: with CUDA's lazy loading, fetching a function
+        // while a kernel waits on a peer can stall the context (and with it the proxy that the
+        // peer's progress depends on).
+        let loaded = || cu(me, "loading the runtime kernels");
         let threads = s.proxy_threads.min(s.rings).max(1);
         // On an RDMA provider, every proxy thread stripes over the NICs placement put next to
         // this GPU (2 on p5en, 4 on p5), so its traffic never crosses a PCIe switch.
@@ -269,7 +258,7 @@ impl Gpu {
         let mut dmabuf = Vec::new();
         for t in 0..threads {
             let mine: Vec<Arc<Ring>> = rings.iter().skip(t).step_by(threads).cloned().collect();
-            let amo = function("pshmem_k_amo")?;
+            let amo = Kernel::load(&ctx, &runtime, "pshmem_k_amo").map_err(loaded())?;
             let (proxy, reg) = start_proxy(&s, &ctx, &heap, (ordinal, &rails), t, mine, amo)?;
             proxies.push(proxy);
             landing.extend(reg.landing);
@@ -290,8 +279,7 @@ impl Gpu {
         let teams = TeamTable::new(&ctx, s.max_teams, n, sync_base)
             .map_err(cu(me, "allocating the team table"))?;
         let cell = HostAlloc::pinned(&ctx, 8).map_err(cu(me, "allocating a result cell"))?;
-        let host = host_ops::HostKernels::new(&runtime, cell)
-            .map_err(cu(me, "loading the runtime kernels"))?;
+        let host = host_ops::HostKernels::new(&ctx, &runtime, cell).map_err(loaded())?;
         let state = DeviceState {
             my_pe: me as i32,
             n_pes: n as i32,
@@ -334,8 +322,6 @@ impl Gpu {
             ring,
             ctx,
             stream,
-            k_quiet,
-            k_barrier,
             state,
             peers,
             copy_engine_min: s.copy_engine_min,
@@ -518,7 +504,7 @@ fn start_proxy(
     (ordinal, rails): (usize, &[String]),
     thread: usize,
     rings: Vec<Arc<Ring>>,
-    amo: CudaFunction,
+    amo: Kernel<kargs::AmoArgs>,
 ) -> Result<(Proxy, Registration)> {
     let me = s.me;
     let terr = |what: &'static str| {
@@ -867,34 +853,17 @@ impl Gpu {
         cu(self.me, what)(source)
     }
 
-    fn launch_one(
-        &self,
-        f: &CudaFunction,
-        stream: &Arc<CudaStream>,
-        op: &'static str,
-    ) -> Result<()> {
-        let _live = self.live(op)?;
-        let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (1, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = stream.launch_builder(f);
-        // SAFETY: a kernel without arguments, using the module's filled pshmem_dstate.
-        unsafe { b.launch(cfg) }
-            .map(|_| ())
-            .map_err(|e| self.cuda(op, driver("cuLaunchKernel")(e)))
-    }
-
     /// Enqueues a quiet on `stream`: work after it on the stream starts once every device
     /// operation issued before it by this PE's GPU has completed.
     pub fn quiet_on_stream(&self, stream: &Arc<CudaStream>) -> Result<()> {
-        self.launch_one(&self.k_quiet, stream, "quiet_on_stream")
+        // SAFETY: a stream of this context, alive while the caller holds it.
+        unsafe { self.on_raw_stream(false, stream.cu_stream()) }
     }
 
     /// Enqueues a barrier over all PEs on `stream` (collective: every PE enqueues it).
     pub fn barrier_all_on_stream(&self, stream: &Arc<CudaStream>) -> Result<()> {
-        self.launch_one(&self.k_barrier, stream, "barrier_all_on_stream")
+        // SAFETY: as above.
+        unsafe { self.on_raw_stream(true, stream.cu_stream()) }
     }
 
     /// The first error a device call recorded, the data path's fault, or a CUDA release that
@@ -1017,10 +986,7 @@ mod tests {
             ("ll_seq", offset_of!(TeamEntry, ll_seq)),
         ];
         assert_mirror("pshmem_team_device_t", &fields, size_of::<TeamEntry>());
-        assert_eq!(
-            value("PSHMEM_LL_BYTES"),
-            super::teams::LL_BYTES as u64
-        );
+        assert_eq!(value("PSHMEM_LL_BYTES"), super::teams::LL_BYTES as u64);
     }
 
     #[test]

@@ -77,4 +77,12 @@ typedef struct pshmem_ep_ll_args {
 
 PSHMEM_STATIC_ASSERT(sizeof(pshmem_ep_ll_args_t) == 168, "LL args are 168 bytes");
 
+/* pshmem_ep_ll_clean: zeroes `words` signal words at `sig`. */
+typedef struct pshmem_ep_ll_clean_args {
+    uint64_t *sig;
+    uint64_t words;
+} pshmem_ep_ll_clean_args_t;
+
+PSHMEM_STATIC_ASSERT(sizeof(pshmem_ep_ll_clean_args_t) == 16, "LL clean args are 16 bytes");
+
 #endif /* PSHMEM_EP_LL_H */

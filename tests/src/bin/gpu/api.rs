@@ -4,8 +4,17 @@
 
 use std::{sync::Arc, time::Instant};
 
-use cudarc::driver::{CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg};
-use pshmem::{Pshmem, SymPtr, error::Error};
+use cudarc::driver::{CudaModule, CudaSlice, CudaStream, DevicePtr};
+use pshmem::{
+    Pshmem, SymPtr,
+    cuda::{Kernel, KernelArgs},
+    error::Error,
+};
+
+use crate::kargs::{
+    AmoSemanticsArgs, AtomicsArgs, BarrierArgs, FillArgs, PgArgs, PutSignalArgs, PutgetArgs,
+    WaitArgs,
+};
 
 type R<T> = Result<T, String>;
 
@@ -40,19 +49,38 @@ struct Ctx<'a> {
     st: Arc<CudaStream>,
 }
 
-fn cfg(blocks: u32, threads: u32) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: 0,
-    }
+/// Kernel `name` of `m` (loaded in `g`'s context).
+fn kernel<A: KernelArgs>(
+    g: &pshmem::gpu::Gpu,
+    m: &Arc<CudaModule>,
+    name: &'static str,
+) -> R<Kernel<A>> {
+    Kernel::load(g.context(), m, name).map_err(|x| format!("{name}: {x}"))
 }
 
 impl Ctx<'_> {
-    fn f(&self, name: &str) -> R<CudaFunction> {
-        self.m
-            .load_function(name)
-            .map_err(|x| format!("{name}: {x}"))
+    fn k<A: KernelArgs>(&self, name: &'static str) -> R<Kernel<A>> {
+        kernel(self.g, &self.m, name)
+    }
+
+    /// Launches `k` on `blocks` blocks of `threads` on the test's stream.
+    ///
+    /// # Safety
+    /// As [`Kernel::launch`].
+    unsafe fn launch<A: KernelArgs>(
+        &self,
+        k: &Kernel<A>,
+        (blocks, threads): (u32, u32),
+        args: A,
+    ) -> R<()> {
+        // SAFETY: forwarded.
+        unsafe { k.launch((blocks, 1), threads, self.st.cu_stream(), args) }
+            .map_err(|x| x.to_string())
+    }
+
+    /// The device address of a counter (everything runs on the test's one stream).
+    fn at(&self, c: &CudaSlice<u64>) -> u64 {
+        c.device_ptr(&self.st).0
     }
 
     fn sync(&self, what: &'static str) -> R<()> {
@@ -60,12 +88,14 @@ impl Ctx<'_> {
     }
 
     fn fill(&self, p: SymPtr, len: usize, seed: u64) -> R<()> {
-        let f = self.f("t_fill")?;
-        let (ptr, n) = (self.g.ptr(p), len as u64);
-        let mut b = self.st.launch_builder(&f);
-        b.arg(&ptr).arg(&n).arg(&seed);
-        // SAFETY: t_fill(u8*, u64, u64) over `len` bytes of the GPU heap.
-        unsafe { b.launch(cfg(64, 256)) }.map_err(|x| x.to_string())?;
+        let k: Kernel<FillArgs> = self.k("t_fill")?;
+        let args = FillArgs {
+            buf: self.g.ptr(p),
+            n: len as u64,
+            seed,
+        };
+        // SAFETY: `len` bytes of the GPU heap.
+        unsafe { self.launch(&k, (64, 256), args) }?;
         self.sync("fill")
     }
 
@@ -75,11 +105,11 @@ impl Ctx<'_> {
         Ok(v)
     }
 
-    fn counter(&self) -> R<cudarc::driver::CudaSlice<u64>> {
+    fn counter(&self) -> R<CudaSlice<u64>> {
         self.st.alloc_zeros::<u64>(1).map_err(|x| x.to_string())
     }
 
-    fn count(&self, c: &cudarc::driver::CudaSlice<u64>) -> R<u64> {
+    fn count(&self, c: &CudaSlice<u64>) -> R<u64> {
         Ok(self.st.clone_dtoh(c).map_err(|x| x.to_string())?[0])
     }
 
@@ -129,7 +159,7 @@ pub fn ops_rank(s: &Pshmem) -> R<()> {
     let back = s.gpu_calloc(6 * stride).map_err(e)?;
     c.fill(src, max, seed(me, 1))?;
     c.barrier()?;
-    let f = c.f("t_putget")?;
+    let f: Kernel<PutgetArgs> = c.k("t_putget")?;
     let t0 = Instant::now();
     for &len in &sizes {
         for v in 0..6i32 {
@@ -140,12 +170,17 @@ pub fn ops_rank(s: &Pshmem) -> R<()> {
                 } else {
                     (c.g.ptr(back + off), c.g.ptr(src))
                 };
-                let (l, pe) = (len as u64, peer as i32);
-                let mut b = c.st.launch_builder(&f);
-                b.arg(&put).arg(&v).arg(&d).arg(&sp).arg(&l).arg(&pe);
-                // SAFETY: t_putget(int, int, char*, const char*, u64, int): symmetric buffers
-                // of at least `len` bytes at these offsets.
-                unsafe { b.launch(cfg(1, 256)) }.map_err(|x| x.to_string())?;
+                let args = PutgetArgs {
+                    dst: d,
+                    src: sp,
+                    len: len as u64,
+                    put,
+                    v,
+                    pe: peer as i32,
+                    _pad: 0,
+                };
+                // SAFETY: symmetric buffers of at least `len` bytes at these offsets.
+                unsafe { c.launch(&f, (1, 256), args) }?;
             }
         }
         c.sync("put/get")?;
@@ -191,17 +226,22 @@ pub fn ops_rank(s: &Pshmem) -> R<()> {
     g.copy_in(gsrc, &mine).map_err(e)?;
     c.barrier()?;
     {
-        let f = c.f("t_pg")?;
-        let ptrs = [p64, p32, p8, pd, pf, gout, gsrc].map(|p| c.g.ptr(p));
-        let (kk, pe, mei) = (k as i32, peer as i32, me as i32);
-        let mut b = c.st.launch_builder(&f);
-        for p in &ptrs {
-            b.arg(p);
-        }
-        b.arg(&kk).arg(&pe).arg(&mei);
-        // SAFETY: t_pg(u64*, int*, char*, double*, float*, u64*, const u64*, int, int, int)
-        // over `k` elements of each symmetric array.
-        unsafe { b.launch(cfg(1, 256)) }.map_err(|x| x.to_string())?;
+        let f: Kernel<PgArgs> = c.k("t_pg")?;
+        let args = PgArgs {
+            p64: c.g.ptr(p64),
+            p32: c.g.ptr(p32),
+            p8: c.g.ptr(p8),
+            pd: c.g.ptr(pd),
+            pf: c.g.ptr(pf),
+            gout: c.g.ptr(gout),
+            gsrc: c.g.ptr(gsrc),
+            n: k as i32,
+            pe: peer as i32,
+            me: me as i32,
+            _pad: 0,
+        };
+        // SAFETY: `k` elements of each symmetric array.
+        unsafe { c.launch(&f, (1, 256), args) }?;
         c.sync("p/g")?;
     }
     c.barrier()?;
@@ -234,27 +274,26 @@ pub fn ops_rank(s: &Pshmem) -> R<()> {
     let src2 = s.gpu_malloc(kmsg * msg).map_err(e)?;
     let sig = s.gpu_calloc(64).map_err(e)?;
     c.fill(src2, kmsg * msg, seed(me, 2))?;
-    let f = c.f("t_put_signal")?;
+    let f: Kernel<PutSignalArgs> = c.k("t_put_signal")?;
     for variant in 0..3i32 {
         g.copy_in(sig, &[0u8; 8]).map_err(e)?;
         g.copy_in(buf, &vec![0u8; kmsg * msg]).map_err(e)?;
         c.barrier()?;
         let errors = c.counter()?;
-        let (bp, sp, sgp) = (c.g.ptr(buf), c.g.ptr(src2), c.g.ptr(sig));
-        let (ml, kk, pe, ps) = (msg as u64, kmsg as i32, peer as i32, seed(prev, 2));
-        let mut b = c.st.launch_builder(&f);
-        b.arg(&bp)
-            .arg(&sp)
-            .arg(&ml)
-            .arg(&kk)
-            .arg(&sgp)
-            .arg(&pe)
-            .arg(&ps)
-            .arg(&variant)
-            .arg(&errors);
-        // SAFETY: t_put_signal(char*, const char*, u64, int, u64*, int, u64, int, u64*):
-        // `kmsg * msg` bytes of symmetric buffers, one signal word, one counter.
-        unsafe { b.launch(cfg(2, 256)) }.map_err(|x| x.to_string())?;
+        let args = PutSignalArgs {
+            buf: c.g.ptr(buf),
+            src: c.g.ptr(src2),
+            msg: msg as u64,
+            sig: c.g.ptr(sig),
+            peer_seed: seed(prev, 2),
+            errors: c.at(&errors),
+            k: kmsg as i32,
+            pe: peer as i32,
+            variant,
+            _pad: 0,
+        };
+        // SAFETY: `kmsg * msg` bytes of symmetric buffers, one signal word, one counter.
+        unsafe { c.launch(&f, (2, 256), args) }?;
         c.sync("put_signal")?;
         let bad = c.count(&errors)?;
         if bad != 0 {
@@ -285,12 +324,15 @@ pub fn ops_rank(s: &Pshmem) -> R<()> {
     c.barrier()?;
     let (blocks, threads, iters) = (4u32, 64u32, 3i32);
     {
-        let f = c.f("t_atomics")?;
-        let (a, b32) = (c.g.ptr(c64), c.g.ptr(c32));
-        let mut b = c.st.launch_builder(&f);
-        b.arg(&a).arg(&b32).arg(&iters);
-        // SAFETY: t_atomics(u64*, u32*, int): 3 + 2 words of symmetric counters.
-        unsafe { b.launch(cfg(blocks, threads)) }.map_err(|x| x.to_string())?;
+        let f: Kernel<AtomicsArgs> = c.k("t_atomics")?;
+        let args = AtomicsArgs {
+            c64: c.g.ptr(c64),
+            c32: c.g.ptr(c32),
+            iters,
+            _pad: 0,
+        };
+        // SAFETY: 3 + 2 words of symmetric counters.
+        unsafe { c.launch(&f, (blocks, threads), args) }?;
         c.sync("atomics")?;
     }
     c.barrier()?;
@@ -313,13 +355,17 @@ pub fn ops_rank(s: &Pshmem) -> R<()> {
     }
     c.phase("amo-semantics");
     {
-        let f = c.f("t_amo_semantics")?;
+        let f: Kernel<AmoSemanticsArgs> = c.k("t_amo_semantics")?;
         let errors = c.counter()?;
-        let (a, b32, pe) = (c.g.ptr(x64), c.g.ptr(x32), peer as i32);
-        let mut b = c.st.launch_builder(&f);
-        b.arg(&a).arg(&b32).arg(&pe).arg(&errors);
-        // SAFETY: t_amo_semantics(u64*, u32*, int, u64*): 16 + 8 words, one counter.
-        unsafe { b.launch(cfg(1, 1)) }.map_err(|x| x.to_string())?;
+        let args = AmoSemanticsArgs {
+            x64: c.g.ptr(x64),
+            x32: c.g.ptr(x32),
+            errors: c.at(&errors),
+            pe: peer as i32,
+            _pad: 0,
+        };
+        // SAFETY: 16 + 8 symmetric words, one counter.
+        unsafe { c.launch(&f, (1, 1), args) }?;
         c.sync("amo semantics")?;
         let bad = c.count(&errors)?;
         if bad != 0 {
@@ -336,14 +382,17 @@ pub fn ops_rank(s: &Pshmem) -> R<()> {
     {
         let word = s.gpu_calloc(8).map_err(e)?;
         c.barrier()?;
-        let f = c.f("t_barrier")?;
+        let f: Kernel<BarrierArgs> = c.k("t_barrier")?;
         let errors = c.counter()?;
-        let (wp, rounds, pe) = (c.g.ptr(word), 50i32, peer as i32);
+        let args = BarrierArgs {
+            word: c.g.ptr(word),
+            errors: c.at(&errors),
+            rounds: 50,
+            pe: peer as i32,
+        };
         let t0 = Instant::now();
-        let mut b = c.st.launch_builder(&f);
-        b.arg(&wp).arg(&rounds).arg(&pe).arg(&errors);
-        // SAFETY: t_barrier(u64*, int, int, u64*): one symmetric word, one counter.
-        unsafe { b.launch(cfg(1, 1)) }.map_err(|x| x.to_string())?;
+        // SAFETY: one symmetric word, one counter.
+        unsafe { c.launch(&f, (1, 1), args) }?;
         c.sync("device barrier")?;
         let us = t0.elapsed().as_secs_f64() * 1e6 / 100.0;
         let bad = c.count(&errors)?;
@@ -378,12 +427,13 @@ pub fn kill_rank(s: &Pshmem, victim: usize) -> R<()> {
     }
     let st = g.stream().clone();
     let out = st.alloc_zeros::<u64>(2).map_err(|x| x.to_string())?;
-    let f = m.load_function("t_wait").map_err(|x| x.to_string())?;
-    let sp = g.ptr(sig);
-    let mut b = st.launch_builder(&f);
-    b.arg(&sp).arg(&out);
-    // SAFETY: t_wait(u64*, u64*): one symmetric word, two result words.
-    unsafe { b.launch(cfg(1, 1)) }.map_err(|x| x.to_string())?;
+    let f: Kernel<WaitArgs> = kernel(g, &m, "t_wait")?;
+    let args = WaitArgs {
+        sig: g.ptr(sig),
+        out: out.device_ptr(&st).0,
+    };
+    // SAFETY: one symmetric word, two result words.
+    unsafe { f.launch((1, 1), 1, st.cu_stream(), args) }.map_err(|x| x.to_string())?;
     match g.synchronize(&st, "signal_wait_until") {
         Err(err @ (Error::PeerDied { .. } | Error::OpFailed { .. })) => {
             println!(

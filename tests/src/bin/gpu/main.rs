@@ -16,6 +16,9 @@
 //!   end with an error naming the dead PE within 5 s.
 
 mod api;
+mod kargs;
+
+use kargs::{MailboxArgs, RingRateArgs, RingRoundtripArgs, RingStressArgs};
 
 use std::{
     process::ExitCode,
@@ -27,8 +30,8 @@ use std::{
 };
 
 use clap::{Parser, Subcommand};
-use cudarc::driver::PushKernelArg;
-use pshmem::cuda::{self, LaunchConfig, RingDeviceHandle};
+use cudarc::driver::DevicePtr;
+use pshmem::cuda::{self, Kernel, RingDeviceHandle};
 use pshmem_abi::error as code;
 use pshmem_proxy::{ProxyConfig, standalone::InstantProxy};
 use pshmem_ring::{Completions, Consumer, Ring};
@@ -310,14 +313,13 @@ fn verify(ring: Arc<Ring>, warps: u64, per_warp: u64, done: Arc<AtomicBool>) -> 
 fn ring_stress(dev: usize, blocks: u32, threads: u32, per_warp: u64, slots: usize) -> R<String> {
     let ctx = cuda::open(dev).map_err(|e| e.to_string())?;
     let module = cuda::load(&ctx, pshmem_tests::RING_TEST_KERNELS).map_err(|e| e.to_string())?;
-    let f = module
-        .load_function("pshmem_ring_stress")
-        .map_err(|e| e.to_string())?;
+    let f: Kernel<RingStressArgs> =
+        Kernel::load(&ctx, &module, "pshmem_ring_stress").map_err(|e| e.to_string())?;
     let (ring, handle): (Arc<Ring>, RingDeviceHandle) =
         cuda::gpu_ring(&ctx, slots).map_err(|e| e.to_string())?;
     let warps = u64::from(blocks * threads / 32);
     let stream = ctx.default_stream();
-    let mut status = stream
+    let status = stream
         .alloc_zeros::<u64>(warps as usize)
         .map_err(|e| e.to_string())?;
     let done = Arc::new(AtomicBool::new(false));
@@ -326,17 +328,13 @@ fn ring_stress(dev: usize, blocks: u32, threads: u32, per_warp: u64, slots: usiz
         std::thread::spawn(move || verify(ring, warps, per_warp, done))
     };
     let t0 = Instant::now();
-    let cfg = LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: 0,
+    let args = RingStressArgs {
+        r: handle,
+        per_warp,
+        status: status.device_ptr(&stream).0,
     };
-    let mut b = stream.launch_builder(&f);
-    b.arg(&handle).arg(&per_warp).arg(&mut status);
-    // SAFETY: pshmem_ring_stress(pshmem_ring_device_t, u64, u64*): the handle mirrors the C
-    // struct, and `status` holds one word per warp of the grid.
-    let launched = unsafe { b.launch(cfg) }
-        .map(|_| ())
+    // SAFETY: `status` holds one word per warp of the grid; the ring lives until the end.
+    let launched = unsafe { f.launch((blocks, 1), threads, stream.cu_stream(), args) }
         .map_err(|e| format!("launch: {e}"));
     let synced = launched.and_then(|()| stream.synchronize().map_err(|e| e.to_string()));
     let secs = t0.elapsed().as_secs_f64();
@@ -366,9 +364,8 @@ fn ring_rate(
 ) -> R<String> {
     let ctx = cuda::open(dev).map_err(|e| e.to_string())?;
     let module = cuda::load(&ctx, pshmem_tests::RING_TEST_KERNELS).map_err(|e| e.to_string())?;
-    let f = module
-        .load_function("pshmem_ring_rate")
-        .map_err(|e| e.to_string())?;
+    let f: Kernel<RingRateArgs> =
+        Kernel::load(&ctx, &module, "pshmem_ring_rate").map_err(|e| e.to_string())?;
     let n = proxies.max(1);
     let k = rings_per_proxy.max(1);
     let per_blocks = (blocks / (n * k) as u32).max(1);
@@ -389,19 +386,19 @@ fn ring_rate(
         proxies_run
             .push(InstantProxy::spawn(rings, ProxyConfig::default()).map_err(|e| e.to_string())?);
     }
-    let cfg = LaunchConfig {
-        grid_dim: (per_blocks, 1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    let pe = 1u32;
     let t0 = Instant::now();
-    for (handle, stream, status) in &mut runs {
-        let mut b = stream.launch_builder(&f);
-        b.arg(&*handle).arg(&pe).arg(&per_warp).arg(status);
-        // SAFETY: pshmem_ring_rate(pshmem_ring_device_t, u32, u64, u64*): one status word per
-        // warp of the grid; each launch has its own ring and proxy.
-        unsafe { b.launch(cfg) }.map_err(|e| format!("launch: {e}"))?;
+    for (handle, stream, status) in &runs {
+        let args = RingRateArgs {
+            r: *handle,
+            per_warp,
+            status: status.device_ptr(stream).0,
+            pe: 1,
+            _pad: 0,
+        };
+        // SAFETY: one status word per warp of the grid; each launch has its own ring, proxy
+        // and stream.
+        unsafe { f.launch((per_blocks, 1), threads, stream.cu_stream(), args) }
+            .map_err(|e| format!("launch: {e}"))?;
     }
     for (_, stream, _) in &runs {
         stream.synchronize().map_err(|e| e.to_string())?;
@@ -429,9 +426,8 @@ fn mailbox(dev: usize, iters: u64) -> R<String> {
     use cudarc::driver::sys;
     let ctx = cuda::open(dev).map_err(|e| e.to_string())?;
     let module = cuda::load(&ctx, pshmem_tests::RING_TEST_KERNELS).map_err(|e| e.to_string())?;
-    let f = module
-        .load_function("pshmem_mailbox")
-        .map_err(|e| e.to_string())?;
+    let f: Kernel<MailboxArgs> =
+        Kernel::load(&ctx, &module, "pshmem_mailbox").map_err(|e| e.to_string())?;
     // Two 8-byte words on separate lines of pinned, device-mapped host memory (the same kind of
     // memory as the ring).
     let (ring, _) = cuda::gpu_ring(&ctx, 2).map_err(|e| e.to_string())?;
@@ -470,18 +466,17 @@ fn mailbox(dev: usize, iters: u64) -> R<String> {
         }
     });
     let stream = ctx.default_stream();
-    let mut cycles = stream
+    let cycles = stream
         .alloc_zeros::<u64>(iters as usize)
         .map_err(|e| e.to_string())?;
-    let mut b = stream.launch_builder(&f);
-    b.arg(&d_cpu).arg(&d_gpu).arg(&iters).arg(&mut cycles);
-    let cfg = LaunchConfig {
-        grid_dim: (1, 1, 1),
-        block_dim: (1, 1, 1),
-        shared_mem_bytes: 0,
+    let args = MailboxArgs {
+        to_cpu: d_cpu,
+        to_gpu: d_gpu,
+        iters,
+        cycles: cycles.device_ptr(&stream).0,
     };
-    // SAFETY: pshmem_mailbox(u64*, u64*, u64, u64*): two mapped host words, `iters` results.
-    unsafe { b.launch(cfg) }.map_err(|e| format!("launch: {e}"))?;
+    // SAFETY: two mapped host words, `iters` results.
+    unsafe { f.launch((1, 1), 1, stream.cu_stream(), args) }.map_err(|e| format!("launch: {e}"))?;
     stream.synchronize().map_err(|e| e.to_string())?;
     echo.join()
         .map_err(|_| "echo thread panicked".to_string())?;
@@ -509,9 +504,8 @@ fn clock_khz(dev: usize) -> R<i32> {
 fn ring_latency(dev: usize, iters: u64) -> R<String> {
     let ctx = cuda::open(dev).map_err(|e| e.to_string())?;
     let module = cuda::load(&ctx, pshmem_tests::RING_TEST_KERNELS).map_err(|e| e.to_string())?;
-    let f = module
-        .load_function("pshmem_ring_roundtrip")
-        .map_err(|e| e.to_string())?;
+    let f: Kernel<RingRoundtripArgs> =
+        Kernel::load(&ctx, &module, "pshmem_ring_roundtrip").map_err(|e| e.to_string())?;
     let (ring, handle) = cuda::gpu_ring(&ctx, 1024).map_err(|e| e.to_string())?;
     // Spin: measure the path, not the back-off.
     let pc = ProxyConfig {
@@ -520,26 +514,21 @@ fn ring_latency(dev: usize, iters: u64) -> R<String> {
     };
     let proxy = InstantProxy::spawn(vec![ring], pc).map_err(|e| e.to_string())?;
     let stream = ctx.default_stream();
-    let mut cycles = stream
+    let cycles = stream
         .alloc_zeros::<u64>(iters as usize)
         .map_err(|e| e.to_string())?;
-    let mut status = stream.alloc_zeros::<u64>(1).map_err(|e| e.to_string())?;
-    let cfg = LaunchConfig {
-        grid_dim: (1, 1, 1),
-        block_dim: (1, 1, 1),
-        shared_mem_bytes: 0,
+    let status = stream.alloc_zeros::<u64>(1).map_err(|e| e.to_string())?;
+    let args = RingRoundtripArgs {
+        r: handle,
+        iters,
+        cycles: cycles.device_ptr(&stream).0,
+        status: status.device_ptr(&stream).0,
+        pe: 1,
+        _pad: 0,
     };
-    let pe = 1u32;
     let t0 = Instant::now();
-    let mut b = stream.launch_builder(&f);
-    b.arg(&handle)
-        .arg(&pe)
-        .arg(&iters)
-        .arg(&mut cycles)
-        .arg(&mut status);
-    // SAFETY: pshmem_ring_roundtrip(pshmem_ring_device_t, u32, u64, u64*, u64*): `cycles`
-    // holds `iters` words, `status` one.
-    unsafe { b.launch(cfg) }.map_err(|e| format!("launch: {e}"))?;
+    // SAFETY: `cycles` holds `iters` words, `status` one; the ring lives until the end.
+    unsafe { f.launch((1, 1), 1, stream.cu_stream(), args) }.map_err(|e| format!("launch: {e}"))?;
     stream.synchronize().map_err(|e| e.to_string())?;
     let wall_us = t0.elapsed().as_secs_f64() * 1e6 / iters as f64;
     proxy.proxy.stop().map_err(|e| e.to_string())?;

@@ -10,10 +10,11 @@
 
 use std::sync::Arc;
 
-pub use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaStream, DriverError, LaunchConfig,
-};
-use cudarc::driver::{DeviceRepr, sys};
+mod kernel;
+
+use cudarc::driver::sys;
+pub use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DriverError};
+pub use kernel::{Kernel, KernelArgs};
 use pshmem_ring::{
     Ring,
     layout::{RingCtrl, Slot},
@@ -148,7 +149,7 @@ pub fn current_device() -> Option<usize> {
 /// A kernel's view of a ring: `pshmem_ring_device_t` in `abi/include/pshmem/ring.h` (compared
 /// with the C compiler's layout by a test of `gpu`).
 #[repr(C)]
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RingDeviceHandle {
     /// Device address of the slots (pinned host memory).
     pub slots: u64,
@@ -163,9 +164,6 @@ pub struct RingDeviceHandle {
 }
 
 const _: () = assert!(std::mem::size_of::<RingDeviceHandle>() == 40);
-
-// SAFETY: a plain #[repr(C)] struct of integers, laid out as the C struct it mirrors.
-unsafe impl DeviceRepr for RingDeviceHandle {}
 
 /// Opens device `ordinal` (checking first that a driver exists: cudarc would panic otherwise).
 pub fn open(ordinal: usize) -> Result<Arc<CudaContext>, CudaError> {

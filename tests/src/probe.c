@@ -1,0 +1,36 @@
+/* The probe of the GPU test kernels' arguments (cuda/args.h): every field, for the
+ * mirror test of src/kargs.rs. */
+#include "args.h"
+#include "pshmem_probe.h"
+
+PSHMEM_PROBE_TABLE(pshmem_tests_probe,
+    SIZE(pshmem_ring_stress_args_t), OFF(pshmem_ring_stress_args_t, r),
+    OFF(pshmem_ring_stress_args_t, per_warp), OFF(pshmem_ring_stress_args_t, status),
+    SIZE(pshmem_ring_roundtrip_args_t), OFF(pshmem_ring_roundtrip_args_t, r),
+    OFF(pshmem_ring_roundtrip_args_t, iters), OFF(pshmem_ring_roundtrip_args_t, cycles),
+    OFF(pshmem_ring_roundtrip_args_t, status), OFF(pshmem_ring_roundtrip_args_t, pe),
+    OFF(pshmem_ring_roundtrip_args_t, _pad), SIZE(pshmem_ring_rate_args_t),
+    OFF(pshmem_ring_rate_args_t, r), OFF(pshmem_ring_rate_args_t, per_warp),
+    OFF(pshmem_ring_rate_args_t, status), OFF(pshmem_ring_rate_args_t, pe),
+    OFF(pshmem_ring_rate_args_t, _pad), SIZE(pshmem_mailbox_args_t),
+    OFF(pshmem_mailbox_args_t, to_cpu), OFF(pshmem_mailbox_args_t, to_gpu),
+    OFF(pshmem_mailbox_args_t, iters), OFF(pshmem_mailbox_args_t, cycles), SIZE(t_fill_args_t),
+    OFF(t_fill_args_t, buf), OFF(t_fill_args_t, n), OFF(t_fill_args_t, seed),
+    SIZE(t_putget_args_t), OFF(t_putget_args_t, dst), OFF(t_putget_args_t, src),
+    OFF(t_putget_args_t, len), OFF(t_putget_args_t, put), OFF(t_putget_args_t, v),
+    OFF(t_putget_args_t, pe), OFF(t_putget_args_t, _pad), SIZE(t_pg_args_t), OFF(t_pg_args_t, p64),
+    OFF(t_pg_args_t, p32), OFF(t_pg_args_t, p8), OFF(t_pg_args_t, pd), OFF(t_pg_args_t, pf),
+    OFF(t_pg_args_t, gout), OFF(t_pg_args_t, gsrc), OFF(t_pg_args_t, n), OFF(t_pg_args_t, pe),
+    OFF(t_pg_args_t, me), OFF(t_pg_args_t, _pad), SIZE(t_put_signal_args_t),
+    OFF(t_put_signal_args_t, buf), OFF(t_put_signal_args_t, src), OFF(t_put_signal_args_t, msg),
+    OFF(t_put_signal_args_t, sig), OFF(t_put_signal_args_t, peer_seed),
+    OFF(t_put_signal_args_t, errors), OFF(t_put_signal_args_t, k), OFF(t_put_signal_args_t, pe),
+    OFF(t_put_signal_args_t, variant), OFF(t_put_signal_args_t, _pad), SIZE(t_atomics_args_t),
+    OFF(t_atomics_args_t, c64), OFF(t_atomics_args_t, c32), OFF(t_atomics_args_t, iters),
+    OFF(t_atomics_args_t, _pad), SIZE(t_amo_semantics_args_t), OFF(t_amo_semantics_args_t, x64),
+    OFF(t_amo_semantics_args_t, x32), OFF(t_amo_semantics_args_t, errors),
+    OFF(t_amo_semantics_args_t, pe), OFF(t_amo_semantics_args_t, _pad), SIZE(t_barrier_args_t),
+    OFF(t_barrier_args_t, word), OFF(t_barrier_args_t, errors), OFF(t_barrier_args_t, rounds),
+    OFF(t_barrier_args_t, pe), SIZE(t_wait_args_t), OFF(t_wait_args_t, sig),
+    OFF(t_wait_args_t, out),
+)
