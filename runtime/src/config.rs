@@ -1,10 +1,12 @@
 //! The runtime's configuration, read from the one environment table (`pshmem_env`), or built
-//! by the application.
+//! by the application. Init reads nothing else: every setting of the host path, the GPU path,
+//! placement and the transport is here, read once by [`Config::from_env`].
 
 use std::time::Duration;
 
 use pshmem_env::{self as env, EnvError, parse_cpu_list};
 use pshmem_proxy::ProxyConfig;
+use pshmem_transport::TransportConfig;
 
 /// How the runtime sets up a PE.
 #[derive(Debug, Clone)]
@@ -28,16 +30,101 @@ pub struct Config {
     pub proxy: ProxyConfig,
     /// Team slots, predefined teams included (`PSHMEM_MAX_TEAMS`).
     pub max_teams: usize,
+    /// The transport: provider, simulated fabric, libfabric settings.
+    pub transport: TransportConfig,
+    /// A topology file describing this host (`PSHMEM_TOPOLOGY_XML`) instead of hwloc's.
+    pub topology_xml: Option<String>,
+    /// The host heap standing in for a GPU heap (`PSHMEM_EMULATE_GPU_HEAP`).
+    pub emulate: Emulate,
+    /// The GPU path, started by `gpu_init`.
+    pub gpu: GpuConfig,
+}
+
+/// The GPU path's settings.
+#[derive(Debug, Clone)]
+pub struct GpuConfig {
+    /// Bytes of GPU symmetric heap per PE (`PSHMEM_GPU_SYMMETRIC_SIZE`).
+    pub heap_size: usize,
+    /// The CUDA device (`PSHMEM_CUDA_DEVICE`); `None`: local rank modulo the devices.
+    pub device: Option<usize>,
+    /// GPU command rings (`PSHMEM_GPU_RINGS`; ring 0 is the device API's).
+    pub rings: usize,
+    /// Proxy threads draining them (`PSHMEM_GPU_PROXY_THREADS`).
+    pub proxy_threads: usize,
+    /// Landing slots per source PE of the host-staged path (`PSHMEM_GPU_LANDING_SLOTS`).
+    pub landing_slots: usize,
+    /// Host puts and gets to mapped peers of at least this many bytes use the copy engine
+    /// (`PSHMEM_COPY_ENGINE_MIN`).
+    pub copy_engine_min: usize,
+    /// Whether `CUDA_DEVICE_MAX_CONNECTIONS` was set when the configuration was read: CUDA
+    /// reads it itself; unset, the runtime warns when some peers are reached through the proxy.
+    pub cuda_connections_set: bool,
+}
+
+/// How a host heap stands in for a GPU heap, to test the GPU path's network protocols without
+/// a GPU (`PSHMEM_EMULATE_GPU_HEAP`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Emulate {
+    /// A host heap, served as one.
+    Off,
+    /// The host-staged path: each proxy registers a landing area instead of the heap (`1`,
+    /// `staged`).
+    Staged,
+    /// The registered path: the heap registered as a GPU heap would be by DMA-BUF.
+    Registered,
+}
+
+impl Emulate {
+    /// Whether the proxies serve the heap as a GPU heap.
+    pub fn on(self) -> bool {
+        self != Self::Off
+    }
+
+    /// The setting's canonical spelling (compared across PEs at init).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Off => "0",
+            Self::Staged => "staged",
+            Self::Registered => "registered",
+        }
+    }
+
+    fn from_env() -> Result<Self, EnvError> {
+        let v = env::EMULATE_GPU_HEAP.checked()?;
+        match v.as_str() {
+            "0" | "" => Ok(Self::Off),
+            "1" | "staged" => Ok(Self::Staged),
+            "registered" => Ok(Self::Registered),
+            other => Err(env::EMULATE_GPU_HEAP.bad(other, "0, 1 (staged) or registered")),
+        }
+    }
+}
+
+impl GpuConfig {
+    /// From the environment.
+    pub fn from_env() -> Result<Self, EnvError> {
+        Ok(Self {
+            heap_size: size(&env::GPU_SYMMETRIC_SIZE)?,
+            device: env::CUDA_DEVICE.opt_usize()?,
+            rings: env::GPU_RINGS.usize()?.max(1),
+            proxy_threads: env::GPU_PROXY_THREADS.usize()?.max(1),
+            landing_slots: env::GPU_LANDING_SLOTS.usize()?.max(1),
+            copy_engine_min: env::COPY_ENGINE_MIN.usize()?,
+            cuda_connections_set: std::env::var_os(env::CUDA_DEVICE_MAX_CONNECTIONS).is_some(),
+        })
+    }
+}
+
+/// A byte count such as `1G`.
+fn size(var: &env::EnvVar) -> Result<usize, EnvError> {
+    let v = var.value();
+    env::parse_size(&v).ok_or_else(|| var.bad(&v, "a byte count such as 1G"))
 }
 
 impl Config {
     /// From the environment.
     pub fn from_env() -> Result<Self, EnvError> {
-        let heap_size = {
-            let v = env::SYMMETRIC_SIZE.value();
-            env::parse_size(&v)
-                .ok_or_else(|| env::SYMMETRIC_SIZE.bad(&v, "a byte count such as 1G"))?
-        };
+        let heap_size = size(&env::SYMMETRIC_SIZE)?;
         let ring_slots = env::RING_SLOTS.usize()?;
         if !ring_slots.is_power_of_two() || ring_slots < 2 {
             return Err(env::RING_SLOTS.bad(&ring_slots.to_string(), "a power of two >= 2"));
@@ -75,6 +162,10 @@ impl Config {
             proxy_cpus,
             proxy,
             max_teams: env::MAX_TEAMS.usize()?,
+            transport: TransportConfig::from_env()?,
+            topology_xml: env::TOPOLOGY_XML.raw(),
+            emulate: Emulate::from_env()?,
+            gpu: GpuConfig::from_env()?,
         })
     }
 }

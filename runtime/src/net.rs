@@ -33,13 +33,14 @@ pub fn job(bs: &Bootstrap) -> Job {
     }
 }
 
-/// Opens the transport the environment names on this PE's `domains` (its NICs from placement;
-/// empty: the provider's choice) and connects it to every PE (collective).
+/// Opens the transport `cfg` names on this PE's `domains` (its NICs from placement; empty: the
+/// provider's choice) and connects it to every PE (collective).
 pub fn open_transport(
     bs: &Bootstrap,
+    cfg: &pshmem_transport::TransportConfig,
     domains: &[String],
 ) -> pshmem_transport::Result<Box<dyn pshmem_transport::Transport>> {
-    pshmem_transport::open_from_env_on(job(bs), &BootstrapExchange(bs), domains)
+    pshmem_transport::open(job(bs), &BootstrapExchange(bs), cfg, domains)
 }
 
 /// Exchanges registration `mr` of every PE (collective): the remote ids in PE order.

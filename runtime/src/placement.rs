@@ -3,7 +3,6 @@
 //! them. `pshmem-info` prints it; `Pshmem::init` pins its proxy threads (and, for RDMA
 //! providers, opens its rails) from it.
 
-use pshmem_env as env;
 use pshmem_topology::{DeviceKind, Machine, NicRef, PciAddr, Placement, PlacementInput, place};
 use pshmem_transport::ofi::{DEFAULT_PROVIDERS, DomainInfo, list_domains};
 
@@ -39,6 +38,27 @@ impl HostPlan {
     }
 }
 
+/// What placement looks at besides the hardware: the topology file standing in for this host
+/// and the provider named (`PSHMEM_TOPOLOGY_XML`, `PSHMEM_PROVIDER`; from the runtime's
+/// [`crate::Config`], so that placement reads no environment of its own).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sources<'a> {
+    /// A topology file describing the host, else hwloc's discovery of this one.
+    pub topology_xml: Option<&'a str>,
+    /// The provider named, else the preference order.
+    pub provider: Option<&'a str>,
+}
+
+impl crate::Config {
+    /// What placement reads of this configuration.
+    pub fn sources(&self) -> Sources<'_> {
+        Sources {
+            topology_xml: self.topology_xml.as_deref(),
+            provider: self.transport.provider.as_deref(),
+        }
+    }
+}
+
 /// Providers that reach an RDMA NIC (their domains are NICs to place).
 pub fn is_rdma(provider: &str) -> bool {
     provider.starts_with("efa") || provider.starts_with("verbs")
@@ -61,18 +81,18 @@ fn machine(xml: Option<&str>) -> Machine {
     }
 }
 
-/// The provider in force and its domains (see [`find_provider`]), asked of libfabric once per
-/// process and provider setting: each `fi_getinfo` costs tens of milliseconds.
-pub fn provider() -> Option<(String, Vec<DomainInfo>)> {
+/// The provider in force (`wanted`, else the preference order) and its domains (see
+/// [`find_provider`]), asked of libfabric once per process and provider setting: each
+/// `fi_getinfo` costs tens of milliseconds.
+pub fn provider(wanted: Option<&str>) -> Option<(String, Vec<DomainInfo>)> {
     type Found = Option<(String, Vec<DomainInfo>)>;
     static FOUND: Mutex<Vec<(Option<String>, Found)>> = Mutex::new(Vec::new());
-    let wanted = env::PROVIDER.raw().or_else(|| env::fallback("FI_PROVIDER"));
     let mut found = FOUND.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((_, f)) = found.iter().find(|(w, _)| *w == wanted) {
+    if let Some((_, f)) = found.iter().find(|(w, _)| w.as_deref() == wanted) {
         return f.clone();
     }
-    let f = find_provider(wanted.as_deref());
-    found.push((wanted, f.clone()));
+    let f = find_provider(wanted);
+    found.push((wanted.map(str::to_string), f.clone()));
     f
 }
 
@@ -123,9 +143,14 @@ fn app_cpus(m: &Machine) -> Vec<usize> {
 
 /// The plan for `local_size` PEs with `proxy_threads` each. `gpus`: place GPUs (CUDA devices,
 /// or a topology file's) rather than host-mode PEs.
-pub fn host_plan(local_size: usize, proxy_threads: usize, gpus: bool) -> HostPlan {
-    let xml = env::TOPOLOGY_XML.raw();
-    let machine = machine(xml.as_deref());
+pub fn host_plan(
+    src: Sources<'_>,
+    local_size: usize,
+    proxy_threads: usize,
+    gpus: bool,
+) -> HostPlan {
+    let xml = src.topology_xml;
+    let machine = machine(xml);
     let mut warnings = Vec::new();
     // cuInit costs up to a second on a GPU machine: only probe when GPUs are placed.
     let cuda = if gpus {
@@ -146,7 +171,7 @@ pub fn host_plan(local_size: usize, proxy_threads: usize, gpus: bool) -> HostPla
             Err(_) => Vec::new(),
         }
     };
-    let (provider, domains) = match provider() {
+    let (provider, domains) = match provider(src.provider) {
         Some((p, d)) => (Some(p), d),
         None => (None, Vec::new()),
     };
@@ -229,13 +254,17 @@ pub fn gpu_rails(plan: &HostPlan, local_rank: usize, gpu: usize) -> Vec<String> 
 
 /// The rails of a GPU proxy: [`gpu_rails`] of this host's plan when the provider in force is an
 /// RDMA one (its domains are NICs); otherwise none (the provider's default domain).
-pub fn gpu_proxy_rails(local_size: usize, local_rank: usize, gpu: usize, me: usize) -> Vec<String> {
+pub fn gpu_proxy_rails(
+    src: Sources<'_>,
+    (local_size, local_rank): (usize, usize),
+    gpu: usize,
+    me: usize,
+) -> Vec<String> {
     // A named provider that is not an RDMA one has no NICs to place: skip the topology.
-    let named = env::PROVIDER.raw().or_else(|| env::fallback("FI_PROVIDER"));
-    if named.as_deref().is_some_and(|p| !is_rdma(p)) {
+    if src.provider.is_some_and(|p| !is_rdma(p)) {
         return Vec::new();
     }
-    let plan = host_plan(local_size, 1, true);
+    let plan = host_plan(src, local_size, 1, true);
     match plan.provider.as_deref() {
         Some(p) if is_rdma(p) => {
             let rails = gpu_rails(&plan, local_rank, gpu);

@@ -382,38 +382,62 @@ pub(crate) fn check_bounds(
     }
 }
 
-/// Opens the transport named by `PSHMEM_PROVIDER` (or `FI_PROVIDER`) for this PE of `job`:
-/// `sim` for the simulated fabric, `instant` for the instant transport, otherwise a libfabric
-/// provider (default order efa > verbs;ofi_rxm > tcp;ofi_rxm > shm), and connects it to every
-/// PE through `x` ([`establish`]; collective).
-pub fn open_from_env(job: Job, x: &dyn Exchange) -> Result<Box<dyn Transport>> {
-    open_from_env_on(job, x, &[])
+/// Which transport a PE opens and with what settings: read once from the environment (with the
+/// runtime's other settings) and passed to [`open`], which reads nothing itself.
+#[derive(Debug, Clone)]
+pub struct TransportConfig {
+    /// `PSHMEM_PROVIDER` (else `FI_PROVIDER`): `sim`, `instant` or a libfabric provider; `None`
+    /// takes the first of efa > verbs;ofi_rxm > tcp;ofi_rxm > shm with domains here.
+    pub provider: Option<String>,
+    /// The simulated fabric's settings (used when the provider is `sim`).
+    pub sim: sim::SimConfig,
+    /// The libfabric settings (used for any other provider).
+    pub ofi: ofi::OfiConfig,
+    /// Whether `PSHMEM_RAILS` was given: if not, a PE placed on several NICs opens one rail
+    /// per NIC.
+    pub rails_given: bool,
 }
 
-/// As [`open_from_env`], with the libfabric rails on `domains` (this PE's NICs, from
-/// placement) when not empty: one rail per domain unless `PSHMEM_RAILS` says otherwise.
-pub fn open_from_env_on(
+impl TransportConfig {
+    /// From `PSHMEM_PROVIDER`/`FI_PROVIDER` and the simulated fabric's and libfabric's
+    /// variables.
+    pub fn from_env() -> std::result::Result<Self, pshmem_env::EnvError> {
+        let provider = pshmem_env::PROVIDER
+            .raw()
+            .or_else(|| pshmem_env::fallback("FI_PROVIDER"));
+        Ok(Self {
+            sim: sim::SimConfig::from_env()?,
+            ofi: ofi::OfiConfig::from_env(provider.as_deref())?,
+            rails_given: pshmem_env::RAILS.is_set(),
+            provider,
+        })
+    }
+}
+
+/// Opens the transport `cfg` names for this PE of `job` (`sim`: the simulated fabric;
+/// `instant`: the instant transport; otherwise libfabric), with its libfabric rails on
+/// `domains` (this PE's NICs, from placement) when not empty, and connects it to every PE
+/// through `x` ([`establish`]; collective).
+pub fn open(
     job: Job,
     x: &dyn Exchange,
+    cfg: &TransportConfig,
     domains: &[String],
 ) -> Result<Box<dyn Transport>> {
     // Whatever this job uses, clean up after killed jobs of any provider.
     ofi::sweep_stale_shm();
-    let wanted = pshmem_env::PROVIDER
-        .raw()
-        .or_else(|| pshmem_env::fallback("FI_PROVIDER"));
-    let mut t: Box<dyn Transport> = match wanted.as_deref() {
-        Some("sim") => Box::new(sim::SimTransport::open(job, sim::SimConfig::from_env()?)?),
+    let mut t: Box<dyn Transport> = match cfg.provider.as_deref() {
+        Some("sim") => Box::new(sim::SimTransport::open(job, cfg.sim.clone())?),
         Some("instant") => Box::new(instant::InstantTransport::new(job.rank, job.n_pes)),
-        other => {
-            let mut cfg = ofi::OfiConfig::from_env(other)?;
+        _ => {
+            let mut ofi = cfg.ofi.clone();
             if !domains.is_empty() {
-                cfg.domains = domains.to_vec();
-                if !pshmem_env::RAILS.is_set() {
-                    cfg.rails = domains.len();
+                ofi.domains = domains.to_vec();
+                if !cfg.rails_given {
+                    ofi.rails = domains.len();
                 }
             }
-            Box::new(ofi::OfiTransport::open(job, &cfg)?)
+            Box::new(ofi::OfiTransport::open(job, &ofi)?)
         }
     };
     establish(t.as_mut(), x)?;

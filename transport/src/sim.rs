@@ -65,14 +65,13 @@ pub enum SimProfile {
 
 impl SimConfig {
     /// From `PSHMEM_SIM_REORDER`, `PSHMEM_SIM_DELAY_US`, `PSHMEM_SIM_BANDWIDTH_GBPS`.
-    pub fn from_env() -> Result<Self> {
-        let bad = TransportError::Config;
-        let gbps = env::SIM_BANDWIDTH_GBPS.number_value().map_err(bad)?;
+    pub fn from_env() -> std::result::Result<Self, env::EnvError> {
+        let gbps = env::SIM_BANDWIDTH_GBPS.number_value()?;
         Ok(Self {
-            reorder: env::SIM_REORDER.bool().map_err(bad)?,
-            max_delay: env::SIM_DELAY_US.micros().map_err(bad)?,
+            reorder: env::SIM_REORDER.bool()?,
+            max_delay: env::SIM_DELAY_US.micros()?,
             bandwidth: gbps.max(0.0) * 1e9,
-            profile: match env::SIM_PROFILE.checked().map_err(bad)?.as_str() {
+            profile: match env::SIM_PROFILE.checked()?.as_str() {
                 "efa" => SimProfile::Efa,
                 _ => SimProfile::Full,
             },

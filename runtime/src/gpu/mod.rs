@@ -27,9 +27,9 @@ use std::{
 use cudarc::driver::{CudaContext, CudaModule, CudaStream, DevicePtr, sys};
 use pshmem_abi::error as code;
 use pshmem_bootstrap::Bootstrap;
-use pshmem_proxy::{Health, HeapMem, Proxy, ProxyConfig, ProxySetup};
+use pshmem_proxy::{Health, HeapMem, Proxy};
 use pshmem_ring::Ring;
-use pshmem_transport::{LocalMem, MemKind, MrId, RemoteMrId, Transport};
+use pshmem_transport::{LocalMem, MemKind, MrId, Transport};
 
 use self::{
     device::CudaDeviceMem,
@@ -38,6 +38,7 @@ use self::{
 };
 use crate::{
     alloc::{Allocator, RESERVED},
+    config::{Config, GpuConfig},
     cuda::{self, CudaError, Kernel, RingDeviceHandle, check, driver},
     error::{Error, Result},
 };
@@ -151,20 +152,11 @@ pub(crate) struct GpuSetup<'a> {
     pub bs: &'a Bootstrap,
     pub me: usize,
     pub n: usize,
-    pub heap_len: usize,
-    pub disable_p2p: bool,
-    pub ring_slots: usize,
-    /// GPU rings (ring 0: the device API's) and the proxy threads that drain them.
-    pub rings: usize,
-    pub proxy_threads: usize,
-    pub landing_slots: usize,
-    /// Host puts and gets to mapped peers of at least this many bytes use the copy engine.
-    pub copy_engine_min: usize,
-    pub op_timeout: std::time::Duration,
-    pub proxy: ProxyConfig,
+    /// The runtime's configuration (its `gpu` section, and what the GPU proxies share with the
+    /// host ones).
+    pub cfg: &'a Config,
     pub health: Arc<Health>,
-    pub max_teams: usize,
-    /// The CUDA device to use (else `PSHMEM_CUDA_DEVICE`, else local rank modulo devices).
+    /// The CUDA device to use (else the configuration's, else local rank modulo devices).
     pub device: Option<usize>,
 }
 
@@ -182,15 +174,16 @@ impl Gpu {
     pub(crate) fn create(s: GpuSetup<'_>) -> Result<Self> {
         let (me, n) = (s.me, s.n);
         let mut clock = crate::startup::Phases::start(me, "GPU init");
-        let ordinal = choose_device(s.bs, me, n, s.device)?;
+        let ordinal = choose_device(s.bs, me, n, s.device.or(s.cfg.gpu.device))?;
         let ctx = cuda::open(ordinal).map_err(cu(me, "opening the device"))?;
         ctx.bind_to_thread()
             .map_err(|e| cu(me, "binding the context")(driver("cuCtxSetCurrent")(e)))?;
         clock.mark("context");
-        let heap = DevAlloc::new(&ctx, s.heap_len).map_err(cu(me, "allocating the GPU heap"))?;
+        let heap =
+            DevAlloc::new(&ctx, s.cfg.gpu.heap_size).map_err(cu(me, "allocating the GPU heap"))?;
         clock.mark("heap");
         let (peers, ipc) = open_peers(&s, &ctx, &heap)?;
-        warn_about_proxy_settings(me, &peers);
+        warn_about_proxy_settings(me, &peers, &s.cfg.gpu);
         clock.mark("peer heaps");
 
         // Device-side bookkeeping: peer table, result cells and owners, barrier epoch, error.
@@ -214,23 +207,26 @@ impl Gpu {
         // The GPU's rings and their proxies (to every PE not mapped above: RMA into a DMA-BUF
         // registration where the provider offers it, else the host-staged path). Ring r is
         // drained by proxy thread r mod threads; thread t of every PE talks to thread t.
-        let mut rings = Vec::with_capacity(s.rings);
-        let mut handles = Vec::with_capacity(s.rings);
-        for _ in 0..s.rings {
+        let mut rings = Vec::with_capacity(s.cfg.gpu.rings);
+        let mut handles = Vec::with_capacity(s.cfg.gpu.rings);
+        for _ in 0..s.cfg.gpu.rings {
             let (ring, handle) =
-                cuda::gpu_ring(&ctx, s.ring_slots).map_err(cu(me, "creating the GPU ring"))?;
+                cuda::gpu_ring(&ctx, s.cfg.ring_slots).map_err(cu(me, "creating the GPU ring"))?;
             rings.push(ring);
             handles.push(handle);
         }
         s.health.watch(rings.iter().cloned());
-        let ring_table = DevAlloc::new(&ctx, s.rings * std::mem::size_of::<RingDeviceHandle>())
-            .map_err(cu(me, "allocating the ring table"))?;
+        let ring_table = DevAlloc::new(
+            &ctx,
+            s.cfg.gpu.rings * std::mem::size_of::<RingDeviceHandle>(),
+        )
+        .map_err(cu(me, "allocating the ring table"))?;
         // SAFETY: the table holds exactly `handles`, which live until the synchronization.
         let rc = unsafe {
             sys::cuMemcpyHtoD_v2(
                 ring_table.ptr,
                 handles.as_ptr().cast(),
-                s.rings * std::mem::size_of::<RingDeviceHandle>(),
+                s.cfg.gpu.rings * std::mem::size_of::<RingDeviceHandle>(),
             )
         };
         check(rc, "cuMemcpyHtoD (ring table)").map_err(cu(me, "writing the ring table"))?;
@@ -247,36 +243,62 @@ impl Gpu {
         // while a kernel waits on a peer can stall the context (and with it the proxy that the
         // peer's progress depends on).
         let loaded = || cu(me, "loading the runtime kernels");
-        let threads = s.proxy_threads.min(s.rings).max(1);
+        let threads = s.cfg.gpu.proxy_threads.min(s.cfg.gpu.rings).max(1);
         // On an RDMA provider, every proxy thread stripes over the NICs placement put next to
         // this GPU (2 on p5en, 4 on p5), so its traffic never crosses a PCIe switch.
-        let rails =
-            crate::placement::gpu_proxy_rails(s.bs.local_size(), s.bs.local_rank(), ordinal, me);
+        let rails = crate::placement::gpu_proxy_rails(
+            s.cfg.sources(),
+            (s.bs.local_size(), s.bs.local_rank()),
+            ordinal,
+            me,
+        );
         clock.mark("rails");
+        let start = crate::proxies::Start {
+            bs: s.bs,
+            transport: &s.cfg.transport,
+            rails: &rails,
+            proxy: &s.cfg.proxy,
+            cpus: &[],
+            health: &s.health,
+            name: "pshmem-gpu-proxy",
+            heap: "the GPU heap",
+        };
         let mut proxies = Vec::with_capacity(threads);
         let mut landing = Vec::new();
         let mut dmabuf = Vec::new();
         for t in 0..threads {
-            let mine: Vec<Arc<Ring>> = rings.iter().skip(t).step_by(threads).cloned().collect();
             let amo = Kernel::load(&ctx, &runtime, "pshmem_k_amo").map_err(loaded())?;
-            let (proxy, reg) = start_proxy(&s, &ctx, &heap, (ordinal, &rails), t, mine, amo)?;
-            proxies.push(proxy);
-            landing.extend(reg.landing);
-            dmabuf.extend(reg.dmabuf);
+            proxies.push(start.thread(t, threads, &rings, |tr| {
+                let reg = register(&s, &ctx, &heap, ordinal, tr)?;
+                let result = HostAlloc::pinned(&ctx, 64)
+                    .map_err(cu(me, "allocating the AMO result cell"))?;
+                let heap_range = (heap.ptr, s.cfg.gpu.heap_size as u64);
+                let dev = CudaDeviceMem::new(ctx.clone(), amo, heap_range, result)
+                    .map_err(cu(me, "preparing the proxy's stream and AMO kernel"))?;
+                let registered = reg.dmabuf.is_some();
+                landing.extend(reg.landing);
+                dmabuf.extend(reg.dmabuf);
+                Ok(crate::proxies::Served {
+                    region: reg.region,
+                    mr: reg.mr,
+                    device: Some(Box::new(dev)),
+                    registered,
+                })
+            })?);
         }
         clock.mark("proxies");
         // The teams' sync words: the first allocation of the GPU heap, the same on every PE.
-        let mut alloc = Allocator::new(s.heap_len as u64);
+        let mut alloc = Allocator::new(s.cfg.gpu.heap_size as u64);
         let sync_base = alloc
-            .alloc(TeamTable::sync_bytes(s.max_teams, n), 256)
+            .alloc(TeamTable::sync_bytes(s.cfg.max_teams, n), 256)
             .ok_or_else(|| Error::Config {
                 me,
                 detail: format!(
                     "the GPU heap ({} bytes) cannot hold the sync words of {} teams of {n} PEs",
-                    s.heap_len, s.max_teams
+                    s.cfg.gpu.heap_size, s.cfg.max_teams
                 ),
             })?;
-        let teams = TeamTable::new(&ctx, s.max_teams, n, sync_base)
+        let teams = TeamTable::new(&ctx, s.cfg.max_teams, n, sync_base)
             .map_err(cu(me, "allocating the team table"))?;
         let cell = HostAlloc::pinned(&ctx, 8).map_err(cu(me, "allocating a result cell"))?;
         let host = host_ops::HostKernels::new(&ctx, &runtime, cell).map_err(loaded())?;
@@ -284,7 +306,7 @@ impl Gpu {
             my_pe: me as i32,
             n_pes: n as i32,
             heap_base: heap.ptr,
-            heap_size: s.heap_len as u64,
+            heap_size: s.cfg.gpu.heap_size as u64,
             peer_base: misc.ptr + peer_off as u64,
             ring: ring_handle,
             cell_owner: misc.ptr + owner_off as u64,
@@ -294,7 +316,7 @@ impl Gpu {
             barrier_epoch: misc.ptr + epoch_off as u64,
             barrier_off: 0,
             dev_error: misc.ptr + err_off as u64,
-            timeout_ns: s.op_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
+            timeout_ns: s.cfg.op_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
             teams: teams.entries(),
             max_teams: teams.max() as u32,
             version: STATE_VERSION,
@@ -305,7 +327,7 @@ impl Gpu {
         let registered = !dmabuf.is_empty();
         let g = Self {
             proxies: Mutex::new(proxies),
-            ring_table: (ring_table.ptr, s.rings),
+            ring_table: (ring_table.ptr, s.cfg.gpu.rings),
             rings: rings
                 .iter()
                 .cloned()
@@ -324,7 +346,7 @@ impl Gpu {
             stream,
             state,
             peers,
-            copy_engine_min: s.copy_engine_min,
+            copy_engine_min: s.cfg.gpu.copy_engine_min,
             teams,
             host,
             alloc: Mutex::new(alloc),
@@ -352,7 +374,7 @@ fn choose_device(bs: &Bootstrap, me: usize, n: usize, given: Option<usize>) -> R
             count: 0,
         }));
     }
-    let ordinal = match given.or(pshmem_env::CUDA_DEVICE.opt_usize()?) {
+    let ordinal = match given {
         Some(d) if d < devs.len() => d,
         Some(d) => {
             return Err(cu(me, "PSHMEM_CUDA_DEVICE")(CudaError::NoDevice {
@@ -392,7 +414,7 @@ fn open_peers(
     let mut rec = Vec::with_capacity(64 + 32 + 8);
     rec.extend(handle.reserved.iter().map(|&c| c as u8));
     rec.extend(bus.iter().map(|&c| c as u8));
-    rec.extend((s.heap_len as u64).to_le_bytes());
+    rec.extend((s.cfg.gpu.heap_size as u64).to_le_bytes());
     let all = s.bs.allgather(&rec)?;
     let bus_of = |r: usize| {
         s.bs.same_host(r).then(|| {
@@ -409,7 +431,7 @@ fn open_peers(
     peers[me] = heap.ptr;
     let mut ipc = Vec::new();
     for (r, other) in all.iter().enumerate() {
-        if r == me || s.disable_p2p || !s.bs.same_host(r) {
+        if r == me || s.cfg.disable_p2p || !s.bs.same_host(r) {
             continue;
         }
         let peer_bus = CStr::from_bytes_until_nul(&other[64..96])
@@ -464,7 +486,7 @@ fn peer_accessible(ctx: &CudaContext, bus: &CStr) -> bool {
 /// - CUDA's default hardware queues: streams share them, and the proxy's copies and AMO kernels
 ///   can wait behind an application kernel that waits for them (an intermittent MoE stall on
 ///   the H100 with 8; none in 12 runs with 16).
-fn warn_about_proxy_settings(me: usize, peers: &[u64]) {
+fn warn_about_proxy_settings(me: usize, peers: &[u64], cfg: &GpuConfig) {
     let through_proxy = peers.iter().enumerate().any(|(pe, &b)| pe != me && b == 0);
     if !through_proxy {
         return;
@@ -482,7 +504,7 @@ fn warn_about_proxy_settings(me: usize, peers: &[u64]) {
              launch every kernel once before such waits"
         );
     }
-    if std::env::var_os(pshmem_env::CUDA_DEVICE_MAX_CONNECTIONS).is_none() {
+    if !cfg.cuda_connections_set {
         tracing::warn!(
             "PE {me}: some peers are reached through the proxy and {} is unset: with CUDA's \
              default hardware queues the proxy's copies can wait behind a kernel that waits \
@@ -491,52 +513,6 @@ fn warn_about_proxy_settings(me: usize, peers: &[u64]) {
             pshmem_env::CUDA_DEVICE_MAX_CONNECTIONS
         );
     }
-}
-
-/// Opens proxy thread `thread`'s transport (on `rails`, when placement chose NICs for this
-/// GPU), registers the heap (DMA-BUF, where every PE can) or
-/// a landing area of the host-staged path, and starts the thread on its GPU rings.
-#[allow(clippy::too_many_arguments)]
-fn start_proxy(
-    s: &GpuSetup<'_>,
-    ctx: &Arc<CudaContext>,
-    heap: &DevAlloc,
-    (ordinal, rails): (usize, &[String]),
-    thread: usize,
-    rings: Vec<Arc<Ring>>,
-    amo: Kernel<kargs::AmoArgs>,
-) -> Result<(Proxy, Registration)> {
-    let me = s.me;
-    let terr = |what: &'static str| {
-        move |source| Error::Transport {
-            me,
-            what,
-            source: Box::new(source),
-        }
-    };
-    let mut t = crate::net::open_transport(s.bs, rails)
-        .map_err(terr("opening the GPU proxy's transport"))?;
-    let reg = register(s, ctx, heap, ordinal, t.as_mut())?;
-    let remotes: Vec<RemoteMrId> = crate::net::exchange_mr(t.as_mut(), s.bs, reg.mr)
-        .map_err(terr("exchanging GPU heap registrations"))?;
-    let result = HostAlloc::pinned(ctx, 64).map_err(cu(me, "allocating the AMO result cell"))?;
-    let dev = CudaDeviceMem::new(ctx.clone(), amo, (heap.ptr, s.heap_len as u64), result)
-        .map_err(cu(me, "preparing the proxy's stream and AMO kernel"))?;
-    let proxy = Proxy::spawn(
-        format!("pshmem-gpu-proxy-{me}.{thread}"),
-        ProxySetup {
-            transport: t,
-            heap: reg.region,
-            heap_mr: reg.mr,
-            remote_heaps: remotes,
-            rings,
-            device: Some(Box::new(dev)),
-            device_registered: reg.dmabuf.is_some(),
-        },
-        s.proxy.clone(),
-        s.health.clone(),
-    )?;
-    Ok((proxy, reg))
 }
 
 /// Where the provider registers GPU memory by DMA-BUF (and every PE's GPU exports it), the heap
@@ -550,13 +526,7 @@ fn register(
     t: &mut dyn Transport,
 ) -> Result<Registration> {
     let me = s.me;
-    let terr = |what: &'static str| {
-        move |source| Error::Transport {
-            me,
-            what,
-            source: Box::new(source),
-        }
-    };
+    let terr = |what| crate::proxies::transport_error(me, what);
     let gpu_dmabuf = ctx
         .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
         .is_ok_and(|v| v == 1);
@@ -582,11 +552,12 @@ fn register(
         );
     }
     if everywhere {
-        let fd = export_dmabuf(heap.ptr, s.heap_len).map_err(cu(me, "exporting the GPU heap"))?;
+        let fd = export_dmabuf(heap.ptr, s.cfg.gpu.heap_size)
+            .map_err(cu(me, "exporting the GPU heap"))?;
         // SAFETY: a view of the GPU heap for the transport's bookkeeping; the proxy never
         // dereferences it in GPU mode (copies and AMOs go through the device), and the heap
         // outlives the proxy (finalize stops the proxy first).
-        let region = unsafe { HeapMem::new(heap.ptr as *mut u8, s.heap_len) };
+        let region = unsafe { HeapMem::new(heap.ptr as *mut u8, s.cfg.gpu.heap_size) };
         let kind = MemKind::Cuda {
             device: ordinal as i32,
             dmabuf_fd: Some(std::os::fd::AsRawFd::as_raw_fd(&fd)),
@@ -594,7 +565,7 @@ fn register(
         };
         let mem = LocalMem {
             ptr: heap.ptr as *mut u8,
-            len: s.heap_len,
+            len: s.cfg.gpu.heap_size,
             kind,
         };
         // SAFETY: the heap outlives the transport, owned by the proxy (stopped first).
@@ -606,8 +577,8 @@ fn register(
             dmabuf: Some(fd),
         });
     }
-    let slot = pshmem_proxy::landing_slot_bytes(s.proxy.staging_chunk);
-    let landing = HostAlloc::pinned(ctx, s.n * s.landing_slots.max(1) * slot)
+    let slot = pshmem_proxy::landing_slot_bytes(s.cfg.proxy.staging_chunk);
+    let landing = HostAlloc::pinned(ctx, s.n * s.cfg.gpu.landing_slots.max(1) * slot)
         .map_err(cu(me, "allocating the landing area"))?;
     // SAFETY: a view of the landing area, which outlives the proxy (stopped first).
     let region = unsafe { HeapMem::new(landing.ptr.cast(), landing.len) };
@@ -902,7 +873,7 @@ impl Gpu {
                 op,
                 waited: std::time::Duration::from_nanos(self.state.timeout_ns),
             },
-            c => crate::fault_error(self.me, op, self.health.fault(), c, pe),
+            c => crate::checks::fault_error(self.me, op, self.health.fault(), c, pe),
         })
     }
 

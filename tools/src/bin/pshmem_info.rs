@@ -5,7 +5,7 @@
 //! `PSHMEM_TOPOLOGY_XML=file.xml pshmem-info` shows the mapping for another host's topology.
 
 use clap::Parser;
-use pshmem::placement::{HostPlan, host_plan};
+use pshmem::placement::{HostPlan, Sources, host_plan};
 use pshmem_env as env;
 use pshmem_topology::{DeviceKind, Machine};
 use pshmem_transport::ofi::{DEFAULT_PROVIDERS, fabric::runtime_version, list_domains};
@@ -196,7 +196,14 @@ fn main() {
         .or_else(|| env::PROXY_THREADS.usize().ok())
         .unwrap_or(1)
         .max(1);
-    let probe = host_plan(1, threads, !a.host_mode);
+    // What placement reads besides the hardware: a topology file and the provider.
+    let xml = env::TOPOLOGY_XML.raw();
+    let provider = env::PROVIDER.raw().or_else(|| env::fallback("FI_PROVIDER"));
+    let src = Sources {
+        topology_xml: xml.as_deref(),
+        provider: provider.as_deref(),
+    };
+    let probe = host_plan(src, 1, threads, !a.host_mode);
     let local = a
         .local_size
         .or_else(|| env::LOCAL_SIZE.opt_usize().ok().flatten())
@@ -205,7 +212,7 @@ fn main() {
     let plan = if local == 1 {
         probe
     } else {
-        host_plan(local, threads, !a.host_mode)
+        host_plan(src, local, threads, !a.host_mode)
     };
     topology(&plan.machine);
     devices(&plan);

@@ -77,8 +77,7 @@ pub struct OfiConfig {
 impl OfiConfig {
     /// Defaults for `provider` (or the preference order), with `PSHMEM_FABRIC_IFACE` and
     /// `PSHMEM_RAILS` from the environment.
-    pub fn from_env(provider: Option<&str>) -> Result<Self> {
-        let bad = TransportError::Config;
+    pub fn from_env(provider: Option<&str>) -> std::result::Result<Self, env::EnvError> {
         Ok(Self {
             providers: match provider {
                 Some(p) => vec![p.to_string()],
@@ -86,14 +85,13 @@ impl OfiConfig {
             },
             node: env::FABRIC_IFACE.raw(),
             domains: Vec::new(),
-            rails: env::RAILS.opt_usize().map_err(bad)?.unwrap_or(1).max(1),
+            rails: env::RAILS.opt_usize()?.unwrap_or(1).max(1),
             max_outstanding: 1024,
             recv_buffers: 256,
             max_send: 4096,
             stripe_min: 256 << 10,
             incoming_per_peer: env::PROXY_MAX_INFLIGHT_PER_PE
-                .opt_usize()
-                .map_err(bad)?
+                .opt_usize()?
                 .unwrap_or(DEFAULT_INCOMING_PER_PEER),
         })
     }
