@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaModule, CudaStream, DevicePtr};
 use pshmem::{
-    DType, Pshmem, RedOp,
+    Coll, DType, Pshmem, RedOp, Stream,
     cuda::{Kernel, KernelArgs},
-    gpu::{Gpu, host_ops::Coll},
+    gpu::Gpu,
     team::TEAM_WORLD,
 };
 
@@ -69,7 +69,7 @@ pub struct GpuPlan<'a> {
     pub reps: usize,
     /// Grid shapes of the bandwidth tests.
     pub shape: Shape,
-    /// Collectives through the host's on-stream form (`Gpu::collective_on_stream`) instead of
+    /// Collectives through the host's on-stream form (`ByAddr::collective` with a stream) instead of
     /// a one-block kernel of the device API.
     pub coll_stream: bool,
 }
@@ -316,7 +316,6 @@ pub fn run(s: &Pshmem, plan: &GpuPlan<'_>) -> R<Vec<GpuRow>> {
                     let reps = plan.reps.min((256 << 20) / size.max(1)).max(1);
                     let mut samples = Vec::new();
                     if plan.coll_stream && kind > 0 {
-                        let members: Vec<usize> = (0..n).collect();
                         let coll = match kind {
                             1 => Coll::Broadcast { root: 0 },
                             2 => Coll::Fcollect,
@@ -330,18 +329,16 @@ pub fn run(s: &Pshmem, plan: &GpuPlan<'_>) -> R<Vec<GpuRow>> {
                             let ms = timed(&st, &k_spin, || {
                                 for _ in 0..reps {
                                     // SAFETY: the runtime's own stream, live while `g` is.
-                                    unsafe {
-                                        g.collective_on_stream(
+                                    let on = unsafe { Stream::from_raw(st.cu_stream() as u64) };
+                                    s.by_addr()
+                                        .collective(
                                             coll,
                                             TEAM_WORLD,
-                                            &members,
-                                            g.ptr(cd),
-                                            g.ptr(cs),
+                                            (g.ptr(cd), g.ptr(cs)),
                                             count,
-                                            st.cu_stream(),
+                                            Some(on),
                                         )
-                                    }
-                                    .map_err(err)?;
+                                        .map_err(err)?;
                                 }
                                 Ok(())
                             })?;

@@ -7,9 +7,10 @@
 //! and leaves the typed error's message for `pshmem_last_error()` (per thread).
 //!
 //! Addresses are plain pointers: a symmetric address lies either in the host symmetric heap
-//! (`pshmem_malloc`) or in the GPU symmetric heap (`pshmemx_gpu_malloc`), and each RMA, signal
-//! and atomic call goes to the heap its address belongs to (host heap: the host data path; GPU
-//! heap: the runtime's kernels, see `pshmem::gpu::host_ops`).
+//! (`pshmem_malloc`) or in the GPU symmetric heap (`pshmemx_gpu_malloc`). The exports convert
+//! C's arguments and call the runtime's host API by address (`pshmem::ByAddr`), which takes
+//! each call to the heap its address belongs to (host heap: the host data path; GPU heap: the
+//! runtime's kernels), exactly as the Python package does.
 //!
 //! Init is reference-counted (each init needs a finalize; the last one tears down). With
 //! `PSHMEMX_INIT_GPU_ON_DEMAND` (what the NVSHMEM layer asks for) the GPU part of init

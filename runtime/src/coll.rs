@@ -22,6 +22,63 @@ use pshmem_abi::{DType, RedOp};
 
 use crate::{Error, Pshmem, Result, SymPtr, team::Team};
 
+/// A collective of the host API by address ([`crate::addr::ByAddr::collective`]): on the GPU
+/// heap run by the block forms of the device API (`kernels/include/pshmem/coll.cuh`) in the
+/// runtime's `pshmem_k_coll`, on the host heap by the algorithms below.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coll {
+    /// The root member's `n` bytes into every member's destination.
+    Broadcast {
+        /// The root's number in the team.
+        root: usize,
+    },
+    /// Every member's `n` bytes into every member's destination at its index.
+    Fcollect,
+    /// Block j (`n` bytes) of every member's source to member j, at the sender's index.
+    Alltoall,
+    /// Element-wise reduction of `n` elements into every member (an allreduce).
+    Reduce(DType, RedOp),
+    /// Member i gets the reduction of block i (`n` elements) of every member's source.
+    ReduceScatter(DType, RedOp),
+}
+
+impl Coll {
+    /// The operation's name (in errors).
+    pub fn name(self) -> &'static str {
+        match self {
+            Coll::Broadcast { .. } => "broadcast",
+            Coll::Fcollect => "fcollect",
+            Coll::Alltoall => "alltoall",
+            Coll::Reduce(..) => "reduce",
+            Coll::ReduceScatter(..) => "reducescatter",
+        }
+    }
+
+    /// The bytes of the destination and of the source of a call with count `n` (bytes, or
+    /// elements for the reductions) over a team of `members`; `None` when they overflow.
+    pub fn lens(self, n: usize, members: usize) -> Option<(usize, usize)> {
+        let m = |a: usize, b: usize| a.checked_mul(b);
+        Some(match self {
+            Coll::Broadcast { .. } => (n, n),
+            Coll::Fcollect => (m(n, members)?, n),
+            Coll::Alltoall => (m(n, members)?, m(n, members)?),
+            Coll::Reduce(dt, _) => (m(n, dt.size())?, m(n, dt.size())?),
+            Coll::ReduceScatter(dt, _) => (m(n, dt.size())?, m(m(n, dt.size())?, members)?),
+        })
+    }
+
+    /// (kind, arg, dtype) of `pshmem_k_coll` (`None`: a root beyond a C int).
+    pub(crate) fn encode(self) -> Option<(i32, i32, i32)> {
+        Some(match self {
+            Coll::Broadcast { root } => (0, i32::try_from(root).ok()?, 0),
+            Coll::Fcollect => (1, 0, 0),
+            Coll::Alltoall => (2, 0, 0),
+            Coll::Reduce(dt, op) => (3, i32::from(op.code()), i32::from(dt.code())),
+            Coll::ReduceScatter(dt, op) => (4, i32::from(op.code()), i32::from(dt.code())),
+        })
+    }
+}
+
 /// Bytes of one member's contribution folded per step of a reduction.
 pub const CHUNK: usize = 256 << 10;
 

@@ -215,6 +215,21 @@ pub enum Error {
         /// How long.
         waited: Duration,
     },
+    /// An address in neither symmetric heap of this PE (the host API by address).
+    #[error(
+        "PE {me}: {op}: {addr:#x} (+{len} bytes) is not on a symmetric heap of this PE: \
+         allocate it with the symmetric allocator"
+    )]
+    NotSymmetric {
+        /// This PE.
+        me: usize,
+        /// The operation.
+        op: &'static str,
+        /// The address given.
+        addr: u64,
+        /// The bytes from it.
+        len: usize,
+    },
     /// An argument that the operation cannot take (a bitwise reduction of a floating type, a
     /// root outside the team, …).
     #[error("PE {me}: {op}: {detail}")]
@@ -350,6 +365,7 @@ impl Error {
             | Error::SizeOverflow { .. }
             | Error::BadFree { .. }
             | Error::InvalidTeam { .. }
+            | Error::NotSymmetric { .. }
             | Error::InvalidArgument { .. } => ErrorKind::InvalidArgument,
             Error::HeapExhausted { .. } | Error::TeamsExhausted { .. } => ErrorKind::OutOfMemory,
             Error::PeerDied { .. } | Error::OpFailed { .. } | Error::Proxy(_) => {

@@ -38,6 +38,7 @@
 //! Non-blocking operations on raw buffers are `unsafe` (the buffer must outlive the operation,
 //! up to the next [`Pshmem::quiet`]); their `_sym` forms on symmetric buffers are safe.
 
+pub mod addr;
 pub mod alloc;
 mod barrier;
 mod checks;
@@ -81,12 +82,14 @@ use pshmem_ring::{Desc, Local, Pe, Producer, Ring, RingError, WaitLimit};
 pub use pshmem_transport::hold_signals_through_load;
 use pshmem_transport::{LocalMem, MemKind};
 
-use crate::{alloc::Allocator, heap::Mapping};
 pub use crate::{
+    addr::{ByAddr, HeapKind, Stream, Sym},
+    coll::Coll,
     config::Config,
     elem::{AmoElem, Cmp, Elem},
     error::{Error, Result},
 };
+use crate::{alloc::Allocator, heap::Mapping};
 
 /// A symmetric address: a byte offset into the symmetric heap, the same on every PE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -156,6 +156,25 @@ fn bad_arguments_and_use_after_finalize_are_typed_errors() {
     }
 }
 
+/// The host API by address (what the C ABI and Python call) on the host heap: its edges,
+/// zero-byte calls, refused streams, put-with-signal nbi, waits and atomic resets under a
+/// peer's signals, aligned allocation, peer addresses, a collective; on the direct path and
+/// through the proxy (the reordering fabric with EFA's capabilities too).
+#[test]
+fn the_host_api_by_address_on_the_host_heap() {
+    for env in [
+        vec![("PSHMEM_PROVIDER", "tcp")],
+        proxied("sim"),
+        proxied_efa(),
+    ] {
+        let res = job(2, &["rt-by-addr"], &env).launch().wait();
+        assert_all_ok(&res);
+        for r in &res {
+            assert_eq!(r.fields("OK by-addr").len(), 19, "{r}");
+        }
+    }
+}
+
 fn err(r: &RankResult) -> HashMap<String, String> {
     r.fields("ERR")
         .into_iter()

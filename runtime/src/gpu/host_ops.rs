@@ -13,7 +13,6 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::driver::{CudaContext, CudaModule, sys};
-use pshmem_abi::{DType, RedOp};
 
 use super::{
     Gpu, Resources, cu,
@@ -23,6 +22,7 @@ use super::{
     mem::DevAlloc,
 };
 use crate::{
+    coll::Coll,
     cuda::{CudaError, Kernel, KernelArgs, check},
     error::{Error, Result},
     team::Team,
@@ -77,61 +77,6 @@ impl HostKernels {
             barrier_all: Kernel::load(ctx, m, "pshmem_k_barrier_all")?,
             scratch: Mutex::new(None),
             cell,
-        })
-    }
-}
-
-/// A collective on the GPU heap, run by the block forms of the device API
-/// (`kernels/include/pshmem/coll.cuh`) in one block of the runtime's `pshmem_k_coll`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Coll {
-    /// The root member's `n` bytes into every member's destination.
-    Broadcast {
-        /// The root's number in the team.
-        root: usize,
-    },
-    /// Every member's `n` bytes into every member's destination at its index.
-    Fcollect,
-    /// Block j (`n` bytes) of every member's source to member j, at the sender's index.
-    Alltoall,
-    /// Element-wise reduction of `n` elements into every member (an allreduce).
-    Reduce(DType, RedOp),
-    /// Member i gets the reduction of block i (`n` elements) of every member's source.
-    ReduceScatter(DType, RedOp),
-}
-
-impl Coll {
-    fn name(self) -> &'static str {
-        match self {
-            Coll::Broadcast { .. } => "broadcast",
-            Coll::Fcollect => "fcollect",
-            Coll::Alltoall => "alltoall",
-            Coll::Reduce(..) => "reduce",
-            Coll::ReduceScatter(..) => "reducescatter",
-        }
-    }
-
-    /// The bytes of the destination and of the source of a call with count `n` (bytes, or
-    /// elements for the reductions) over a team of `members`; `None` when they overflow.
-    pub fn lens(self, n: usize, members: usize) -> Option<(usize, usize)> {
-        let m = |a: usize, b: usize| a.checked_mul(b);
-        Some(match self {
-            Coll::Broadcast { .. } => (n, n),
-            Coll::Fcollect => (m(n, members)?, n),
-            Coll::Alltoall => (m(n, members)?, m(n, members)?),
-            Coll::Reduce(dt, _) => (m(n, dt.size())?, m(n, dt.size())?),
-            Coll::ReduceScatter(dt, _) => (m(n, dt.size())?, m(m(n, dt.size())?, members)?),
-        })
-    }
-
-    /// (kind, arg, dtype) of `pshmem_k_coll` (`None`: a root beyond a C int).
-    fn encode(self) -> Option<(i32, i32, i32)> {
-        Some(match self {
-            Coll::Broadcast { root } => (0, i32::try_from(root).ok()?, 0),
-            Coll::Fcollect => (1, 0, 0),
-            Coll::Alltoall => (2, 0, 0),
-            Coll::Reduce(dt, op) => (3, i32::from(op.code()), i32::from(dt.code())),
-            Coll::ReduceScatter(dt, op) => (4, i32::from(op.code()), i32::from(dt.code())),
         })
     }
 }
@@ -290,7 +235,7 @@ impl Gpu {
     /// # Safety
     /// `src..src + len` is readable and unchanged until the call returns (or, for `nbi`, until
     /// the next quiet).
-    pub unsafe fn host_put(
+    pub(crate) unsafe fn host_put(
         &self,
         dest: u64,
         src: *const u8,
@@ -333,7 +278,7 @@ impl Gpu {
     /// # Safety
     /// `dest..dest + len` is writable and untouched by others until the call returns (or, for
     /// `nbi`, until the next quiet).
-    pub unsafe fn host_get(
+    pub(crate) unsafe fn host_get(
         &self,
         dest: *mut u8,
         src: u64,
@@ -378,7 +323,7 @@ impl Gpu {
     /// `stream` is a live stream of this PE's context; `local..local + len` stays valid (and,
     /// for a get, untouched) until the stream has run the operation.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn rma_on_stream(
+    pub(crate) unsafe fn rma_on_stream(
         &self,
         put: bool,
         remote: u64,
@@ -423,7 +368,7 @@ impl Gpu {
     /// `src..src + len` is device-addressable and stays valid until the operation ran;
     /// `stream`, when given, is a live stream of this PE's context.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn host_put_signal(
+    pub(crate) unsafe fn host_put_signal(
         &self,
         dest: u64,
         src: *const u8,
@@ -477,7 +422,7 @@ impl Gpu {
     ///
     /// # Safety
     /// `stream`, when given, is a live stream of this PE's context.
-    pub unsafe fn host_signal_op(
+    pub(crate) unsafe fn host_signal_op(
         &self,
         sig: u64,
         value: u64,
@@ -508,7 +453,7 @@ impl Gpu {
     ///
     /// # Safety
     /// `stream` is a live stream of this PE's context.
-    pub unsafe fn signal_wait_on_stream(
+    pub(crate) unsafe fn signal_wait_on_stream(
         &self,
         sig: u64,
         cmp: u8,
@@ -540,7 +485,7 @@ impl Gpu {
 
     /// An AMO from the host on a 4- or 8-byte (`wide`) word: `sub` a PSHMEM_AMO_* code.
     /// Blocking; returns the old value (0 for the non-fetching operations).
-    pub fn host_atomic(
+    pub(crate) fn host_atomic(
         &self,
         sub: u8,
         wide: bool,
@@ -585,7 +530,7 @@ impl Gpu {
     ///
     /// # Safety
     /// `stream`, when given, is a live stream of this PE's context.
-    pub unsafe fn team_sync_on(
+    pub(crate) unsafe fn team_sync_on(
         &self,
         team: Team,
         barrier: bool,
@@ -611,7 +556,7 @@ impl Gpu {
     /// Runs `coll` over `team` (whose members, world PEs in team order, are `members`) on the
     /// GPU heap addresses `dest` and `src` (`n` bytes, or elements for the reductions), waited
     /// for. Collective over the team.
-    pub fn collective(
+    pub(crate) fn collective(
         &self,
         coll: Coll,
         team: Team,
@@ -630,7 +575,7 @@ impl Gpu {
     /// # Safety
     /// `stream` is a live stream of this PE's context.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn collective_on_stream(
+    pub(crate) unsafe fn collective_on_stream(
         &self,
         coll: Coll,
         team: Team,
@@ -744,14 +689,14 @@ impl Gpu {
     }
 
     /// Quiet of the host's operations (blocking).
-    pub fn host_quiet(&self) -> Result<()> {
+    pub(crate) fn host_quiet(&self) -> Result<()> {
         let s = self.stream.clone();
         self.quiet_on_stream(&s)?;
         self.finish("quiet", None)
     }
 
     /// The barrier kernel on the internal stream, waited for.
-    pub fn host_barrier_all(&self) -> Result<()> {
+    pub(crate) fn host_barrier_all(&self) -> Result<()> {
         let s = self.stream.clone();
         self.barrier_all_on_stream(&s)?;
         self.finish("barrier_all", None)
@@ -761,7 +706,7 @@ impl Gpu {
     ///
     /// # Safety
     /// `stream` is a live stream of this PE's context.
-    pub unsafe fn on_raw_stream(&self, barrier: bool, stream: RawStream) -> Result<()> {
+    pub(crate) unsafe fn on_raw_stream(&self, barrier: bool, stream: RawStream) -> Result<()> {
         let op = if barrier {
             "barrier_all_on_stream"
         } else {

@@ -377,6 +377,9 @@ pub fn ops_rank(s: &Pshmem) -> R<()> {
     );
 
     // Device barrier, and the host's on-stream barrier and quiet.
+    c.phase("by-addr");
+    c.barrier()?;
+    crate::by_addr::run(s, g, 200)?;
     c.phase("barrier");
     c.barrier()?;
     {

@@ -16,6 +16,7 @@
 //!   end with an error naming the dead PE within 5 s.
 
 mod api;
+mod by_addr;
 mod kargs;
 
 use kargs::{MailboxArgs, RingRateArgs, RingRoundtripArgs, RingStressArgs};

@@ -9,6 +9,7 @@ use std::{
 
 use clap::{Parser, Subcommand};
 
+mod by_addr;
 mod coll;
 mod runtime;
 mod snoop;
@@ -128,6 +129,8 @@ enum Cmd {
     },
     /// Runtime: typed errors for bad arguments and use after finalize.
     RtErrors,
+    /// Runtime: the host API by address on the host heap.
+    RtByAddr,
     /// Runtime: every collective on every team shape, checked against references.
     RtColl {
         /// Also the sizes over 1 MiB.
@@ -295,6 +298,7 @@ fn run_runtime(cmd: &Cmd, bs: Bootstrap) -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Cmd::RtUnordered { rounds, size } => verify(runtime::unordered(&s, *rounds, *size)),
+        Cmd::RtByAddr => verify(by_addr::run(&s)),
         Cmd::RtTrace { count, size } => runtime::traffic(&s, *count, *size)
             .err()
             .map(|e| runtime::report(&e)),
@@ -363,6 +367,7 @@ fn main() -> ExitCode {
         cli.cmd,
         Cmd::RtOps { .. }
             | Cmd::RtErrors
+            | Cmd::RtByAddr
             | Cmd::RtColl { .. }
             | Cmd::RtMismatch { .. }
             | Cmd::RtKill { .. }
@@ -475,6 +480,7 @@ fn main() -> ExitCode {
         | Cmd::TpReorder { .. } => {}
         Cmd::RtOps { .. }
         | Cmd::RtErrors
+        | Cmd::RtByAddr
         | Cmd::RtColl { .. }
         | Cmd::RtMismatch { .. }
         | Cmd::RtKill { .. }
