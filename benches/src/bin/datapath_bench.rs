@@ -61,6 +61,17 @@ enum Cmd {
         #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
         producers: Vec<usize>,
     },
+    /// The engine alone on this thread (no proxy thread): full rings of 8-byte `p`s drained by
+    /// its turns, a fixed amount of work per descriptor, for `valgrind --tool=callgrind` to
+    /// count (the engine's cost compared across versions without timing noise).
+    Turns {
+        #[arg(long, default_value_t = 8)]
+        rings: usize,
+        #[arg(long, default_value_t = 65536)]
+        slots: usize,
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
 }
 
 pshmem_transport::hold_signals_through_load!();
@@ -85,6 +96,17 @@ fn main() {
             reps,
             ref producers,
         } => Some(rate(count, reps, producers)),
+        Cmd::Turns {
+            rings,
+            slots,
+            rounds,
+        } => {
+            let t0 = Instant::now();
+            let n = pshmem_proxy::standalone::drain_turns(rings, slots, rounds).expect("turns");
+            let ns = t0.elapsed().as_secs_f64() * 1e9 / n as f64;
+            println!("turns: {n} descriptors drained, {ns:.1} ns each");
+            None
+        }
     };
     if let (Some(doc), Some(path)) = (doc, &a.json) {
         std::fs::write(path, serde_json::to_string_pretty(&doc).expect("json")).expect("write");
