@@ -14,6 +14,13 @@
 //!   buffer is free at once. `-FI_EAGAIN` becomes [`PostError::Retry`].
 //! - **Messages**: `send` copies into (or injects from) internal registered buffers; a pool of
 //!   posted receive buffers turns into [`Event::Recv`].
+//!
+//! Beside the types here: `discover` (providers and domains), `open` (transport and rails),
+//! `post` (writes, reads, receives), `poll` (completions) and `transport` (the trait
+//! implementation); `fabric` is the safe layer over libfabric's objects.
+//!
+//! [`Transport`]: crate::Transport
+//! [`PostError::Retry`]: crate::PostError::Retry
 
 pub mod fabric;
 mod shm;

@@ -1,0 +1,276 @@
+//! The simulated fabric: a software NIC per PE, across processes (or threads) over Unix
+//! sockets, implementing [`Transport`] with the failure and ordering behaviour of real fabrics.
+//!
+//! Each PE's NIC is a set of threads. Posting sends a request to the target's NIC, which
+//! applies it to the target's registered memory the way a NIC's DMA engine would and answers;
+//! the answer becomes the initiator's completion. So a completion means the data
+//! is at the target (delivery complete), as with EFA SRD.
+//!
+//! - **Unordered delivery** (`reorder`, default on): the target applies pending requests in a
+//!   random order (a random delay each, or a shuffle of what is pending), so writes and sends
+//!   to one peer land out of order, and completions come back out of order — what
+//!   EFA's SRD does and what put-with-signal and fence must survive.
+//! - **Delay and bandwidth model**: a random extra delay per request, and a serialising link
+//!   of the given bandwidth at each target, so that later work can simulate many PEs.
+//! - **Lost peers**: a peer whose connection ends fails every outstanding operation to it with
+//!   [`TransportError::PeerLost`]; [`Transport::fail_peer`] does the same on request.
+//!
+//! Beside the types here: `initiator` (opening a PE's NIC, posting requests), `nic` (the NIC
+//! threads: target and answers) and `transport` (the trait implementation).
+//!
+//! [`Transport`]: crate::Transport
+//! [`Transport::fail_peer`]: crate::Transport::fail_peer
+
+mod initiator;
+mod nic;
+mod transport;
+
+use std::{
+    collections::{HashMap, VecDeque},
+    io::Read,
+    os::unix::net::UnixStream,
+    sync::{
+        Arc, Mutex, RwLock,
+        atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use pshmem_env as env;
+
+use crate::{Caps, Pe, TransportError};
+
+/// Behaviour of the simulated fabric.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Apply requests to a peer out of order.
+    pub reorder: bool,
+    /// Random extra delay per request, up to this.
+    pub max_delay: Duration,
+    /// Modelled link bandwidth into each PE, bytes per second (0 = unlimited).
+    pub bandwidth: f64,
+    /// Whose capabilities it offers.
+    pub profile: SimProfile,
+}
+
+/// The capabilities the simulated fabric offers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SimProfile {
+    /// Everything: 64-bit remote CQ data, 64-byte inject, 4 KiB sends.
+    #[default]
+    Full,
+    /// EFA's (fi_efa(7)): remote CQ data of 4 bytes (EFA's immediate data: a write whose data is
+    /// wider is refused), 32-byte inject, 8 KiB sends.
+    Efa,
+}
+
+impl SimConfig {
+    /// From `PSHMEM_SIM_REORDER`, `PSHMEM_SIM_DELAY_US`, `PSHMEM_SIM_BANDWIDTH_GBPS`.
+    pub fn from_env() -> std::result::Result<Self, env::EnvError> {
+        let gbps = env::SIM_BANDWIDTH_GBPS.number_value()?;
+        Ok(Self {
+            reorder: env::SIM_REORDER.bool()?,
+            max_delay: env::SIM_DELAY_US.micros()?,
+            bandwidth: gbps.max(0.0) * 1e9,
+            profile: match env::SIM_PROFILE.checked()?.as_str() {
+                "efa" => SimProfile::Efa,
+                _ => SimProfile::Full,
+            },
+        })
+    }
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            reorder: true,
+            max_delay: Duration::ZERO,
+            bandwidth: 0.0,
+            profile: SimProfile::Full,
+        }
+    }
+}
+
+const HDR: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Kind {
+    Write = 1,
+    WriteData = 2,
+    Read = 3,
+    Send = 5,
+    Ack = 16,
+    ReadData = 17,
+    Error = 19,
+    Hello = 32,
+}
+
+impl Kind {
+    fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => Self::Write,
+            2 => Self::WriteData,
+            3 => Self::Read,
+            5 => Self::Send,
+            16 => Self::Ack,
+            17 => Self::ReadData,
+            19 => Self::Error,
+            32 => Self::Hello,
+            _ => return None,
+        })
+    }
+}
+
+/// One message on a sim connection: a 64-byte header and an optional payload.
+#[derive(Debug, Clone, Default)]
+struct Msg {
+    kind: u8,
+    region: u32,
+    id: u64,
+    offset: u64,
+    len: u64,
+    data: u64,
+    payload: Vec<u8>,
+}
+
+impl Msg {
+    fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; HDR + self.payload.len()];
+        b[0] = self.kind;
+        b[4..8].copy_from_slice(&self.region.to_le_bytes());
+        for (i, v) in [self.id, self.offset, self.len, self.data]
+            .iter()
+            .enumerate()
+        {
+            b[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        }
+        b[56..64].copy_from_slice(&(self.payload.len() as u64).to_le_bytes());
+        b[HDR..].copy_from_slice(&self.payload);
+        b
+    }
+
+    fn read_from(r: &mut impl Read) -> std::io::Result<Self> {
+        let mut h = [0u8; HDR];
+        r.read_exact(&mut h)?;
+        let q = |i: usize| u64::from_le_bytes(h[8 + 8 * i..16 + 8 * i].try_into().expect("8"));
+        let plen = u64::from_le_bytes(h[56..64].try_into().expect("8"));
+        if plen > 1 << 34 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "sim payload too large",
+            ));
+        }
+        let mut payload = vec![0u8; plen as usize];
+        r.read_exact(&mut payload)?;
+        Ok(Self {
+            kind: h[0],
+            region: u32::from_le_bytes(h[4..8].try_into().expect("4")),
+            id: q(0),
+            offset: q(1),
+            len: q(2),
+            data: q(3),
+            payload,
+        })
+    }
+}
+
+/// An event owned by the completion queue.
+#[derive(Debug)]
+enum Ev {
+    Done(u64),
+    Failed(u64, TransportError),
+    RemoteWrite(u64),
+    Recv(Vec<u8>),
+}
+
+/// An operation this PE started, awaiting the target's answer.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    ctx: u64,
+    pe: Pe,
+    op: &'static str,
+    /// Where read data goes.
+    read_into: Option<(usize, usize)>,
+}
+
+/// State shared by the application thread and the NIC threads.
+#[derive(Debug)]
+struct Shared {
+    me: Pe,
+    /// Local registrations open to remote access: (address, length).
+    regions: RwLock<Vec<Option<(usize, usize)>>>,
+    events: Mutex<VecDeque<Ev>>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    dead: Mutex<Vec<Option<String>>>,
+    shutdown: AtomicBool,
+}
+
+impl Shared {
+    fn push(&self, e: Ev) {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(e);
+    }
+
+    /// Fails every outstanding operation to `pe` and refuses later ones.
+    fn lose(&self, pe: Pe, reason: &str) {
+        {
+            let mut dead = self.dead.lock().unwrap_or_else(|p| p.into_inner());
+            if dead[pe.idx()].is_some() || self.shutdown.load(Ordering::Relaxed) {
+                return;
+            }
+            dead[pe.idx()] = Some(reason.to_string());
+        }
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let ids: Vec<u64> = pending
+            .iter()
+            .filter(|(_, p)| p.pe == pe)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            let p = pending.remove(&id).expect("listed");
+            self.push(Ev::Failed(
+                p.ctx,
+                TransportError::PeerLost {
+                    pe,
+                    op: p.op,
+                    reason: reason.to_string(),
+                },
+            ));
+        }
+    }
+}
+
+/// A request waiting at the target, with its answer channel.
+struct Incoming {
+    msg: Msg,
+    from: Pe,
+    reply: Arc<Mutex<UnixStream>>,
+    due: Instant,
+}
+
+static INSTANCE: AtomicU32 = AtomicU32::new(0);
+
+/// The simulated-fabric transport of one PE.
+#[derive(Debug)]
+pub struct SimTransport {
+    me: Pe,
+    n: usize,
+    caps: Caps,
+    shared: Arc<Shared>,
+    name: Vec<u8>,
+    /// Request streams to each peer (written by this thread only).
+    conns: Vec<Option<UnixStream>>,
+    remotes: Vec<(Pe, u32, u64)>,
+    next_id: u64,
+    outstanding: Arc<AtomicU64>,
+}
+
+fn io_err(op: &'static str) -> impl Fn(std::io::Error) -> TransportError {
+    move |e| TransportError::Io {
+        op,
+        message: e.to_string(),
+    }
+}

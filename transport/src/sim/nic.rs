@@ -1,0 +1,264 @@
+//! The NIC threads: accepting peers' connections, applying their requests to local memory (in
+//! order or shuffled, delayed, through a bandwidth model), and completing operations from answers.
+
+use std::{
+    io::Write,
+    os::unix::net::{UnixListener, UnixStream},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+        mpsc,
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use rand::{Rng, SeedableRng, rngs::SmallRng, seq::SliceRandom};
+
+use super::{Ev, Incoming, Kind, Msg, Shared, SimConfig};
+use crate::{Pe, TransportError};
+
+/// Accepts connections from peers; each gets a reader thread feeding the engine.
+pub(super) fn acceptor(shared: Arc<Shared>, listener: UnixListener, tx: mpsc::Sender<Incoming>) {
+    for conn in listener.incoming() {
+        if shared.shutdown.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(mut conn) = conn else { continue };
+        let Ok(hello) = Msg::read_from(&mut conn) else {
+            continue;
+        };
+        if hello.kind != Kind::Hello as u8 {
+            continue;
+        }
+        // A hello names its sender in 32 bits, as every PE number is.
+        let Ok(from) = u32::try_from(hello.id).map(Pe::new) else {
+            continue;
+        };
+        let Ok(writer) = conn.try_clone() else {
+            continue;
+        };
+        let reply = Arc::new(Mutex::new(writer));
+        let tx = tx.clone();
+        let shared = shared.clone();
+        let _ = thread::Builder::new()
+            .name(format!("pshmem-sim-rx-{}", shared.me))
+            .spawn(move || {
+                while let Ok(msg) = Msg::read_from(&mut conn) {
+                    let inc = Incoming {
+                        msg,
+                        from,
+                        reply: reply.clone(),
+                        due: Instant::now(),
+                    };
+                    if tx.send(inc).is_err() {
+                        return;
+                    }
+                }
+            });
+    }
+}
+
+/// The target side: applies requests (in arrival order, or shuffled/delayed), answers them.
+pub(super) fn engine(shared: Arc<Shared>, cfg: SimConfig, rx: mpsc::Receiver<Incoming>) {
+    let mut rng = SmallRng::from_os_rng();
+    let mut queue: Vec<Incoming> = Vec::new();
+    let mut link_free = Instant::now();
+    // In ordered mode a later request is never due before an earlier one.
+    let mut last_due = Instant::now();
+    loop {
+        if shared.shutdown.load(Ordering::Relaxed) {
+            return;
+        }
+        // Gather what has arrived (block briefly when idle).
+        let first = if queue.is_empty() {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(i) => Some(i),
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        } else {
+            None
+        };
+        for mut inc in first.into_iter().chain(rx.try_iter()) {
+            if !cfg.max_delay.is_zero() {
+                inc.due += cfg.max_delay.mul_f64(rng.random::<f64>());
+                if !cfg.reorder {
+                    inc.due = inc.due.max(last_due);
+                    last_due = inc.due;
+                }
+            }
+            queue.push(inc);
+        }
+        if cfg.reorder {
+            queue.shuffle(&mut rng);
+        }
+        // Apply what is due; with delays, the earliest due first.
+        let now = Instant::now();
+        let pick = if cfg.max_delay.is_zero() {
+            Some(0)
+        } else if !cfg.reorder {
+            (queue[0].due <= now).then_some(0)
+        } else {
+            queue
+                .iter()
+                .enumerate()
+                .filter(|(_, i)| i.due <= now)
+                .min_by_key(|(_, i)| i.due)
+                .map(|(k, _)| k)
+        };
+        let Some(k) = pick else {
+            let next = queue.iter().map(|i| i.due).min().expect("non-empty");
+            thread::sleep(
+                next.saturating_duration_since(now)
+                    .min(Duration::from_millis(1)),
+            );
+            continue;
+        };
+        let inc = if cfg.reorder {
+            queue.swap_remove(k)
+        } else {
+            queue.remove(k)
+        };
+        if cfg.bandwidth > 0.0 {
+            let bytes = inc.msg.payload.len().max(inc.msg.len as usize) as f64;
+            let start = link_free.max(Instant::now());
+            link_free = start + Duration::from_secs_f64(bytes / cfg.bandwidth);
+            let wait = link_free.saturating_duration_since(Instant::now());
+            if !wait.is_zero() {
+                thread::sleep(wait);
+            }
+        }
+        let answer = apply(&shared, &inc.msg, inc.from);
+        let mut w = inc.reply.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = w.write_all(&answer.encode());
+    }
+}
+
+/// Applies one request to local memory and builds the answer.
+fn apply(shared: &Shared, m: &Msg, from: Pe) -> Msg {
+    let fail = |why: String| Msg {
+        kind: Kind::Error as u8,
+        id: m.id,
+        payload: why.into_bytes(),
+        ..Msg::default()
+    };
+    let regions = shared.regions.read().unwrap_or_else(|p| p.into_inner());
+    let Some(Some((base, rlen))) = regions.get(m.region as usize).copied() else {
+        if m.kind == Kind::Send as u8 {
+            drop(regions);
+            shared.push(Ev::Recv(m.payload.clone()));
+            return Msg {
+                kind: Kind::Ack as u8,
+                id: m.id,
+                ..Msg::default()
+            };
+        }
+        return fail(format!(
+            "PE {} has no registration {} (remote access error)",
+            shared.me, m.region
+        ));
+    };
+    let kind = Kind::from_u8(m.kind);
+    let len = m.len;
+    if kind != Some(Kind::Send) && m.offset.checked_add(len).is_none_or(|e| e > rlen as u64) {
+        return fail(format!(
+            "remote access error: bytes {}..{} from PE {from} outside PE {}'s region of {rlen} bytes",
+            m.offset,
+            m.offset.saturating_add(len),
+            shared.me
+        ));
+    }
+    let at = base + m.offset as usize;
+    match kind {
+        Some(Kind::Write | Kind::WriteData) => {
+            // SAFETY: the target range was bounds-checked against a live registration, which
+            // cannot be removed while we hold the read lock; the owner gave peers write access.
+            unsafe {
+                std::ptr::copy_nonoverlapping(m.payload.as_ptr(), at as *mut u8, m.payload.len())
+            };
+            drop(regions);
+            if kind == Some(Kind::WriteData) {
+                shared.push(Ev::RemoteWrite(m.data));
+            }
+            Msg {
+                kind: Kind::Ack as u8,
+                id: m.id,
+                ..Msg::default()
+            }
+        }
+        Some(Kind::Read) => {
+            // SAFETY: as above, for reading.
+            let payload =
+                unsafe { std::slice::from_raw_parts(at as *const u8, m.len as usize) }.to_vec();
+            Msg {
+                kind: Kind::ReadData as u8,
+                id: m.id,
+                payload,
+                ..Msg::default()
+            }
+        }
+        Some(Kind::Send) => {
+            drop(regions);
+            shared.push(Ev::Recv(m.payload.clone()));
+            Msg {
+                kind: Kind::Ack as u8,
+                id: m.id,
+                ..Msg::default()
+            }
+        }
+        _ => fail(format!("unknown request kind {}", m.kind)),
+    }
+}
+
+/// The initiator side: reads answers from one peer and completes operations.
+pub(super) fn answers(
+    shared: Arc<Shared>,
+    pe: Pe,
+    mut conn: UnixStream,
+    outstanding: Arc<AtomicU64>,
+) {
+    loop {
+        let m = match Msg::read_from(&mut conn) {
+            Ok(m) => m,
+            Err(e) => {
+                shared.lose(pe, &format!("connection closed: {e}"));
+                return;
+            }
+        };
+        let Some(p) = shared
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&m.id)
+        else {
+            continue;
+        };
+        outstanding.fetch_sub(1, Ordering::Relaxed);
+        let ev = match Kind::from_u8(m.kind) {
+            Some(Kind::Ack) => Ev::Done(p.ctx),
+            Some(Kind::ReadData) => {
+                if let Some((addr, len)) = p.read_into {
+                    let n = len.min(m.payload.len());
+                    // SAFETY: the destination is the caller's registered local range, reserved
+                    // for this read until its completion (Transport::read's contract).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(m.payload.as_ptr(), addr as *mut u8, n)
+                    };
+                }
+                Ev::Done(p.ctx)
+            }
+            _ => Ev::Failed(
+                p.ctx,
+                TransportError::Completion {
+                    pe,
+                    op: p.op,
+                    code: 0,
+                    prov_errno: 0,
+                    text: String::from_utf8_lossy(&m.payload).into_owned(),
+                },
+            ),
+        };
+        shared.push(ev);
+    }
+}
