@@ -1,0 +1,207 @@
+//! The step under every byte collective: each rank's contribution goes to rank 0, which checks
+//! that all called the same collective at the same step, combines them and answers each rank.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::{
+    Bootstrap, BootstrapError, Result,
+    frame::{CollOp, CollTag, Kind, Reader, Writer},
+    net::Failure,
+};
+
+impl Bootstrap {
+    /// Runs one collective step. Every rank sends its contribution to rank 0; rank 0 checks that
+    /// all called the same collective at the same step, computes each rank's result with
+    /// `combine` (given contributions in rank order) and sends it back.
+    pub(crate) fn collective(
+        &self,
+        op: CollOp,
+        root: u32,
+        contrib: Vec<u8>,
+        combine: impl FnOnce(&[Vec<u8>]) -> Result<Vec<Bytes>, Failure>,
+    ) -> Result<Bytes> {
+        let mut seq_guard = self.seq.lock().unwrap_or_else(|p| p.into_inner());
+        let tag = CollTag {
+            op,
+            seq: *seq_guard,
+            root,
+        };
+        *seq_guard += 1;
+        let opname = tag.to_string();
+        if self.rt.is_none() && self.world_size() > 1 {
+            return Err(BootstrapError::Finalized {
+                rank: self.rank(),
+                op: opname,
+            });
+        }
+        self.health().map_err(|e| self.with_op(e, &opname))?;
+        let deadline = Instant::now() + self.cfg.op_timeout;
+        if self.rank() != 0 {
+            return self.collective_contribute(tag, opname, contrib, deadline);
+        }
+        self.collective_relay(tag, &opname, contrib, deadline, combine)
+    }
+
+    /// A rank other than 0's part of collective `tag`: sends its contribution to rank 0 and
+    /// waits for its result, checking that rank 0 ran the same collective.
+    fn collective_contribute(
+        &self,
+        tag: CollTag,
+        opname: String,
+        contrib: Vec<u8>,
+        deadline: Instant,
+    ) -> Result<Bytes> {
+        let mut w = Writer::default();
+        tag.write(&mut w);
+        let mut payload = w.0;
+        payload.extend_from_slice(&contrib);
+        if !self.shared.send(0, Kind::Contrib, Bytes::from(payload)) {
+            return Err(self.failure_or(&opname, 0));
+        }
+        let reply = self.wait_from(0, deadline, &opname)?;
+        let mut r = Reader::new(&reply, "result");
+        let got = CollTag::read(&mut r).map_err(|e| BootstrapError::Protocol {
+            rank: self.rank(),
+            peer: "rank 0".into(),
+            source: e,
+        })?;
+        if got != tag {
+            return Err(BootstrapError::CollectiveMismatch {
+                rank: self.rank(),
+                seq: tag.seq,
+                other: 0,
+                expected: got.to_string(),
+                got: opname,
+            });
+        }
+        Ok(Bytes::copy_from_slice(r.rest()))
+    }
+
+    /// Rank 0's part of collective `tag`: gathers every rank's contribution (each must be of
+    /// the same collective, else the job is aborted), combines them and sends each its result.
+    fn collective_relay(
+        &self,
+        tag: CollTag,
+        opname: &str,
+        contrib: Vec<u8>,
+        deadline: Instant,
+        combine: impl FnOnce(&[Vec<u8>]) -> Result<Vec<Bytes>, Failure>,
+    ) -> Result<Bytes> {
+        let n = self.world_size();
+        let mut contribs = Vec::with_capacity(n);
+        contribs.push(contrib);
+        for r in 1..n {
+            let msg = self.wait_from(r, deadline, opname)?;
+            let mut rd = Reader::new(&msg, "contribution");
+            let theirs = CollTag::read(&mut rd).map_err(|e| {
+                let err = Failure::Protocol {
+                    peer: format!("rank {r}"),
+                    error: e,
+                };
+                self.shared.fail(err.clone());
+                err.to_error(0, opname)
+            })?;
+            if theirs != tag {
+                let err = BootstrapError::CollectiveMismatch {
+                    rank: 0,
+                    seq: tag.seq,
+                    other: r,
+                    expected: opname.to_string(),
+                    got: theirs.to_string(),
+                };
+                self.shared.fail(Failure::Aborted {
+                    reason: err.to_string(),
+                });
+                return Err(err);
+            }
+            contribs.push(rd.rest().to_vec());
+        }
+        let results = combine(&contribs).map_err(|f| {
+            self.shared.fail(f.clone());
+            f.to_error(0, opname)
+        })?;
+        let mut results = results.into_iter();
+        let mine = results.next().expect("one result per rank");
+        let mut prefix = Writer::default();
+        tag.write(&mut prefix);
+        for (r, res) in results.enumerate() {
+            let mut payload = Vec::with_capacity(CollTag::LEN + res.len());
+            payload.extend_from_slice(&prefix.0);
+            payload.extend_from_slice(&res);
+            if !self.shared.send(r + 1, Kind::Result, Bytes::from(payload)) {
+                return Err(self.failure_or(opname, r + 1));
+            }
+        }
+        Ok(mine)
+    }
+
+    /// Waits for the next message from `peer`, failing on job failure or at `deadline`.
+    fn wait_from(&self, peer: usize, deadline: Instant, op: &str) -> Result<Vec<u8>> {
+        let mut st = self.shared.lock();
+        loop {
+            // A message that arrived whole before a failure is still delivered: a root that
+            // sent its results and then exited (an error path) completed the collective.
+            if let Some(m) = st.inbox[peer].pop_front() {
+                return Ok(m);
+            }
+            if let Some(f) = &st.failure {
+                return Err(f.to_error(self.rank(), op));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let waiting_for = if self.rank() == 0 {
+                    (peer..self.world_size())
+                        .filter(|r| st.inbox[*r].is_empty())
+                        .collect()
+                } else {
+                    vec![0]
+                };
+                return Err(BootstrapError::Timeout {
+                    rank: self.rank(),
+                    op: op.into(),
+                    waited: self.cfg.op_timeout,
+                    waiting_for,
+                });
+            }
+            st = self
+                .shared
+                .cv
+                .wait_timeout(st, deadline - now)
+                .map(|r| r.0)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+
+    fn failure_or(&self, op: &str, peer: usize) -> BootstrapError {
+        match &self.shared.lock().failure {
+            Some(f) => f.to_error(self.rank(), op),
+            None => BootstrapError::PeerDied {
+                rank: self.rank(),
+                dead: peer,
+                op: op.into(),
+                detail: "its connection is gone".into(),
+            },
+        }
+    }
+
+    fn with_op(&self, e: BootstrapError, op: &str) -> BootstrapError {
+        match e {
+            BootstrapError::PeerDied {
+                rank, dead, detail, ..
+            } => BootstrapError::PeerDied {
+                rank,
+                dead,
+                detail,
+                op: op.into(),
+            },
+            BootstrapError::Aborted { rank, reason, .. } => BootstrapError::Aborted {
+                rank,
+                reason,
+                op: op.into(),
+            },
+            e => e,
+        }
+    }
+}

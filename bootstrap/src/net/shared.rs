@@ -1,0 +1,242 @@
+//! State shared by the blocking API and the connection tasks: the inboxes, the job's first
+//! failure, and how a failure is recorded, relayed by rank 0 and reported to hooks.
+
+use std::{
+    collections::VecDeque,
+    sync::{Condvar, Mutex, MutexGuard},
+};
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{
+    error::BootstrapError,
+    frame::{FrameError, Kind, Reader, Writer},
+};
+
+/// What went wrong with the job, recorded once; every later call reports it.
+#[derive(Debug, Clone)]
+pub(crate) enum Failure {
+    /// A rank died.
+    Died { dead: usize, detail: String },
+    /// Rank 0 aborted the job for a reason that is not a death.
+    Aborted { reason: String },
+    /// A second process claimed a rank of the running job (seen by rank 0's join guard).
+    Duplicate {
+        rank: usize,
+        first: String,
+        second: String,
+    },
+    /// A peer sent garbage after joining.
+    Protocol { peer: String, error: FrameError },
+}
+
+impl Failure {
+    pub(crate) fn to_error(&self, me: usize, op: &str) -> BootstrapError {
+        match self {
+            Failure::Died { dead, detail } => BootstrapError::PeerDied {
+                rank: me,
+                dead: *dead,
+                op: op.to_string(),
+                detail: detail.clone(),
+            },
+            Failure::Aborted { reason } => BootstrapError::Aborted {
+                rank: me,
+                reason: reason.clone(),
+                op: op.to_string(),
+            },
+            Failure::Duplicate {
+                rank,
+                first,
+                second,
+            } => BootstrapError::DuplicateRank {
+                rank: *rank,
+                first: first.clone(),
+                second: second.clone(),
+            },
+            Failure::Protocol { peer, error } => BootstrapError::Protocol {
+                rank: me,
+                peer: peer.clone(),
+                source: error.clone(),
+            },
+        }
+    }
+}
+
+/// Outgoing work for a connection's writer task.
+#[derive(Debug)]
+pub(crate) enum Out {
+    /// A message.
+    Msg(Kind, Bytes),
+    /// Flush, shut the socket down and report.
+    Close(oneshot::Sender<()>),
+}
+
+/// A callback run once when the job fails.
+pub(crate) type Hook = Box<dyn Fn(&BootstrapError) + Send + Sync>;
+
+/// Mutable state shared by the application thread and the tasks.
+#[derive(Default)]
+pub(crate) struct State {
+    /// Messages received per peer rank, in arrival order.
+    pub inbox: Vec<VecDeque<Vec<u8>>>,
+    /// The first failure.
+    pub failure: Option<Failure>,
+    /// Peers that said goodbye.
+    pub leaving: Vec<bool>,
+    /// This rank is finalizing: connection ends are expected.
+    pub finalizing: bool,
+    /// Callbacks to run on failure.
+    pub hooks: Vec<Hook>,
+}
+
+/// State shared between the blocking API and the tasks.
+pub(crate) struct Shared {
+    pub me: usize,
+    pub n: usize,
+    pub secret: u64,
+    pub state: Mutex<State>,
+    pub cv: Condvar,
+    /// Senders to each peer's writer task (rank 0: all others; others: rank 0 only).
+    pub peers: Mutex<Vec<Option<mpsc::UnboundedSender<Out>>>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("me", &self.me)
+            .field("n", &self.n)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    pub(crate) fn new(me: usize, n: usize, secret: u64) -> Self {
+        let state = State {
+            inbox: vec![VecDeque::new(); n],
+            leaving: vec![false; n],
+            ..State::default()
+        };
+        Self {
+            me,
+            n,
+            secret,
+            state: Mutex::new(state),
+            cv: Condvar::new(),
+            peers: Mutex::new(vec![None; n]),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves consistent data (plain pushes/pops), so a
+        // poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a message to a peer. Returns false if the peer has no live writer.
+    pub(crate) fn send(&self, to: usize, kind: Kind, payload: Bytes) -> bool {
+        let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        peers[to]
+            .as_ref()
+            .is_some_and(|tx| tx.send(Out::Msg(kind, payload)).is_ok())
+    }
+
+    /// Records the job's first failure, (on rank 0) queues an `Abort` to every other rank, then
+    /// wakes every waiter and runs the hooks. The aborts are queued before any waiter can see the
+    /// failure: a waiter that returns at once and drops the bootstrap closes the writers, and a
+    /// close queued ahead of an abort would leave the others believing rank 0 itself died.
+    pub(crate) fn fail(&self, failure: Failure) {
+        let hooks = {
+            let mut st = self.lock();
+            if st.failure.is_some() || st.finalizing {
+                return;
+            }
+            if self.me == 0 {
+                self.relay_abort(&failure);
+            }
+            st.failure = Some(failure.clone());
+            self.cv.notify_all();
+            std::mem::take(&mut st.hooks)
+        };
+        let err = failure.to_error(self.me, "job");
+        tracing::error!("{err}");
+        for h in &hooks {
+            h(&err);
+        }
+    }
+
+    /// This rank learned, outside the bootstrap (its data path lost the connection), that rank
+    /// `dead` died. A rank other than 0 tells rank 0 first, which relays it to everyone, so
+    /// that the others hear which rank died rather than only see this rank leave: non-root
+    /// ranks are connected to rank 0 alone, and rank 0 may read this rank's exit before the
+    /// dead rank's. Then the failure is recorded here as if the bootstrap had seen it.
+    pub(crate) fn report_dead(&self, dead: usize, detail: &str) {
+        if dead >= self.n || dead == self.me {
+            return;
+        }
+        {
+            let st = self.lock();
+            if st.failure.is_some() || st.finalizing {
+                return;
+            }
+        }
+        // Rank 0 prefixes "reported by rank N" when it reads the report; here it is local.
+        let detail = format!("seen by the data path: {detail}");
+        if self.me != 0 {
+            // Queued before `fail` wakes the waiters: a waiter that returns at once and drops
+            // the bootstrap flushes what is queued before it closes.
+            let mut w = Writer::default();
+            w.u32(dead as u32).str(&detail);
+            self.send(0, Kind::Abort, Bytes::from(w.0));
+        }
+        self.fail(Failure::Died { dead, detail });
+    }
+
+    /// Rank 0: queues an `Abort` describing `failure` to every other rank.
+    fn relay_abort(&self, failure: &Failure) {
+        let (dead, reason) = match failure {
+            Failure::Died { dead, detail } => (*dead as u32, detail.clone()),
+            Failure::Aborted { reason } => (u32::MAX, reason.clone()),
+            Failure::Duplicate {
+                rank,
+                first,
+                second,
+            } => (
+                u32::MAX,
+                format!("rank {rank} joined twice (from {first} and {second})"),
+            ),
+            Failure::Protocol { peer, error } => {
+                (u32::MAX, format!("bad frame from {peer}: {error}"))
+            }
+        };
+        let mut w = Writer::default();
+        w.u32(dead).str(&reason);
+        let payload = Bytes::from(w.0);
+        for r in 1..self.n {
+            self.send(r, Kind::Abort, payload.clone());
+        }
+    }
+
+    pub(super) fn is_quiet_end(&self, peer: usize) -> bool {
+        let st = self.lock();
+        st.finalizing || st.leaving[peer] || st.failure.is_some()
+    }
+}
+
+/// Decodes an `Abort` payload sent by rank `from` into a failure (rank 0 relays aborts to the
+/// others; the others report a death they saw to rank 0).
+pub(super) fn abort_failure(from: usize, payload: &[u8]) -> Failure {
+    let mut r = Reader::new(payload, "abort");
+    match (r.u32(), r.str()) {
+        (Ok(dead), Ok(reason)) if dead != u32::MAX => Failure::Died {
+            dead: dead as usize,
+            detail: format!("reported by rank {from}: {reason}"),
+        },
+        (Ok(_), Ok(reason)) => Failure::Aborted {
+            reason: reason.to_string(),
+        },
+        _ => Failure::Aborted {
+            reason: format!("rank {from} aborted the job (unreadable reason)"),
+        },
+    }
+}
