@@ -113,11 +113,16 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         init::team_split_2d,
         init::team_destroy,
     );
+    constants(m)
+}
+
+/// The codes and names the Python half passes, from the one table that owns them
+/// (pshmem-abi), and the predefined teams.
+fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TEAM_WORLD", pshmem::team::TEAM_WORLD)?;
     m.add("TEAM_SHARED", pshmem::team::TEAM_SHARED)?;
     m.add("TEAM_NODE", pshmem::team::TEAM_NODE)?;
     m.add("TEAM_INVALID", pshmem::team::TEAM_INVALID)?;
-    // The codes the Python half passes, from the one table that owns them (pshmem-abi).
     m.add("SIGNAL_SET", SignalOp::Set.code())?;
     m.add("SIGNAL_ADD", SignalOp::Add.code())?;
     for (name, c) in [

@@ -75,6 +75,21 @@ pub fn run(s: &Pshmem, g: &pshmem::gpu::Gpu, rounds: u64) -> R<()> {
         "InvalidArgument",
     )?;
     s.barrier_all().map_err(e)?;
+    consume(s, sig, rounds)?;
+    s.barrier_all().map_err(e)?;
+    api.free(sig).map_err(e)?;
+    s.free(SymPtr::from_offset(
+        host - s.ptr(SymPtr::from_offset(0)) as u64,
+    ))
+    .map_err(e)
+}
+
+/// Every PE adds `rounds` to the next PE's word at `sig` while consuming its own by GPU AMOs
+/// (fetch-add of minus what it saw): nothing is lost.
+fn consume(s: &Pshmem, sig: u64, rounds: u64) -> R<()> {
+    let api = s.by_addr();
+    let (me, n) = (s.my_pe(), s.n_pes());
+    let next = (me + 1) % n;
     for _ in 0..rounds {
         api.signal_op(sig, 1, SignalOp::Add, next, None)
             .map_err(e)?;
@@ -100,10 +115,5 @@ pub fn run(s: &Pshmem, g: &pshmem::gpu::Gpu, rounds: u64) -> R<()> {
         return Err(format!("consumed {taken} of {rounds}, {left} left"));
     }
     println!("OK by-addr-gpu consume rounds={rounds}");
-    s.barrier_all().map_err(e)?;
-    api.free(sig).map_err(e)?;
-    s.free(SymPtr::from_offset(
-        host - s.ptr(SymPtr::from_offset(0)) as u64,
-    ))
-    .map_err(e)
+    Ok(())
 }

@@ -1,0 +1,505 @@
+//! Starting the GPU path (`Gpu::create`, collective): the device, the heap, same-host peers'
+//! heaps through CUDA IPC, the bookkeeping and rings the device API reads, the runtime's
+//! kernels, the GPU proxies and their registration (DMA-BUF or the host-staged landing area).
+
+use std::ffi::CStr;
+
+use super::*;
+
+impl Gpu {
+    /// Collective: allocates the heap, opens same-host peers' heaps, creates the GPU rings,
+    /// loads the runtime's kernels, starts the proxies, fills the device state. Each phase is
+    /// timed (`PSHMEM_LOG=info`).
+    pub(crate) fn create(s: GpuSetup<'_>) -> Result<Self> {
+        let (me, n) = (s.me, s.n);
+        let mut clock = crate::startup::Phases::start(me, "GPU init");
+        let ordinal = choose_device(s.bs, me, n, s.device.or(s.cfg.gpu.device))?;
+        let ctx = cuda::open(ordinal).map_err(cu(me, "opening the device"))?;
+        ctx.bind_to_thread()
+            .map_err(|e| cu(me, "binding the context")(driver("cuCtxSetCurrent")(e)))?;
+        clock.mark("context");
+        let heap =
+            DevAlloc::new(&ctx, s.cfg.gpu.heap_size).map_err(cu(me, "allocating the GPU heap"))?;
+        clock.mark("heap");
+        let (peers, ipc) = open_peers(&s, &ctx, &heap)?;
+        warn_about_proxy_settings(me, &peers, &s.cfg.gpu);
+        clock.mark("peer heaps");
+        let misc = Bookkeeping::write(&ctx, me, &peers)?;
+        let rings = GpuRings::create(&s, &ctx)?;
+        clock.mark("rings");
+        let runtime = cuda::load(&ctx, pshmem_kernels::RUNTIME)
+            .map_err(cu(me, "loading the runtime kernels"))?;
+        clock.mark("kernels");
+        let started = start_proxies(&s, (&ctx, &runtime), (&heap, ordinal), &rings.rings)?;
+        clock.mark("proxies");
+        // The teams' sync words: the first allocation of the GPU heap, the same on every PE.
+        let mut alloc = Allocator::new(s.cfg.gpu.heap_size as u64);
+        let sync_base = alloc
+            .alloc(TeamTable::sync_bytes(s.cfg.max_teams, n), 256)
+            .ok_or_else(|| Error::Config {
+                me,
+                detail: format!(
+                    "the GPU heap ({} bytes) cannot hold the sync words of {} teams of {n} PEs",
+                    s.cfg.gpu.heap_size, s.cfg.max_teams
+                ),
+            })?;
+        let teams = TeamTable::new(&ctx, s.cfg.max_teams, n, sync_base)
+            .map_err(cu(me, "allocating the team table"))?;
+        let cell = HostAlloc::pinned(&ctx, 8).map_err(cu(me, "allocating a result cell"))?;
+        let host = host_ops::HostKernels::new(&ctx, &runtime, cell)
+            .map_err(cu(me, "loading the runtime kernels"))?;
+        let state = device_state(&s, &heap, &misc, (&rings, &peers, &teams));
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| cu(me, "creating a stream")(driver("cuStreamCreate")(e)))?;
+        let g = Self {
+            proxies: Mutex::new(started.proxies),
+            ring_table: (rings.table.ptr, s.cfg.gpu.rings),
+            rings: rings.heads(),
+            ring: rings.rings[0].clone(),
+            registered: !started.dmabuf.is_empty(),
+            res: Mutex::new(Some(Resources {
+                _ipc: ipc,
+                _landing: started.landing,
+                _dmabuf: started.dmabuf,
+                _ring_table: rings.table,
+                _misc: misc.mem,
+                _heap: heap,
+            })),
+            ctx,
+            stream,
+            state,
+            peers,
+            copy_engine_min: s.cfg.gpu.copy_engine_min,
+            teams,
+            host,
+            alloc: Mutex::new(alloc),
+            ordinal,
+            me,
+            health: s.health.clone(),
+        };
+        g.init_module(&runtime)?;
+        clock.mark("state");
+        s.bs.barrier()?;
+        clock.mark("barrier");
+        clock.log();
+        Ok(g)
+    }
+}
+
+/// The device-side bookkeeping the device API reads through the state: the peer table, the
+/// result cells and their owners, the barrier epoch and the error word, in one allocation.
+struct Bookkeeping {
+    mem: DevAlloc,
+    owner_off: usize,
+    cell_off: usize,
+    epoch_off: usize,
+    err_off: usize,
+}
+
+impl Bookkeeping {
+    /// Allocates it and writes the peer table (each PE's heap on this GPU; 0: through the ring).
+    fn write(ctx: &Arc<CudaContext>, me: usize, peers: &[u64]) -> Result<Self> {
+        let n = peers.len();
+        let owner_off = n * 8;
+        let cell_off = (owner_off + CELLS * 4).next_multiple_of(64);
+        let epoch_off = cell_off + CELLS * 8;
+        let err_off = epoch_off + 64;
+        let mem = DevAlloc::new(ctx, err_off + 64).map_err(cu(me, "allocating GPU bookkeeping"))?;
+        // SAFETY: the peer table fits at the start of `mem`; `peers` is live until the copy
+        // finished (synchronized below).
+        let rc = unsafe { sys::cuMemcpyHtoD_v2(mem.ptr, peers.as_ptr().cast(), n * 8) };
+        check(rc, "cuMemcpyHtoD (peer table)").map_err(cu(me, "writing the peer table"))?;
+        // SAFETY: a plain synchronization of the bound context.
+        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")
+            .map_err(cu(me, "writing the peer table"))?;
+        Ok(Self {
+            mem,
+            owner_off,
+            cell_off,
+            epoch_off,
+            err_off,
+        })
+    }
+}
+
+/// The GPU's rings (ring 0: the device API's) and the device table of their handles, which
+/// kernels that spread descriptors over rings take.
+struct GpuRings {
+    rings: Vec<Arc<Ring>>,
+    handles: Vec<RingDeviceHandle>,
+    table: DevAlloc,
+}
+
+impl GpuRings {
+    fn create(s: &GpuSetup<'_>, ctx: &Arc<CudaContext>) -> Result<Self> {
+        let me = s.me;
+        let count = s.cfg.gpu.rings;
+        let mut rings = Vec::with_capacity(count);
+        let mut handles = Vec::with_capacity(count);
+        for _ in 0..count {
+            let (ring, handle) =
+                cuda::gpu_ring(ctx, s.cfg.ring_slots).map_err(cu(me, "creating the GPU ring"))?;
+            rings.push(ring);
+            handles.push(handle);
+        }
+        s.health.watch(rings.iter().cloned());
+        let bytes = count * std::mem::size_of::<RingDeviceHandle>();
+        let table = DevAlloc::new(ctx, bytes).map_err(cu(me, "allocating the ring table"))?;
+        // SAFETY: the table holds exactly `handles`, which live until the synchronization.
+        let rc = unsafe { sys::cuMemcpyHtoD_v2(table.ptr, handles.as_ptr().cast(), bytes) };
+        check(rc, "cuMemcpyHtoD (ring table)").map_err(cu(me, "writing the ring table"))?;
+        // SAFETY: a plain synchronization of the bound context.
+        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")
+            .map_err(cu(me, "writing the ring table"))?;
+        Ok(Self {
+            rings,
+            handles,
+            table,
+        })
+    }
+
+    /// Every ring with the device address of its reservation counter (finalize drains them).
+    fn heads(&self) -> Vec<(Arc<Ring>, u64)> {
+        let heads = self.handles.iter().map(|h| h.head);
+        self.rings.iter().cloned().zip(heads).collect()
+    }
+}
+
+/// The GPU proxies and what their registrations hold until finalize.
+struct Started {
+    proxies: Vec<Proxy>,
+    landing: Vec<HostAlloc>,
+    dmabuf: Vec<std::os::fd::OwnedFd>,
+}
+
+/// The GPU's proxy threads (to every PE not mapped: RMA into a DMA-BUF registration where the
+/// provider offers it, else the host-staged path): ring r drained by thread r mod threads,
+/// thread t of every PE talking to thread t; each with its own AMO kernel and result cell.
+fn start_proxies(
+    s: &GpuSetup<'_>,
+    (ctx, runtime): (&Arc<CudaContext>, &Arc<CudaModule>),
+    (heap, ordinal): (&DevAlloc, usize),
+    rings: &[Arc<Ring>],
+) -> Result<Started> {
+    let me = s.me;
+    let threads = s.cfg.gpu.proxy_threads.min(s.cfg.gpu.rings).max(1);
+    // On an RDMA provider, every proxy thread stripes over the NICs placement put next to this
+    // GPU (2 on p5en, 4 on p5), so its traffic never crosses a PCIe switch.
+    let rails = crate::placement::gpu_proxy_rails(
+        s.cfg.sources(),
+        (s.bs.local_size(), s.bs.local_rank()),
+        ordinal,
+        me,
+    );
+    let start = crate::proxies::Start {
+        bs: s.bs,
+        transport: &s.cfg.transport,
+        rails: &rails,
+        proxy: &s.cfg.proxy,
+        cpus: &[],
+        health: &s.health,
+        name: "pshmem-gpu-proxy",
+        heap: "the GPU heap",
+    };
+    let mut out = Started {
+        proxies: Vec::with_capacity(threads),
+        landing: Vec::new(),
+        dmabuf: Vec::new(),
+    };
+    for t in 0..threads {
+        // Fetched here, once: with CUDA's lazy loading, fetching a function while a kernel
+        // waits on a peer can stall the context (and the proxy the peer's progress needs).
+        let amo = Kernel::load(ctx, runtime, "pshmem_k_amo")
+            .map_err(cu(me, "loading the runtime kernels"))?;
+        out.proxies.push(start.thread(t, threads, rings, |tr| {
+            let reg = register(s, ctx, heap, ordinal, tr)?;
+            let result =
+                HostAlloc::pinned(ctx, 64).map_err(cu(me, "allocating the AMO result cell"))?;
+            let heap_range = (heap.ptr, s.cfg.gpu.heap_size as u64);
+            let dev = CudaDeviceMem::new(ctx.clone(), amo, heap_range, result)
+                .map_err(cu(me, "preparing the proxy's stream and AMO kernel"))?;
+            let registered = reg.dmabuf.is_some();
+            out.landing.extend(reg.landing);
+            out.dmabuf.extend(reg.dmabuf);
+            Ok(crate::proxies::Served {
+                region: reg.region,
+                mr: reg.mr,
+                device: Some(Box::new(dev)),
+                registered,
+            })
+        })?);
+    }
+    Ok(out)
+}
+
+/// The state the device API reads (`pshmem_device_state_t`).
+fn device_state(
+    s: &GpuSetup<'_>,
+    heap: &DevAlloc,
+    misc: &Bookkeeping,
+    (rings, peers, teams): (&GpuRings, &[u64], &TeamTable),
+) -> DeviceState {
+    let at = |off: usize| misc.mem.ptr + off as u64;
+    DeviceState {
+        my_pe: s.me as i32,
+        n_pes: s.n as i32,
+        heap_base: heap.ptr,
+        heap_size: s.cfg.gpu.heap_size as u64,
+        peer_base: at(0),
+        ring: rings.handles[0],
+        cell_owner: at(misc.owner_off),
+        cells: at(misc.cell_off),
+        n_cells: CELLS as u32,
+        any_ring: u32::from(peers.contains(&0)),
+        barrier_epoch: at(misc.epoch_off),
+        barrier_off: 0,
+        dev_error: at(misc.err_off),
+        timeout_ns: s.cfg.op_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
+        teams: teams.entries(),
+        max_teams: teams.max() as u32,
+        version: STATE_VERSION,
+    }
+}
+
+/// The CUDA device of this PE: the one given, `PSHMEM_CUDA_DEVICE`, or the local rank modulo the
+/// devices.
+fn choose_device(bs: &Bootstrap, me: usize, n: usize, given: Option<usize>) -> Result<usize> {
+    let devs = cuda::devices().map_err(cu(me, "no GPU path"))?;
+    if devs.is_empty() {
+        return Err(cu(me, "no GPU path")(CudaError::NoDevice {
+            ordinal: 0,
+            count: 0,
+        }));
+    }
+    let ordinal = match given {
+        Some(d) if d < devs.len() => d,
+        Some(d) => {
+            return Err(cu(me, "PSHMEM_CUDA_DEVICE")(CudaError::NoDevice {
+                ordinal: d,
+                count: devs.len(),
+            }));
+        }
+        None => bs.local_rank() % devs.len(),
+    };
+    if n > (RESERVED / 8) as usize {
+        return Err(cu(me, "GPU path")(CudaError::Unusable(format!(
+            "{n} PEs: the device barrier supports {}",
+            RESERVED / 8
+        ))));
+    }
+    Ok(ordinal)
+}
+
+/// CUDA IPC, collective: every PE publishes its heap's handle and its GPU's PCI bus id; same-host
+/// peers whose GPUs are peer-accessible (or the same GPU) open each other's heaps, unless
+/// `disable_p2p`. Returns each PE's heap address on this GPU (0: through the ring) and the
+/// mappings.
+fn open_peers(
+    s: &GpuSetup<'_>,
+    ctx: &Arc<CudaContext>,
+    heap: &DevAlloc,
+) -> Result<(Vec<u64>, Vec<IpcMapping>)> {
+    let me = s.me;
+    let mut handle = sys::CUipcMemHandle_st { reserved: [0; 64] };
+    // SAFETY: out-pointer; `heap.ptr` is a cuMemAlloc allocation.
+    let rc = unsafe { sys::cuIpcGetMemHandle(&mut handle, heap.ptr) };
+    check(rc, "cuIpcGetMemHandle").map_err(cu(me, "exporting the GPU heap"))?;
+    let mut bus = [0 as std::ffi::c_char; 32];
+    // SAFETY: a 32-byte buffer for the NUL-terminated bus id of a valid device.
+    let rc = unsafe { sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), 32, ctx.cu_device()) };
+    check(rc, "cuDeviceGetPCIBusId").map_err(cu(me, "exporting the GPU heap"))?;
+    let mut rec = Vec::with_capacity(64 + 32 + 8);
+    rec.extend(handle.reserved.iter().map(|&c| c as u8));
+    rec.extend(bus.iter().map(|&c| c as u8));
+    rec.extend((s.cfg.gpu.heap_size as u64).to_le_bytes());
+    let all = s.bs.allgather(&rec)?;
+    let bus_of = |r: usize| {
+        s.bs.same_host(r).then(|| {
+            CStr::from_bytes_until_nul(&all[r][64..96])
+                .map(|c| c.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        })
+    };
+    let buses: Vec<Option<String>> = (0..s.n).map(bus_of).collect();
+    if let Some(mine) = &buses[me] {
+        mps::warn_if_unserved(me, mine, &mps::sharing(me, mine, &buses));
+    }
+    let mut peers = vec![0u64; s.n];
+    peers[me] = heap.ptr;
+    let mut ipc = Vec::new();
+    for (r, other) in all.iter().enumerate() {
+        if r == me || s.cfg.disable_p2p || !s.bs.same_host(r) {
+            continue;
+        }
+        let peer_bus = CStr::from_bytes_until_nul(&other[64..96])
+            .map(|c| c.to_owned())
+            .unwrap_or_default();
+        if !peer_accessible(ctx, &peer_bus) {
+            tracing::warn!(
+                "PE {me}: GPU {peer_bus:?} of PE {r} is not peer-accessible from this GPU: its heap is reached through the proxy"
+            );
+            continue;
+        }
+        let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
+        for (d, s) in h.reserved.iter_mut().zip(&other[..64]) {
+            *d = *s as std::ffi::c_char;
+        }
+        match IpcMapping::open(ctx, h) {
+            Ok(m) => {
+                peers[r] = m.ptr;
+                ipc.push(m);
+            }
+            Err(e) => tracing::warn!(
+                "PE {me}: opening PE {r}'s GPU heap through CUDA IPC: {e}; it is reached through the proxy"
+            ),
+        }
+    }
+    Ok((peers, ipc))
+}
+
+/// Whether the GPU with PCI bus id `bus` is this context's device or peer-accessible from it.
+fn peer_accessible(ctx: &CudaContext, bus: &CStr) -> bool {
+    let (mut pdev, mut can) = (0, 0);
+    // SAFETY: a NUL-terminated bus id; out-pointers.
+    unsafe {
+        sys::cuDeviceGetByPCIBusId(&mut pdev, bus.as_ptr()) == sys::CUresult::CUDA_SUCCESS
+            && (pdev == ctx.cu_device()
+                || (sys::cuDeviceCanAccessPeer(&mut can, ctx.cu_device(), pdev)
+                    == sys::CUresult::CUDA_SUCCESS
+                    && can == 1))
+    }
+}
+
+/// Two CUDA settings matter only where some peer is reached through the proxy (pshmrun sets
+/// both for such jobs, and the Python package on import; other launchers may not), so warn when
+/// this PE has such a peer and runs without them:
+/// - CUDA's lazy loading (the default since 12.2) loads a kernel at its first launch, and a
+///   load may wait for the context's running kernels while holding the driver: a kernel of the
+///   application that waits for data only this PE's proxy can land (the proxy copies and
+///   launches in the same context) then stalls with the first launch of any other kernel, until
+///   PSHMEM_OP_TIMEOUT. (A module load does the same: seen on the H100 when the MoE kernels were
+///   loaded at the first dispatch, behind a barrier through the proxy; the runtime's own kernels
+///   are fetched at init for this reason.)
+/// - CUDA's default hardware queues: streams share them, and the proxy's copies and AMO kernels
+///   can wait behind an application kernel that waits for them (an intermittent MoE stall on
+///   the H100 with 8; none in 12 runs with 16).
+fn warn_about_proxy_settings(me: usize, peers: &[u64], cfg: &GpuConfig) {
+    let through_proxy = peers.iter().enumerate().any(|(pe, &b)| pe != me && b == 0);
+    if !through_proxy {
+        return;
+    }
+    let mut mode = sys::CUmoduleLoadingMode::CU_MODULE_EAGER_LOADING;
+    // SAFETY: an out-pointer to a live value; the driver is loaded (a context exists).
+    let rc = unsafe { sys::cuModuleGetLoadingMode(&mut mode) };
+    if rc == sys::CUresult::CUDA_SUCCESS && mode == sys::CUmoduleLoadingMode::CU_MODULE_LAZY_LOADING
+    {
+        tracing::warn!(
+            "PE {me}: CUDA lazy module loading is on and some peers are reached through the \
+             proxy: a kernel waiting on a peer can deadlock with the first launch of another \
+             kernel in this process (until PSHMEM_OP_TIMEOUT); set CUDA_MODULE_LOADING=EAGER \
+             (pshmrun does for such jobs, and the pshmem Python package unless it is set), or \
+             launch every kernel once before such waits"
+        );
+    }
+    if !cfg.cuda_connections_set {
+        tracing::warn!(
+            "PE {me}: some peers are reached through the proxy and {} is unset: with CUDA's \
+             default hardware queues the proxy's copies can wait behind a kernel that waits \
+             for them; set it to 16 (64 / PEs per GPU under MPS) before CUDA starts (pshmrun \
+             does for such jobs)",
+            pshmem_env::CUDA_DEVICE_MAX_CONNECTIONS
+        );
+    }
+}
+
+/// Where the provider registers GPU memory by DMA-BUF (and every PE's GPU exports it), the heap
+/// itself is registered and data moves by RMA; otherwise the pinned landing area of the
+/// host-staged path is. Collective.
+fn register(
+    s: &GpuSetup<'_>,
+    ctx: &Arc<CudaContext>,
+    heap: &DevAlloc,
+    ordinal: usize,
+    t: &mut dyn Transport,
+) -> Result<Registration> {
+    let me = s.me;
+    let terr = |what| crate::proxies::transport_error(me, what);
+    let gpu_dmabuf = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
+        .is_ok_and(|v| v == 1);
+    let dmabuf = t.caps().gpu_memory && t.caps().dmabuf && gpu_dmabuf;
+    let votes = s.bs.allgather(&[u8::from(dmabuf)])?;
+    let everywhere = votes.iter().all(|v| v.first() == Some(&1));
+    if !everywhere && t.caps().gpu_memory {
+        // The fabric can take GPU memory, yet the heap goes through host staging: say why,
+        // loudly (a silent fallback costs an order of magnitude on the data path).
+        let refused: Vec<usize> = (0..votes.len())
+            .filter(|&p| votes[p].first() != Some(&1))
+            .collect();
+        tracing::warn!(
+            "PE {me}: the GPU heap is not registered with the NIC (DMA-BUF); every PE goes \
+             through host staging. Refused by PE(s) {refused:?}; here: DMA-BUF registration \
+             {} (libfabric ≥ 1.20 at run time), the GPU's DMA-BUF support {}",
+            if t.caps().dmabuf {
+                "offered"
+            } else {
+                "not offered"
+            },
+            if gpu_dmabuf { "present" } else { "absent" }
+        );
+    }
+    if everywhere {
+        let fd = export_dmabuf(heap.ptr, s.cfg.gpu.heap_size)
+            .map_err(cu(me, "exporting the GPU heap"))?;
+        // SAFETY: a view of the GPU heap for the transport's bookkeeping; the proxy never
+        // dereferences it in GPU mode (copies and AMOs go through the device), and the heap
+        // outlives the proxy (finalize stops the proxy first).
+        let region = unsafe { HeapMem::new(heap.ptr as *mut u8, s.cfg.gpu.heap_size) };
+        let kind = MemKind::Cuda {
+            device: ordinal as i32,
+            dmabuf_fd: Some(std::os::fd::AsRawFd::as_raw_fd(&fd)),
+            dmabuf_offset: 0,
+        };
+        let mem = LocalMem {
+            ptr: heap.ptr as *mut u8,
+            len: s.cfg.gpu.heap_size,
+            kind,
+        };
+        // SAFETY: the heap outlives the transport, owned by the proxy (stopped first).
+        let mr = unsafe { t.mr_reg(mem) }.map_err(terr("registering the GPU heap (DMA-BUF)"))?;
+        return Ok(Registration {
+            region,
+            mr,
+            landing: None,
+            dmabuf: Some(fd),
+        });
+    }
+    let slot = pshmem_proxy::landing_slot_bytes(s.cfg.proxy.staging_chunk);
+    let landing = HostAlloc::pinned(ctx, s.n * s.cfg.gpu.landing_slots.max(1) * slot)
+        .map_err(cu(me, "allocating the landing area"))?;
+    // SAFETY: a view of the landing area, which outlives the proxy (stopped first).
+    let region = unsafe { HeapMem::new(landing.ptr.cast(), landing.len) };
+    let mem = LocalMem {
+        ptr: landing.ptr.cast(),
+        len: landing.len,
+        kind: MemKind::Host,
+    };
+    // SAFETY: as above: registered memory outlives the transport, owned by the proxy.
+    let mr = unsafe { t.mr_reg(mem) }.map_err(terr("registering the GPU landing area"))?;
+    Ok(Registration {
+        region,
+        mr,
+        landing: Some(landing),
+        dmabuf: None,
+    })
+}
+
+/// The proxy's registration of this PE's heap: the GPU heap itself (DMA-BUF) or the landing
+/// area of the host-staged path.
+struct Registration {
+    region: HeapMem,
+    mr: MrId,
+    landing: Option<HostAlloc>,
+    dmabuf: Option<std::os::fd::OwnedFd>,
+}
