@@ -249,6 +249,27 @@ impl Job {
 }
 
 /// Panics with every rank's output unless all ranks exited 0.
+/// Says that `test` skipped what it could not do here, and why (no GPU, not root). cargo shows
+/// nothing a passing test printed, so the line also goes to the file `PSHMEM_TEST_SKIPS` names
+/// when set: `scripts/test.sh` prints that file's lines at the end of every run, so CI's log
+/// shows each skip.
+pub fn skipped(test: &str, why: &str) {
+    use std::io::Write;
+    let line = format!("SKIP {test}: {why}");
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os("PSHMEM_TEST_SKIPS") {
+        // One write of one line with O_APPEND: lines of tests running in parallel stay whole.
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path);
+        match f.and_then(|mut f| f.write_all(format!("{line}\n").as_bytes())) {
+            Ok(()) => {}
+            Err(e) => eprintln!("cannot record the skip in {}: {e}", path.to_string_lossy()),
+        }
+    }
+}
+
 pub fn assert_all_ok(results: &[RankResult]) {
     if !results.iter().all(RankResult::ok) {
         let all: Vec<String> = results.iter().map(|r| r.to_string()).collect();

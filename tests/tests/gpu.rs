@@ -45,7 +45,8 @@ fn ring_protocol_on_the_gpu_or_a_loud_skip() {
     ] {
         let out = run(args);
         if let Some(skip) = out.lines().find(|l| l.starts_with("SKIP")) {
-            eprintln!("GPU TEST SKIPPED ({}): {skip}", args[0]);
+            let why = skip.trim_start_matches("SKIP pshmem-gpu-tests: ");
+            pshmem_tests::skipped(&format!("gpu {}", args[0]), why);
             assert!(
                 skip.len() > "SKIP pshmem-gpu-tests: ".len(),
                 "a skip must say why"

@@ -16,7 +16,10 @@ fn set_last_pid(last: u32) -> bool {
     match std::fs::write(NS_LAST_PID, last.to_string()) {
         Ok(()) => true,
         Err(e) => {
-            eprintln!("SKIPPED: cannot choose the next pid ({NS_LAST_PID}: {e}); needs root");
+            pshmem_tests::skipped(
+                "pid_reuse shm_job_whose_pids_straddle_a_power_of_ten",
+                &format!("cannot choose the next pid ({NS_LAST_PID}: {e}); needs root"),
+            );
             false
         }
     }

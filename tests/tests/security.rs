@@ -70,7 +70,10 @@ fn heap_sockets_give_nothing_to_other_users_or_other_jobs() {
             .arg(&bin);
         snoops.push(("another user", spawn(&mut c)));
     } else {
-        println!("SKIP the other-user part: the suite does not run as root (setpriv needs it)");
+        pshmem_tests::skipped(
+            "security heap_sockets_give_nothing_to_other_users_or_other_jobs",
+            "the other-user part: the suite does not run as root (setpriv needs it)",
+        );
     }
     snoops.push((
         "the same user outside the job",
