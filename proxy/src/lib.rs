@@ -7,7 +7,8 @@
 //!
 //! - **quiet**: an operation counts as finished only when its effect is visible at the target
 //!   (delivery-complete writes; AMOs and signals once the target's proxy acknowledged them);
-//! - **fence** stalls only the target PE's queue, and only on unordered transports;
+//! - **fence** gates the queues of its own ring (every destination's), and only on unordered
+//!   transports;
 //! - **put-with-signal** never exposes the signal before the data: on ordered transports the
 //!   signal request follows the data on the same path; on unordered ones with remote CQ data
 //!   the data writes carry a tag and the target applies the signal once every tagged write has

@@ -111,7 +111,8 @@ pub struct RingCtrl {
     pub completed: AtomicU64,
     _pad2: [u64; 7],
     /// Sticky error word: 0, or `code << 32 | pe` (see [`error`]). Written once (`Release`)
-    /// by the proxy; every producer wait reads it (`Acquire`) so that no spin is endless.
+    /// by the proxy; every CPU producer wait reads it (`Acquire`), and a GPU producer reads it
+    /// (relaxed, system scope) on each refresh of its tail cache, so that no spin is endless.
     pub error: AtomicU64,
     _pad3: [u64; 7],
 }

@@ -2,25 +2,34 @@
 //!
 //! # Memory ordering
 //!
-//! The happens-before chain of one operation, CPU producer and consumer alike (a GPU producer
-//! follows the same steps, with `st.release.sys` for step 3; see `abi/include/pshmem/ring.h`):
+//! The happens-before chain of one operation, in the eight steps that `docs/PROTOCOLS.md`,
+//! `abi/include/pshmem/ring.h` and `kernels/include/pshmem/ring_device.cuh` number alike. A CPU
+//! producer (here) and a GPU producer (`ring_device.cuh`: head and tail cache in device memory,
+//! `st.release.sys` for step 4) follow the same steps:
 //!
-//! 1. The producer reserves `[idx, idx + n)` with a `Relaxed` fetch-add on `head`: the counter
-//!    only hands out distinct indices; nothing is published through it.
-//! 2. Before writing, it makes sure the consumer is done with the previous lap's contents of
-//!    these slots: it loads `tail` with `Acquire` until `idx + n - tail <= capacity`. That
-//!    acquire pairs with the consumer's `Release` store of `tail`, which follows its reads of
-//!    those slots, so the reads happen before the overwrite.
-//! 3. It writes the payload words (`Relaxed`), then the first slot's `ctrl` with `Release`,
-//!    carrying the lap's commit bit.
-//! 4. The consumer loads the first slot's `ctrl` with `Acquire`; a matching commit bit means the
-//!    release of step 3 is seen, and with it every payload word of every slot of the operation.
-//! 5. After the operation's effects (data written, results stored, staged data copied out), the
-//!    consumer stores `completed` with `Release`; waiters load it with `Acquire`, so they see
-//!    those effects.
+//! 1. Reserve: the producer takes `[idx, idx + n)` with a `Relaxed` fetch-add on `head`: the
+//!    counter only hands out distinct indices; nothing is published through it.
+//! 2. Wait for room: before writing, it makes sure the consumer is done with the previous lap's
+//!    contents of these slots: unless its cached tail already shows room, it loads `tail` with
+//!    `Acquire` until `idx + n - tail <= capacity`. That acquire pairs with the consumer's
+//!    `Release` store of `tail` (step 6), which follows its reads of those slots, so the reads
+//!    happen before the overwrite.
+//! 3. Write: it stores `a`, `b`, `c` and `pe` of every slot, and the `ctrl` of every
+//!    continuation slot (`Relaxed`).
+//! 4. Publish: it stores the first slot's `ctrl` with `Release`, carrying the lap's commit bit.
+//! 5. Consume: the consumer loads the first slot's `ctrl` with `Acquire`; a matching commit bit
+//!    means the release of step 4 is seen, and with it every store of step 3 to every slot of
+//!    the operation; it copies the operation out.
+//! 6. Hand back: after its copies, the consumer stores `tail` with `Release` (in batches); step 2
+//!    of a later lap acquires it.
+//! 7. Complete: after the operation's effects (data written, results stored, staged data copied
+//!    out), and those of every operation before it in the ring, the consumer stores `completed`
+//!    with `Release`.
+//! 8. Quiet: a waiter reads `head` and loads `completed` with `Acquire` until it reaches that
+//!    index, so it sees those effects.
 //!
-//! `error` is written once by the consumer side (`Release`, compare-exchange from 0) and read by
-//! every waiting producer (`Acquire`), so no wait outlives a failure.
+//! `error` is written once by the consumer side (`Release`, compare-exchange from 0) and read
+//! by every CPU wait of steps 2 and 8 (`Acquire`) on every turn, so no wait outlives a failure.
 
 use std::{
     any::Any,
@@ -267,7 +276,8 @@ impl Ring {
 
     /// Operations below this index have finished.
     pub fn completed(&self) -> u64 {
-        // Acquire: pairs with the consumer's release store in `Consumer::set_completed`.
+        // Acquire: step 8 — pairs with the consumer's release store in
+        // `Consumer::set_completed`.
         self.ctrl().completed.load(Ordering::Acquire)
     }
 
@@ -376,7 +386,7 @@ impl Producer {
     /// release store on the first slot's `ctrl`. Every other store (payloads, and the `ctrl`
     /// words of later operations in a batch) is `Relaxed` and program-ordered before that
     /// release: the consumer reaches a later operation only after acquiring the first slot, so
-    /// each of them happens before its reads (memory-ordering steps 3 and 4).
+    /// each of them happens before its reads (memory-ordering steps 3, 4 and 5).
     fn publish(&self, slots: &[RawSlot], limit: &WaitLimit) -> Result<u64, RingError> {
         if let Some(e) = self.ring.error() {
             return Err(e);
@@ -389,13 +399,14 @@ impl Producer {
         let end = idx + n as u64;
         if end - self.tail_cache.load(Ordering::Relaxed) > cap {
             ring.wait("room in the ring", limit, || {
-                // Acquire: step 2 — the consumer's reads of this lap's slots happen before
-                // our writes below.
+                // Acquire: step 2 — the consumer's reads of the previous lap's slots happen
+                // before our writes below.
                 let tail = ring.ctrl().tail.load(Ordering::Acquire);
                 self.tail_cache.fetch_max(tail, Ordering::Relaxed);
                 end - tail <= cap
             })?;
         }
+        // Step 3 (`Relaxed`), from the last slot to the first, then step 4.
         for (i, s) in slots.iter().enumerate().rev() {
             let at = idx + i as u64;
             let slot = ring.slot(at);
@@ -405,7 +416,7 @@ impl Producer {
             slot.pe.store(s.pe, Ordering::Relaxed);
             let ctrl = (s.ctrl & !CTRL_COMMIT) | commit_bit(at, cap);
             if i == 0 {
-                // Release: step 3 — publishes every store above, continuation slots and later
+                // Release: step 4 — publishes every store above, continuation slots and later
                 // operations of a batch included.
                 slot.ctrl.store(ctrl, Ordering::Release);
             } else {
@@ -473,7 +484,7 @@ impl Consumer {
             // the GPU): start moving them here while this one is handled.
             ring.prefetch(self.pos + PREFETCH_AHEAD);
             let first = ring.slot(self.pos);
-            // Acquire: step 4 — pairs with the producer's release of this ctrl word.
+            // Acquire: step 5 — pairs with the producer's release of this ctrl word.
             let ctrl = first.ctrl.load(Ordering::Acquire);
             if ctrl & CTRL_COMMIT != commit_bit(self.pos, cap) {
                 break;
@@ -513,7 +524,8 @@ impl Consumer {
         }
         let unpublished = self.pos - self.tail_published;
         if unpublished >= self.tail_batch || (n < max_ops && unpublished > 0) {
-            // Release: the copies above happen before any producer reuses these slots.
+            // Release: step 6 — the copies above happen before any producer reuses these
+            // slots (its step 2 acquires this store).
             ring.ctrl().tail.store(self.pos, Ordering::Release);
             self.tail_published = self.pos;
         }
@@ -522,7 +534,7 @@ impl Consumer {
 
     /// Declares every operation below `index` finished.
     pub fn set_completed(&self, index: u64) {
-        // Release: step 5 — the operations' effects happen before a waiter's acquire.
+        // Release: step 7 — the operations' effects happen before a waiter's acquire.
         self.ring.ctrl().completed.store(index, Ordering::Release);
     }
 }

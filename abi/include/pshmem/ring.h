@@ -6,24 +6,35 @@
  * (pinned, DEVICEMAP|PORTABLE), plus a control block in host memory. An operation takes 1 or 2
  * consecutive slots (PSHMEM_RING_MAX_SLOTS).
  *
- * Producer (any CPU thread, or any GPU thread):
- *   1. idx = atomic fetch-add(head, nslots)           GPU: head lives in device memory
- *   2. while idx + nslots - tail_cache > capacity:    re-read ctrl->tail (acquire) into
- *         tail_cache; watch ctrl->error              every spin has an exit
- *   3. write a, b, c, pe of every slot, and ctrl of   plain (weak / relaxed) stores
- *      every continuation slot
- *   4. store ctrl of the first slot with RELEASE      st.release.sys on the GPU; the release
- *      (op | flags | sub | nslots | commit bit)        orders every store of step 3 before it
- *   commit bit of index i = PSHMEM_RING_COMMIT_BIT(i, capacity): set on even laps, clear on odd
- *   ones, so zeroed memory is never mistaken for a slot and no slot ever needs clearing.
+ * One operation takes eight steps, numbered alike in docs/PROTOCOLS.md, ring/src/ring.rs and
+ * pshmem/ring_device.cuh.
  *
- * Consumer (the proxy), at position p: loads the first slot's ctrl with ACQUIRE; when its commit
- * bit equals PSHMEM_RING_COMMIT_BIT(p), the whole operation is visible (the release/acquire pair
- * carries steps 3 and 4). It copies the operation out, and stores ctrl->tail (release) in batches:
- * slots below tail may be overwritten. As operations finish (out of order) it stores
- * ctrl->completed (release) = the lowest index not yet finished; quiet waits until completed >=
- * the head it read. A nonzero ctrl->error (an error word, see pshmem/abi.h) ends every wait.
- * No GPU atomic ever touches host memory: the only GPU atomic is the fetch-add on device memory.
+ * Producer (any CPU thread, or any GPU thread):
+ *   1. reserve    idx = atomic fetch-add(head, nslots)        GPU: head lives in device memory
+ *   2. room       while idx + nslots - tail_cache > capacity: re-read ctrl->tail (ACQUIRE) into
+ *                 tail_cache, and watch ctrl->error            (GPU: tail_cache in device memory)
+ *   3. write      a, b, c, pe of every slot, and ctrl of      plain (weak / relaxed) stores
+ *                 every continuation slot
+ *   4. publish    ctrl of the first slot with RELEASE          st.release.sys on the GPU; the
+ *                 (op | flags | sub | nslots | commit bit)     release orders every store of
+ *                                                              step 3 before it
+ * Consumer (the proxy), at position p:
+ *   5. consume    load the first slot's ctrl with ACQUIRE; when its commit bit equals
+ *                 PSHMEM_RING_COMMIT_BIT(p), every store of steps 3 and 4 is visible (the
+ *                 release/acquire pair); copy the operation out (each continuation slot's
+ *                 commit bit must match its own index too)
+ *   6. hand back  store ctrl->tail (RELEASE) in batches: slots below tail may be overwritten
+ *                 (a producer's step 2 acquires it)
+ *   7. complete   as operations finish (out of order), store ctrl->completed (RELEASE) = the
+ *                 lowest index not yet finished
+ * Waiter:
+ *   8. quiet      read the head, then wait until ctrl->completed (ACQUIRE) >= it
+ *
+ * commit bit of index i = PSHMEM_RING_COMMIT_BIT(i, capacity): set on even laps, clear on odd
+ * ones, so zeroed memory is never mistaken for a slot and no slot ever needs clearing.
+ * A nonzero ctrl->error (an error word, see pshmem/abi.h) ends the waits of steps 2 and 8.
+ * No GPU atomic ever touches host memory: the GPU producer's atomics (the fetch-add of step 1,
+ * the atomicMax on tail_cache of step 2) are on device memory.
  */
 #ifndef PSHMEM_RING_H
 #define PSHMEM_RING_H

@@ -1,18 +1,26 @@
 /* proxyshmem command ring, device side: a GPU producer of the protocol in ring.h.
  *
- * Memory ordering (the same chain as ring/src/ring.rs, with the GPU as producer):
- * 1. One lane reserves [idx, idx + n) with atomicAdd on the head counter in DEVICE memory (the
- *    only atomic the producer uses; no GPU atomic ever touches host memory).
- * 2. If idx + n - tail_cache > capacity, it re-reads ctrl->tail from host memory with
- *    ld.acquire.sys (pairs with the proxy's release store of tail, which follows its copy-out of
- *    those slots) and publishes what it saw to tail_cache (atomicMax, device memory). Every spin
- *    also reads ctrl->error: a raised error ends the wait.
- * 3. It writes the payload words with weak stores, then the first slot's {pe, ctrl} word with
- *    st.release.sys: the release makes every earlier store of this thread visible system-wide
- *    before the commit bit, which is what the proxy's acquire load of ctrl waits for (an aligned
- *    8-byte store is single-copy atomic, so the consumer never sees half of it).
- * 4. quiet reads the head (device memory) and waits until ctrl->completed (ld.acquire.sys,
- *    pairs with the proxy's release) reaches it, or an error is raised.
+ * Memory ordering: the eight steps of ring.h, ring/src/ring.rs and docs/PROTOCOLS.md, with the
+ * GPU as producer. Steps 1-4 are pshmem_ring_push, step 8 pshmem_ring_quiet (the device API's
+ * pshmem_quiet does the same through pshmem_i_wait_done, with the timeout); steps 5-7 are the
+ * proxy's.
+ * 1. Reserve: one thread reserves [idx, idx + n) with atomicAdd on the head counter in DEVICE
+ *    memory.
+ * 2. Room: while idx + n - tail_cache > capacity it waits. Every 8th turn it re-reads ctrl->tail
+ *    from host memory with ld.acquire.sys (pairs with the proxy's release store of tail, step 6,
+ *    which follows its copy-out of those slots), publishes what it saw to tail_cache (atomicMax,
+ *    device memory) and reads ctrl->error: a raised error ends the wait. The other turns read
+ *    only tail_cache, which every producer of the ring refreshes. Both of the producer's atomics
+ *    (steps 1 and 2) are on device memory; no GPU atomic ever touches host memory.
+ * 3. Write: for each slot from the last to the first, it writes a and b (one 16-byte store) and
+ *    c with weak stores, and the {pe, ctrl} word of a continuation slot with a volatile store.
+ * 4. Publish: last, the first slot's {pe, ctrl} word with st.release.sys: the release makes
+ *    every earlier store of this thread visible system-wide before the commit bit is, which is
+ *    what the proxy's acquire load of ctrl (step 5) waits for (an aligned 8-byte store is
+ *    single-copy atomic, so the consumer never sees half of it).
+ * 8. Quiet: read the head (device memory), then wait until ctrl->completed (ld.acquire.sys,
+ *    pairs with the proxy's release store of step 7) reaches it, reading ctrl->error on every
+ *    turn: a raised error ends the wait.
  */
 #ifndef PSHMEM_RING_DEVICE_CUH
 #define PSHMEM_RING_DEVICE_CUH
@@ -64,8 +72,8 @@ __device__ inline uint64_t pshmem_ring_push(const pshmem_ring_device_t *r,
                         (uint32_t)PSHMEM_RING_COMMIT_BIT(at, r->capacity);
         uint64_t word = ((uint64_t)ctrl << 32) | ops[i].pe;
         if (i == 0) {
-            /* Release: every store above (continuation slots included) is visible system-wide
-             * before the commit bit is. */
+            /* Release (step 4): every store above (continuation slots included) is visible
+             * system-wide before the commit bit is. */
             pshmem_st_release_sys_u64((uint64_t *)&s->pe, word);
         } else {
             *(volatile uint64_t *)&s->pe = word; /* ordered by the first slot's release */

@@ -364,7 +364,7 @@ pub(crate) fn job(word: u64) -> Option<u64> {
 ///
 /// | width | source PE | tag |
 /// | --- | --- | --- |
-/// | 8 bytes (verbs, tcp, the default simulated fabric) | bits 32..56 | bits 0..32 |
+/// | 8 bytes (verbs, tcp, the default simulated fabric) | bits 32..52 | bits 0..32 |
 /// | 4 bytes (EFA, the simulated `efa` profile) | bits 18..32 | bits 0..18 |
 ///
 /// The tag names a counter at the target (the writes a signal waits for). It is assigned by
