@@ -114,7 +114,7 @@ vars! {
     SIM_BANDWIDTH_GBPS = ("PSHMEM_SIM_BANDWIDTH_GBPS", "0", Kind::Number, between(0.0, 100000.0), "transport",
         "Simulated fabric: modelled link bandwidth in GB/s (0 = unlimited).");
     SIM_PROFILE = ("PSHMEM_SIM_PROFILE", "", Kind::Choice(&["", "efa"]), ANY, "transport",
-        "Capabilities of the simulated fabric: default, or efa (EFA's: no native atomics, 4-byte remote CQ data (the immediate), 32-byte inject, 8 KiB sends; unordered unless PSHMEM_SIM_REORDER=0).");
+        "Capabilities of the simulated fabric: default, or efa (EFA's: 4-byte remote CQ data (the immediate), 32-byte inject, 8 KiB sends; unordered unless PSHMEM_SIM_REORDER=0).");
     SYMMETRIC_SIZE = ("PSHMEM_SYMMETRIC_SIZE", "1073741824", Kind::Size, between(65536.0, 17592186044416.0), "runtime",
         "Bytes reserved for the symmetric heap of each PE (suffixes K, M, G accepted).");
     DISABLE_P2P = ("PSHMEM_DISABLE_P2P", "0", Kind::Bool, ANY, "runtime",

@@ -15,7 +15,7 @@
 //!   landed; otherwise the signal waits for the data's delivery completion;
 //! - **AMOs** from any PE are applied by the target's proxy with CPU atomics on the heap
 //!   mapping, so they are atomic with respect to each other and to same-host peers' direct
-//!   atomics (the rule, for host mode; see docs/ARCHITECTURE.md);
+//!   atomics (the rule, for host mode; see proxy/README.md, *Semantics*);
 //! - **progress** for manual-progress providers (the transport is polled on every turn, idle or
 //!   not); an idle proxy backs off (spin, yield, then short sleeps) instead of burning a core;
 //! - **failures** raise every ring's error word with the PE concerned, so no wait hangs, and

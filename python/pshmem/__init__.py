@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 # runtime warns at GPU init when lazy loading is on and the proxy is in use).
 os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
 # More hardware work queues than CUDA's 8, so that the proxy's stream does not share one with a
-# stream whose kernel waits for the proxy; at most 64 per GPU when PEs share one under MPS (as
-# pshmrun does, which sets it for its ranks; see docs/ENVIRONMENT.md).
+# stream whose kernel waits for the proxy; at most 64 per GPU when PEs share one under MPS (the
+# same formula pshmrun uses, which sets it only for jobs with peers behind the proxy; see
+# docs/ENVIRONMENT.md).
 def _cuda_queues() -> str:
     local = os.environ.get("PSHMEM_LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or "1"
     try:

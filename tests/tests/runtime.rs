@@ -457,7 +457,7 @@ fn a_dead_peer_fails_waits_on_the_host_staged_gpu_path_within_5s() {
     }
 }
 
-/// EFA's capabilities on the reordering fabric (`PSHMEM_SIM_PROFILE=efa`: no native atomics,
+/// EFA's capabilities on the reordering fabric (`PSHMEM_SIM_PROFILE=efa`:
 /// 4-byte remote CQ data, 32-byte inject, 8 KiB sends): put-with-signal and counted signals are
 /// counted at the target through tags in the 32-bit immediate (the fabric refuses wider data),
 /// AMOs run in the target's proxy; the host heap and a registered GPU heap give the direct

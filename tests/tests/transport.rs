@@ -1,5 +1,5 @@
 //! Multi-process transport tests over tcp;ofi_rxm (loopback), shm and the simulated fabric:
-//! RMA byte-exact from 1 B to 64 MiB, remote CQ data, messages, native atomics, out-of-bounds
+//! RMA byte-exact from 1 B to 64 MiB, remote CQ data, messages, out-of-bounds
 //! accesses, a peer killed mid-transfer, rails, and reordering that users can observe.
 
 use std::time::Duration;

@@ -1,6 +1,6 @@
 /* proxyshmem: the state the device API reads, filled by the runtime (host and device
- * compilers both see this plain struct; Rust mirror: runtime/src/gpu.rs, DeviceState, checked
- * against this header by pshmem-abi's probe). Everything that changes after init lives in device
+ * compilers both see this plain struct; Rust mirror: runtime/src/gpu/mod.rs, DeviceState,
+ * checked against this header by the pshmem-abi-probe test crate's probe). Everything that changes after init lives in device
  * memory behind the pointers. */
 #ifndef PSHMEM_STATE_H
 #define PSHMEM_STATE_H

@@ -197,7 +197,7 @@ pub struct NormalCheck {
 }
 
 /// UCCL-EP's published normal mode on p5en (4096 tokens, FP8 dispatch, BF16 combine;
-/// `../shared/research/MOE_EFA.md` §B1) against the model with the fitted fabric. (Its µs ×
+/// as published by uccl-project/uccl `ep/`) against the model with the fitted fabric. (Its µs ×
 /// GB/s give DeepEP's count: FP8 rows once per (token, node) own node included — 60 MB per
 /// GPU at EP16, 109 MB at EP32 — of which the model sends the remote ones.)
 pub fn normal_check(f: &Fabric) -> Vec<NormalCheck> {
@@ -238,8 +238,8 @@ pub struct Anchor {
 }
 
 /// The calibration points: UCCL-EP's and pplx-garden's published p5en LL results
-/// (`../shared/ANCHORS.md`). Experts: 288 for UCCL-EP (DeepEP's benchmark), 256 for pplx-garden
-/// (its benchmark's default).
+/// (uccl-project/uccl `ep/`; perplexityai/pplx-garden, arXiv 2510.27656). Experts: 288 for
+/// UCCL-EP (DeepEP's benchmark), 256 for pplx-garden (its benchmark's default).
 pub fn anchors() -> Vec<Anchor> {
     anchor_rows(&[
         ("uccl", 288, 16, 226.0, 293.0),
@@ -249,7 +249,7 @@ pub fn anchors() -> Vec<Anchor> {
     ])
 }
 
-/// Published p5en LL results the fit does not see (`../shared/research/MOE_EFA.md` §B1, §B2):
+/// Published p5en LL results the fit does not see (the same two projects' published tables):
 /// UCCL-EP at EP24 and pplx-garden at EP64, to check the model out of sample.
 pub fn holdout() -> Vec<Anchor> {
     anchor_rows(&[

@@ -2,8 +2,9 @@
 //! EFA, for systems whose GPUs hand messages to CPU proxy threads (no GPU-initiated RDMA on
 //! EFA).
 //!
-//! Nothing here ran on EFA hardware. The model (structure from `../shared/research/MOE_EFA.md`
-//! §D) replays the message streams of a decode step (a prefill step in the normal mode) —
+//! Nothing here ran on EFA hardware. The model (structure from the project's research notes on
+//! proxy-based MoE on EFA, kept outside this repository) replays the message streams of a
+//! decode step (a prefill step in the normal mode) —
 //! which GPU sends how many bytes to which, when each message is ready — through FIFO
 //! servers: the sender's proxy threads (a post cost each), the sender's NICs and the receiver's NICs (a per-packet cost that grows with the
 //! number of remote nodes, a cross-rail factor, and the NIC's bandwidth), the wire latency,

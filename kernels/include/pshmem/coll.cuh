@@ -17,7 +17,9 @@
  *              float and round once. An in-place reduce writes each chunk after a team sync;
  *   reducescatter  the same on the member's own block of every source.
  *
- * The host and on-stream forms run the block forms in one block (kernels/cuda/runtime.cu). */
+ * The host and on-stream forms run the block forms in one block (kernels/cuda/runtime.cu);
+ * from 256 KiB per member among members this GPU all maps, the data part runs on a grid of up to
+ * 132 blocks between team syncs (runtime/src/gpu/host_ops/sync.rs). */
 #ifndef PSHMEM_COLL_CUH
 #define PSHMEM_COLL_CUH
 

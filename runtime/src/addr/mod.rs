@@ -233,5 +233,4 @@ impl<'a> ByAddr<'a> {
             HeapKind::Gpu => self.gpu(op)?.peer_addr(sym.offset, pe),
         })
     }
-
 }

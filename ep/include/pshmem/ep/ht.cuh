@@ -6,8 +6,8 @@
  * - Every transfer is a ring (ht.h) whose tail and head only grow by additions, so one code path
  *   serves mapped peers (stores, then a release add) and peers reached through the proxy (a
  *   counted put of the published slots, then a counted signal adding to the tail; credits are
- *   counted signals adding to the head). No count is ever visible before the data it covers, on
- *   any fabric, and no atomic relies on ordering behind data.
+ *   plain signals adding to the head: they cover no data). No count is ever visible before the
+ *   data it covers, on any fabric, and no atomic relies on ordering behind data.
  * - A block's warps form groups, each serving a set of rings (tasks) round-robin and never
  *   blocking on one of them: a producer sends what fits (and publishes it at once), a consumer
  *   takes what has landed (and returns the credits at once). So no ring waits on a ring served
