@@ -29,6 +29,23 @@ struct Args<'a> {
     map: &'a HashMap<String, i64>,
 }
 
+/// The names a kind of kernel accepts, and those one kernel of it requires.
+type Keys<K> = (Vec<&'static str>, fn(K) -> Vec<&'static str>);
+
+/// The `mode` kernel named `kernel` (`parse`) and its arguments, checked against the names it
+/// accepts and requires (`keys`).
+fn kernel_args<'a, K: Copy>(
+    op: &'static str,
+    (mode, kernel): (&str, &str),
+    map: &'a HashMap<String, i64>,
+    parse: fn(&str) -> Option<K>,
+    (accepted, required): Keys<K>,
+) -> PyResult<(K, Args<'a>)> {
+    let k = parse(kernel).ok_or_else(|| invalid_arg(op, format!("no {mode} kernel {kernel:?}")))?;
+    let g = Args::checked(op, kernel, map, (&accepted, &required(k)))?;
+    Ok((k, g))
+}
+
 impl<'a> Args<'a> {
     fn checked(
         op: &'static str,
@@ -133,14 +150,8 @@ fn ep_ll_launch(
     args: HashMap<String, i64>,
 ) -> PyResult<()> {
     let op = "ep_ll_launch";
-    let k = Kernel::from_name(kernel)
-        .ok_or_else(|| invalid_arg(op, format!("no LL kernel {kernel:?}")))?;
-    let g = Args::checked(
-        op,
-        kernel,
-        &args,
-        (&keys::ll_accepted(), &keys::ll_required(k)),
-    )?;
+    let keys = (keys::ll_accepted(), keys::ll_required as fn(_) -> _);
+    let (k, g) = kernel_args(op, ("LL", kernel), &args, Kernel::from_name, keys)?;
     let mut a = LlArgs {
         num_tokens: g.int("num_tokens")?,
         max_tokens: g.int("max_tokens")?,
@@ -265,14 +276,8 @@ fn ep_ht_launch(
     args: HashMap<String, i64>,
 ) -> PyResult<()> {
     let op = "ep_ht_launch";
-    let k = HtKernel::from_name(kernel)
-        .ok_or_else(|| invalid_arg(op, format!("no HT kernel {kernel:?}")))?;
-    let g = Args::checked(
-        op,
-        kernel,
-        &args,
-        (&keys::ht_accepted(), &keys::ht_required(k)),
-    )?;
+    let keys = (keys::ht_accepted(), keys::ht_required as fn(_) -> _);
+    let (k, g) = kernel_args(op, ("HT", kernel), &args, HtKernel::from_name, keys)?;
     let p = |n: &str| g.addr(n);
     let mut a = HtArgs {
         num_tokens: g.int("num_tokens")?,

@@ -12,10 +12,8 @@ fn collective(
     n: usize,
     stream: Option<CStream>,
 ) -> R<()> {
-    let g = global()?;
-    if stream.is_some() {
-        gpu_or_fail(&g)?;
-    } else if g.on_demand() {
+    let g = global_for(&stream)?;
+    if stream.is_none() && g.on_demand() {
         ensure_gpu(&g)?;
     }
     let (d, s) = (dest as u64, src as u64);

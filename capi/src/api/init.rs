@@ -233,10 +233,8 @@ pub extern "C" fn pshmem_team_destroy(team: Team) -> c_int {
 
 /// Sync (or barrier) over a team: on the GPU where its part is up, else on the host.
 pub(super) fn team_sync(team: Team, barrier: bool, stream: Option<CStream>) -> R<()> {
-    let g = global()?;
-    if stream.is_some() {
-        gpu_or_fail(&g)?;
-    } else if g.on_demand() {
+    let g = global_for(&stream)?;
+    if stream.is_none() && g.on_demand() {
         ensure_gpu(&g)?;
     }
     Ok(g.api().sync(team, barrier, stream.map(stream_arg))?)

@@ -71,6 +71,16 @@ fn ensure_gpu(g: &Global) -> R<()> {
     registry::fill_pending(g)
 }
 
+/// The PE of a call that may take a `stream`: with one, the GPU part must be up (completed on
+/// demand first).
+fn global_for<T>(stream: &Option<T>) -> R<Arc<Global>> {
+    let g = global()?;
+    if stream.is_some() {
+        gpu_or_fail(&g)?;
+    }
+    Ok(g)
+}
+
 fn gpu_or_fail(g: &Global) -> R<&pshmem::gpu::Gpu> {
     ensure_gpu(g)?;
     g.s.gpu().map_err(|_| {

@@ -2,49 +2,27 @@
 
 use super::*;
 
-/// A put of either heap, blocking or `nbi`, or on `stream`.
-pub(super) fn put(
-    dest: *mut c_void,
-    src: *const c_void,
+/// A put (`put`: `local` to the symmetric `remote`) or get (the other way) of either heap,
+/// blocking or `nbi`, or on `stream`.
+pub(super) fn rma(
+    put: bool,
+    (remote, local): (*const c_void, *const c_void),
     n: usize,
     pe: c_int,
     nbi: bool,
     stream: Option<CStream>,
 ) -> R<()> {
-    let g = global()?;
-    if stream.is_some() {
-        gpu_or_fail(&g)?;
-    }
-    let pe = pe_arg(pe)?;
-    // SAFETY: pshmem.h: `src..src + n` is readable and unchanged until the call returns (or
-    // quiet, for nbi; or until the stream ran it): host memory for the host heap,
-    // device-addressable for an on-stream call.
-    let r = unsafe {
-        g.api()
-            .put(dest as u64, src.cast(), n, pe, nbi, stream.map(stream_arg))
-    };
-    Ok(r?)
-}
-
-/// A get of either heap, blocking or `nbi`, or on `stream`.
-pub(super) fn get(
-    dest: *mut c_void,
-    src: *const c_void,
-    n: usize,
-    pe: c_int,
-    nbi: bool,
-    stream: Option<CStream>,
-) -> R<()> {
-    let g = global()?;
-    if stream.is_some() {
-        gpu_or_fail(&g)?;
-    }
-    let pe = pe_arg(pe)?;
-    // SAFETY: pshmem.h: `dest..dest + n` is writable and untouched by others until the call
-    // returns (or as for put).
-    let r = unsafe {
-        g.api()
-            .get(dest.cast(), src as u64, n, pe, nbi, stream.map(stream_arg))
+    let g = global_for(&stream)?;
+    let (api, pe, st) = (g.api(), pe_arg(pe)?, stream.map(stream_arg));
+    let r = if put {
+        // SAFETY: pshmem.h: `local..local + n` is readable and unchanged until the call returns
+        // (or quiet, for nbi; or until the stream ran it): host memory for the host heap,
+        // device-addressable for an on-stream call.
+        unsafe { api.put(remote as u64, local.cast(), n, pe, nbi, st) }
+    } else {
+        // SAFETY: pshmem.h: `local..local + n` is writable and untouched by others until the
+        // call returns (or as for put).
+        unsafe { api.get(local.cast_mut().cast(), remote as u64, n, pe, nbi, st) }
     };
     Ok(r?)
 }
@@ -57,7 +35,9 @@ pub extern "C" fn pshmem_putmem(
     n: usize,
     pe: c_int,
 ) -> c_int {
-    status("pshmem_putmem", || put(dest, src, n, pe, false, None))
+    status("pshmem_putmem", || {
+        rma(true, (dest.cast_const(), src), n, pe, false, None)
+    })
 }
 
 /// `int pshmem_getmem(void *dest, const void *src, size_t n, int pe)`
@@ -68,7 +48,9 @@ pub extern "C" fn pshmem_getmem(
     n: usize,
     pe: c_int,
 ) -> c_int {
-    status("pshmem_getmem", || get(dest, src, n, pe, false, None))
+    status("pshmem_getmem", || {
+        rma(false, (src, dest.cast_const()), n, pe, false, None)
+    })
 }
 
 /// `int pshmem_putmem_nbi(void *dest, const void *src, size_t n, int pe)`
@@ -79,7 +61,9 @@ pub extern "C" fn pshmem_putmem_nbi(
     n: usize,
     pe: c_int,
 ) -> c_int {
-    status("pshmem_putmem_nbi", || put(dest, src, n, pe, true, None))
+    status("pshmem_putmem_nbi", || {
+        rma(true, (dest.cast_const(), src), n, pe, true, None)
+    })
 }
 
 /// `int pshmem_getmem_nbi(void *dest, const void *src, size_t n, int pe)`
@@ -90,7 +74,9 @@ pub extern "C" fn pshmem_getmem_nbi(
     n: usize,
     pe: c_int,
 ) -> c_int {
-    status("pshmem_getmem_nbi", || get(dest, src, n, pe, true, None))
+    status("pshmem_getmem_nbi", || {
+        rma(false, (src, dest.cast_const()), n, pe, true, None)
+    })
 }
 
 /// A put-with-signal of either heap (`dest` and `sig` on one), blocking or `nbi`, or on
@@ -106,10 +92,7 @@ pub(super) fn put_signal(
     pe: c_int,
     (nbi, stream): (bool, Option<CStream>),
 ) -> R<()> {
-    let g = global()?;
-    if stream.is_some() {
-        gpu_or_fail(&g)?;
-    }
+    let g = global_for(&stream)?;
     let (pe, sop) = (pe_arg(pe)?, signal_op_arg(op)?);
     let (d, s) = (dest as u64, sig as u64);
     // SAFETY: pshmem.h: as for putmem (on the GPU heap the source is device-addressable).
@@ -178,10 +161,7 @@ pub(super) fn signal_op(
     pe: c_int,
     stream: Option<CStream>,
 ) -> R<()> {
-    let g = global()?;
-    if stream.is_some() {
-        gpu_or_fail(&g)?;
-    }
+    let g = global_for(&stream)?;
     let (pe, sop) = (pe_arg(pe)?, signal_op_arg(sig_op)?);
     let st = stream.map(stream_arg);
     Ok(g.api().signal_op(sig as u64, value, sop, pe, st)?)

@@ -92,7 +92,7 @@ pub extern "C" fn pshmemx_putmem_on_stream(
     stream: CStream,
 ) -> c_int {
     status("pshmemx_putmem_on_stream", || {
-        rma::put(dest, src, n, pe, false, Some(stream))
+        rma::rma(true, (dest.cast_const(), src), n, pe, false, Some(stream))
     })
 }
 
@@ -106,7 +106,7 @@ pub extern "C" fn pshmemx_getmem_on_stream(
     stream: CStream,
 ) -> c_int {
     status("pshmemx_getmem_on_stream", || {
-        rma::get(dest, src, n, pe, false, Some(stream))
+        rma::rma(false, (src, dest.cast_const()), n, pe, false, Some(stream))
     })
 }
 
@@ -120,7 +120,7 @@ pub extern "C" fn pshmemx_putmem_nbi_on_stream(
     stream: CStream,
 ) -> c_int {
     status("pshmemx_putmem_nbi_on_stream", || {
-        rma::put(dest, src, n, pe, true, Some(stream))
+        rma::rma(true, (dest.cast_const(), src), n, pe, true, Some(stream))
     })
 }
 
@@ -134,7 +134,7 @@ pub extern "C" fn pshmemx_getmem_nbi_on_stream(
     stream: CStream,
 ) -> c_int {
     status("pshmemx_getmem_nbi_on_stream", || {
-        rma::get(dest, src, n, pe, true, Some(stream))
+        rma::rma(false, (src, dest.cast_const()), n, pe, true, Some(stream))
     })
 }
 
