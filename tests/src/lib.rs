@@ -270,6 +270,47 @@ pub fn skipped(test: &str, why: &str) {
     }
 }
 
+/// Every PE adds `rounds` signals of 1 to the next PE's 64-bit word at `sig` (either heap),
+/// then consumes what lands on its own: it waits for the word to be at least 1 and takes
+/// exactly what it saw by an atomic fetch-add of its negation, leaving later adds for the next
+/// look. Fails unless every one of the `rounds` is taken (none lost) within `within` per look.
+/// Collective (every PE sends and consumes).
+pub fn consume_signals(
+    s: &pshmem::Pshmem,
+    sig: u64,
+    rounds: u64,
+    within: Duration,
+) -> Result<(), String> {
+    use pshmem::{AmoOp, Cmp, SignalOp};
+    let api = s.by_addr();
+    let (me, n) = (s.my_pe(), s.n_pes());
+    let e = |x: pshmem::Error| x.to_string();
+    for _ in 0..rounds {
+        api.signal_op(sig, 1, SignalOp::Add, (me + 1) % n, None)
+            .map_err(e)?;
+    }
+    api.quiet(false, None).map_err(e)?;
+    let mut taken = 0;
+    while taken < rounds {
+        let v = api
+            .wait_within(sig, true, (Cmp::Ge, 1), within)
+            .map_err(e)?
+            .ok_or_else(|| format!("no signal within {within:?} ({taken} of {rounds} taken)"))?;
+        let old = api
+            .atomic(AmoOp::FetchAdd, sig, true, (v.wrapping_neg(), 0), me)
+            .map_err(e)?;
+        if old < v {
+            return Err(format!("the word fell from {v} to {old} under this PE"));
+        }
+        taken += v;
+    }
+    if taken == rounds {
+        Ok(())
+    } else {
+        Err(format!("took {taken} signals of {rounds}"))
+    }
+}
+
 pub fn assert_all_ok(results: &[RankResult]) {
     if !results.iter().all(RankResult::ok) {
         let all: Vec<String> = results.iter().map(|r| r.to_string()).collect();

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use pshmem::{AmoOp, ByAddr, Cmp, Coll, Error, HeapKind, Pshmem, SignalOp, Stream};
+use pshmem::{ByAddr, Cmp, Coll, Error, HeapKind, Pshmem, SignalOp, Stream};
 use pshmem_tests::pattern;
 
 use crate::runtime::{e, kind};
@@ -126,27 +126,8 @@ fn signals(s: &Pshmem, api: ByAddr<'_>, (data, sig): (u64, u64), rounds: u64) ->
     api.reset_word(sig, 0).map_err(e)?;
     s.barrier_all().map_err(e)?;
     // The peer adds `rounds` times while this PE consumes what it sees: nothing is lost.
-    for _ in 0..rounds {
-        api.signal_op(sig, 1, SignalOp::Add, next, None)
-            .map_err(e)?;
-    }
-    api.quiet(false, None).map_err(e)?;
-    let mut taken = 0;
-    while taken < rounds {
-        let v = api
-            .wait_within(sig, true, (Cmp::Ge, 1), Duration::from_secs(10))
-            .map_err(e)?
-            .ok_or("no signal within 10 s")?;
-        // Take exactly what was seen, leaving later adds for the next round.
-        let old = api
-            .atomic(AmoOp::FetchAdd, sig, true, (v.wrapping_neg(), 0), me)
-            .map_err(e)?;
-        if old < v {
-            return Err(format!("the word fell from {v} to {old} under this PE"));
-        }
-        taken += v;
-    }
-    check("consume", taken == rounds, format!("{taken} of {rounds}"))?;
+    let consumed = pshmem_tests::consume_signals(s, sig, rounds, Duration::from_secs(10));
+    check("consume", consumed.is_ok(), format!("{consumed:?}"))?;
     check(
         "read_word",
         api.read_word(sig, true).map_err(e)? == 0,
