@@ -1,6 +1,8 @@
 //! The runtime's configuration, read from the one environment table (`pshmem_env`), or built
-//! by the application. Init reads nothing else: every setting of the host path, the GPU path,
-//! placement and the transport is here, read once by [`Config::from_env`].
+//! by the application. Every setting of the host path, the GPU path, placement and the
+//! transport is here, read once by [`Config::from_env`]; init takes them from it. (The CUDA
+//! layer, shared with the tools, still looks at `PSHMEM_DISABLE_CUDA` and CUDA's own
+//! `CUDA_MPS_PIPE_DIRECTORY` where it loads the driver.)
 
 use std::time::Duration;
 
