@@ -4,7 +4,7 @@
 # Quiet when everything is already present. Needs root (or sudo).
 set -euo pipefail
 
-PKGS=(build-essential pkg-config cmake libclang-dev libfabric-dev libfabric-bin libhwloc-dev hwloc libudev-dev libibverbs-dev python3 python3-venv)
+PKGS=(build-essential pkg-config cmake libclang-dev libfabric-dev libfabric-bin libhwloc-dev hwloc libudev-dev libibverbs-dev python3 python3-venv openmpi-bin libopenmpi-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -8,10 +8,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The tests set every setting they test: ones the caller exported (an EFA image's
-# FI_PROVIDER=efa, a PSHMEM_PROVIDER, torchrun's RANK of an enclosing job) would change
-# which provider and bootstrap every rank uses, so they are dropped, and said so.
+# FI_PROVIDER=efa, a PSHMEM_PROVIDER, torchrun's RANK or a launcher's ranks of an enclosing
+# job) would change which provider and bootstrap every rank uses, so they are dropped, and
+# said so.
 for v in $(compgen -e | grep -E '^(PSHMEM|NVSHMEM)_' || true) FI_PROVIDER RANK WORLD_SIZE \
-  LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT; do
+  LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE \
+  PMI_RANK PMI_SIZE SLURM_PROCID SLURM_STEP_NUM_TASKS; do
   if [ -n "${!v+x}" ]; then
     echo "test: ignoring $v=${!v} from the environment" >&2
     unset "$v"

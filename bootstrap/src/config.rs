@@ -96,77 +96,151 @@ impl BootstrapConfig {
     }
 
     /// Reads the configuration from the environment: `PSHMEM_*` first, then torchrun's
-    /// `RANK`/`WORLD_SIZE`/`LOCAL_RANK`/`LOCAL_WORLD_SIZE`/`MASTER_ADDR`/`MASTER_PORT`. With
-    /// neither rank nor world size set anywhere, the job has one PE.
+    /// `RANK`/`WORLD_SIZE`/`LOCAL_RANK`/`LOCAL_WORLD_SIZE`/`MASTER_ADDR`/`MASTER_PORT`, then
+    /// the ranks a launcher (mpirun, mpiexec, srun: [`crate::launcher`]) gives. With none of
+    /// them set the job has one PE. A job of several ranks needs rank 0's address here;
+    /// [`crate::Bootstrap::from_env`] finds one itself when a launcher started the job.
     pub fn from_env() -> Result<Self> {
+        let ranks = Ranks::from_env()?;
+        match root_from_env(ranks.world)? {
+            Some(root) => ranks.config(root),
+            None => Err(ranks.no_address()),
+        }
+    }
+}
+
+/// This process's place in the job, as the environment gives it.
+#[derive(Debug, Clone)]
+pub(crate) struct Ranks {
+    pub rank: usize,
+    pub world: usize,
+    pub local_rank: Option<usize>,
+    pub local_size: Option<usize>,
+    /// The launcher's account, when one started this process.
+    pub launch: Option<crate::launcher::Launch>,
+}
+
+impl Ranks {
+    /// Ours or torchrun's variables, else the launcher's (ours win: a torchrun started by
+    /// srun numbers its workers itself).
+    pub(crate) fn from_env() -> Result<Self> {
         // Every variable of the table, checked against its kind and bounds before anything
         // starts: a bad setting fails here, naming itself, not later as a strange fault.
         env::validate_all()?;
         die_with_launcher()?;
-        let rank = int_var(env::RANK.name, "RANK")?;
-        let world = int_var(env::WORLD_SIZE.name, "WORLD_SIZE")?;
-        let (rank, world) = match (rank, world) {
-            (None, None) => (0, 1),
-            (Some(r), Some(w)) => (r, w),
-            (r, w) => {
-                let (var, val) = if r.is_none() {
-                    (
-                        env::RANK.name,
-                        format!("unset (world size {})", w.unwrap_or(0)),
-                    )
-                } else {
-                    (
-                        env::WORLD_SIZE.name,
-                        format!("unset (rank {})", r.unwrap_or(0)),
-                    )
-                };
-                return Err(BootstrapError::Config(EnvError {
-                    var: var.into(),
-                    value: val,
-                    reason: "rank and world size must be set together".into(),
-                }));
+        let launch = crate::launcher::detect(fallback)?;
+        let (rank, world) = match (explicit_ranks()?, &launch) {
+            (Some((r, w)), Some(l)) => {
+                tracing::debug!(
+                    "rank {r} of {w} from {}/torchrun's variables ({} says rank {} of {})",
+                    env::RANK.name,
+                    l.by,
+                    l.rank,
+                    l.size
+                );
+                (r, w)
             }
+            (Some(rw), None) => rw,
+            (None, Some(l)) => (l.rank, l.size),
+            (None, None) => (0, 1),
         };
-        let root_addr = match env::BOOTSTRAP_ADDR.raw() {
-            Some(a) => a,
-            None => match (fallback("MASTER_ADDR"), fallback("MASTER_PORT")) {
-                (Some(host), Some(port)) => {
-                    let port: u16 = port.trim().parse().map_err(|_| {
-                        BootstrapError::Config(EnvError {
-                            var: "MASTER_PORT".into(),
-                            value: port.clone(),
-                            reason: "expected a port number".into(),
-                        })
-                    })?;
-                    let off = env::BOOTSTRAP_PORT_OFFSET.usize()?;
-                    let p = usize::from(port) + off;
-                    let p = u16::try_from(p).map_err(|_| {
-                        BootstrapError::Config(EnvError {
-                            var: env::BOOTSTRAP_PORT_OFFSET.name.into(),
-                            value: off.to_string(),
-                            reason: format!("MASTER_PORT {port} + offset exceeds 65535"),
-                        })
-                    })?;
-                    format!("{host}:{p}")
-                }
-                _ if world == 1 => String::new(),
-                _ => {
-                    return Err(BootstrapError::Config(EnvError {
-                        var: env::BOOTSTRAP_ADDR.name.into(),
-                        value: "unset".into(),
-                        reason: "a multi-rank job needs PSHMEM_BOOTSTRAP_ADDR (or MASTER_ADDR and MASTER_PORT)".into(),
-                    }));
-                }
-            },
+        let from_launch = |f: fn(&crate::launcher::Launch) -> Option<usize>| {
+            launch.as_ref().filter(|l| l.rank == rank).and_then(f)
         };
+        Ok(Self {
+            rank,
+            world,
+            local_rank: int_var(env::LOCAL_RANK.name, "LOCAL_RANK")?
+                .or_else(|| from_launch(|l| l.local_rank)),
+            local_size: int_var(env::LOCAL_SIZE.name, "LOCAL_WORLD_SIZE")?
+                .or_else(|| from_launch(|l| l.local_size)),
+            launch,
+        })
+    }
+
+    /// The configuration joining at `root_addr`.
+    pub(crate) fn config(&self, root_addr: String) -> Result<BootstrapConfig> {
         let secret = match env::JOB_SECRET.raw() {
             Some(v) => parse_secret(&v)?,
             None => 0,
         };
-        let mut cfg = Self::with_rank(rank, world, root_addr, secret)?;
-        cfg.local_rank = int_var(env::LOCAL_RANK.name, "LOCAL_RANK")?;
-        cfg.local_size = int_var(env::LOCAL_SIZE.name, "LOCAL_WORLD_SIZE")?;
+        let mut cfg = BootstrapConfig::with_rank(self.rank, self.world, root_addr, secret)?;
+        cfg.local_rank = self.local_rank;
+        cfg.local_size = self.local_size;
         Ok(cfg)
+    }
+
+    /// The error of a job of several ranks that nobody told where rank 0 is.
+    pub(crate) fn no_address(&self) -> BootstrapError {
+        BootstrapError::Config(EnvError {
+            var: env::BOOTSTRAP_ADDR.name.into(),
+            value: "unset".into(),
+            reason: format!(
+                "rank {} of {}: a multi-rank job needs PSHMEM_BOOTSTRAP_ADDR (or MASTER_ADDR \
+                 and MASTER_PORT)",
+                self.rank, self.world
+            ),
+        })
+    }
+}
+
+/// `PSHMEM_RANK`/`PSHMEM_WORLD_SIZE` (or torchrun's), set together or not at all.
+fn explicit_ranks() -> Result<Option<(usize, usize)>> {
+    let rank = int_var(env::RANK.name, "RANK")?;
+    let world = int_var(env::WORLD_SIZE.name, "WORLD_SIZE")?;
+    match (rank, world) {
+        (None, None) => Ok(None),
+        (Some(r), Some(w)) => Ok(Some((r, w))),
+        (r, w) => {
+            let (var, val) = if r.is_none() {
+                (
+                    env::RANK.name,
+                    format!("unset (world size {})", w.unwrap_or(0)),
+                )
+            } else {
+                (
+                    env::WORLD_SIZE.name,
+                    format!("unset (rank {})", r.unwrap_or(0)),
+                )
+            };
+            Err(BootstrapError::Config(EnvError {
+                var: var.into(),
+                value: val,
+                reason: "rank and world size must be set together".into(),
+            }))
+        }
+    }
+}
+
+/// Rank 0's address from `PSHMEM_BOOTSTRAP_ADDR`, or torchrun's `MASTER_ADDR` and
+/// `MASTER_PORT` (plus the port offset); `""` for a one-rank job; `None` when a job of several
+/// ranks names none.
+pub(crate) fn root_from_env(world: usize) -> Result<Option<String>> {
+    if let Some(a) = env::BOOTSTRAP_ADDR.raw() {
+        return Ok(Some(a));
+    }
+    match (fallback("MASTER_ADDR"), fallback("MASTER_PORT")) {
+        (Some(host), Some(port)) => {
+            let port: u16 = port.trim().parse().map_err(|_| {
+                BootstrapError::Config(EnvError {
+                    var: "MASTER_PORT".into(),
+                    value: port.clone(),
+                    reason: "expected a port number".into(),
+                })
+            })?;
+            let off = env::BOOTSTRAP_PORT_OFFSET.usize()?;
+            let p = usize::from(port) + off;
+            let p = u16::try_from(p).map_err(|_| {
+                BootstrapError::Config(EnvError {
+                    var: env::BOOTSTRAP_PORT_OFFSET.name.into(),
+                    value: off.to_string(),
+                    reason: format!("MASTER_PORT {port} + offset exceeds 65535"),
+                })
+            })?;
+            Ok(Some(format!("{host}:{p}")))
+        }
+        _ if world == 1 => Ok(Some(String::new())),
+        _ => Ok(None),
     }
 }
 

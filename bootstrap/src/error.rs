@@ -12,6 +12,18 @@ pub enum BootstrapError {
     /// An environment variable holds a value that cannot be used.
     #[error("bootstrap configuration: {0}")]
     Config(#[from] pshmem_env::EnvError),
+    /// The launcher's environment names a job this rank cannot join as described.
+    #[error("rank {rank} of {world} (started by {launcher}): {reason}")]
+    Launch {
+        /// The rank reporting.
+        rank: usize,
+        /// The job's size, as the launcher gave it.
+        world: usize,
+        /// Which launcher's variables were read.
+        launcher: String,
+        /// What went wrong, and what to set.
+        reason: String,
+    },
     /// Rank 0 could not listen because another process holds the port.
     #[error(
         "rank 0: bootstrap address {addr} is already in use (another job on this port?); \

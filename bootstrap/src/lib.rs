@@ -3,7 +3,10 @@
 //! Owns how the processes of a proxyshmem job find each other and stay watched:
 //!
 //! - **Configuration** from our variables (`PSHMEM_RANK`, `PSHMEM_WORLD_SIZE`, …), torchrun's
-//!   (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, …) or a [`UniqueId`] distributed by the application.
+//!   (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, …), a launcher's (mpirun, mpiexec, srun:
+//!   [`launcher`]) or a [`UniqueId`] distributed by the application — or over the program's
+//!   own MPI ([`Bootstrap::init_mpi`]). A launcher's job without a named address meets by
+//!   itself (`rendezvous`): never as several one-rank jobs.
 //! - **The rendezvous**: rank 0 listens, the others connect with retry and backoff, and every
 //!   fault (missing, duplicate or out-of-range rank, world-size mismatch, wrong secret or
 //!   version, garbage on the port) becomes a typed [`BootstrapError`] instead of a hang.
@@ -24,8 +27,10 @@ mod collective;
 pub mod config;
 pub mod error;
 pub mod frame;
+pub mod launcher;
 mod net;
 mod port;
+mod rendezvous;
 mod uid;
 
 use std::{
@@ -40,6 +45,7 @@ pub use config::BootstrapConfig;
 pub use error::{BootstrapError, Result};
 pub use net::PeerInfo;
 pub use port::free_loopback_port;
+pub use pshmem_mpi_sys as mpi;
 pub use uid::{UNIQUE_ID_LEN, UniqueId};
 
 use frame::{CollOp, Kind, Reader, Writer};
@@ -89,9 +95,11 @@ impl std::fmt::Debug for Bootstrap {
 }
 
 impl Bootstrap {
-    /// Joins the job described by the environment (see [`BootstrapConfig::from_env`]).
+    /// Joins the job described by the environment (see [`BootstrapConfig::from_env`]); a job
+    /// a launcher started without naming rank 0's address meets over the program's MPI, a file
+    /// on this host or Slurm's host list (`rendezvous`).
     pub fn from_env() -> Result<Self> {
-        Self::init(BootstrapConfig::from_env()?)
+        rendezvous::from_env()
     }
 
     /// Joins with an explicit configuration.
@@ -104,6 +112,19 @@ impl Bootstrap {
     pub fn init_unique_id(id: &UniqueId, rank: usize, world_size: usize) -> Result<Self> {
         let cfg = BootstrapConfig::with_rank(rank, world_size, id.addr.to_string(), id.secret)?;
         let listener = if rank == 0 { id.take_listener() } else { None };
+        Self::init_with_listener(cfg, listener)
+    }
+
+    /// [`Bootstrap::init_unique_id`] keeping the launcher's local rank and size.
+    pub(crate) fn init_unique_id_at(id: &UniqueId, ranks: &config::Ranks) -> Result<Self> {
+        let mut cfg =
+            BootstrapConfig::with_rank(ranks.rank, ranks.world, id.addr.to_string(), id.secret)?;
+        (cfg.local_rank, cfg.local_size) = (ranks.local_rank, ranks.local_size);
+        let listener = if ranks.rank == 0 {
+            id.take_listener()
+        } else {
+            None
+        };
         Self::init_with_listener(cfg, listener)
     }
 

@@ -39,10 +39,15 @@ impl UniqueId {
             Some(a) => a,
             None => format!("{}:0", outward_ip()),
         };
-        let listener = TcpListener::bind(&bind_addr).map_err(|e| bind_error(&bind_addr, e))?;
+        Self::bind(&bind_addr)
+    }
+
+    /// Creates a token on rank 0 listening on `bind_addr` (`host:port`, port 0 for any).
+    pub fn bind(bind_addr: &str) -> Result<Self> {
+        let listener = TcpListener::bind(bind_addr).map_err(|e| bind_error(bind_addr, e))?;
         let addr = listener
             .local_addr()
-            .map_err(|e| bind_error(&bind_addr, e))?;
+            .map_err(|e| bind_error(bind_addr, e))?;
         let secret = loop {
             let s: u64 = rand::random();
             if s != 0 {

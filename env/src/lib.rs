@@ -101,6 +101,8 @@ vars! {
         "Set by pshmrun: a rank's runtime (and what it started) dies with this launcher process, through a parent-death signal, even where the rank's program is a script that started it.");
     HOST_ID = ("PSHMEM_HOST_ID", "", Kind::Text, ANY, "bootstrap",
         "Overrides the host identity (hostname + boot id) used to find same-host peers; tests use it to emulate several hosts.");
+    RENDEZVOUS_DIR = ("PSHMEM_RENDEZVOUS_DIR", "", Kind::Path, ANY, "bootstrap",
+        "Where the ranks of a job that mpirun, mpiexec or srun started on one host meet when no address is named (rank 0 writes its unique id there, in a pshmem-<uid> folder private to the user): default $XDG_RUNTIME_DIR, else the temporary directory.");
     LOG = ("PSHMEM_LOG", "warn", Kind::Text, ANY, "all",
         "tracing filter for proxyshmem's own log (e.g. info, debug, pshmem_proxy=trace).");
     PROVIDER = ("PSHMEM_PROVIDER", "", Kind::Text, ANY, "transport",

@@ -69,8 +69,9 @@ const char *pshmem_last_error(void);
  * CUDA device current then (NVSHMEM's two-stage init). */
 #define PSHMEMX_INIT_GPU_ON_DEMAND 1u
 
-/* Launcher variables (pshmrun, torchrun's, or none: a 1-PE job). Reference-counted: every
- * init needs a finalize, the last one tears down. */
+/* From the launcher: pshmrun's or torchrun's variables, or mpirun's, mpiexec's or srun's (the
+ * ranks meet over the program's MPI if it is initialised, else on their own); none: a 1-PE
+ * job. Reference-counted: every init needs a finalize, the last one tears down. */
 int pshmem_init(void);
 int pshmemx_init_flags(unsigned flags);
 int pshmem_init_thread(int requested, int *provided); /* provides PSHMEM_THREAD_MULTIPLE */
@@ -83,6 +84,12 @@ typedef struct pshmem_uniqueid {
 int pshmem_uniqueid_get(pshmem_uniqueid_t *id);
 int pshmem_init_uniqueid(const pshmem_uniqueid_t *id, int rank, int nranks);
 int pshmemx_init_uniqueid(const pshmem_uniqueid_t *id, int rank, int nranks, unsigned flags);
+
+/* Over an MPI communicator of the program's own MPI (found at run time: libpshmem links no
+ * MPI; Open MPI and MPICH-ABI libraries), which must be initialised: the PEs are its ranks, in
+ * order. `comm` points to an MPI_Comm (NULL: MPI_COMM_WORLD). Collective over the
+ * communicator. */
+int pshmemx_init_mpi_comm(const void *comm, unsigned flags);
 
 int pshmem_finalize(void);
 /* 0: not initialized; 1: the host part; 2: the GPU part too. */

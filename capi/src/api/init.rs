@@ -78,6 +78,36 @@ pub extern "C" fn pshmem_init_uniqueid(id: *const u8, rank: c_int, nranks: c_int
     pshmemx_init_uniqueid(id, rank, nranks, 0)
 }
 
+/// `int pshmemx_init_mpi_comm(const void *comm, unsigned flags)`: `comm` points to an
+/// `MPI_Comm` of the program's MPI (NULL: `MPI_COMM_WORLD`).
+#[unsafe(no_mangle)]
+pub extern "C" fn pshmemx_init_mpi_comm(comm: *const c_void, flags: u32) -> c_int {
+    use pshmem_bootstrap::mpi::Mpi;
+    status("pshmemx_init_mpi_comm", || {
+        let mpi = Mpi::find()
+            .map_err(|e| Fail::new(code::UNSUPPORTED, e.to_string()))?
+            .ok_or_else(|| {
+                Fail::new(
+                    code::UNSUPPORTED,
+                    "no MPI library is loaded in this process (link the program with MPI and \
+                     call MPI_Init before initialising with an MPI communicator)",
+                )
+            })?;
+        let comm = if comm.is_null() {
+            mpi.world()
+        } else {
+            // SAFETY: the caller passes a pointer to an MPI_Comm of its MPI (the C API's
+            // contract, as for nvshmemx_init_attr_t::mpi_comm).
+            unsafe { mpi.comm_at(comm) }
+        };
+        start(flags, || {
+            pshmem_env::validate_all()?;
+            let bs = Bootstrap::init_mpi(&mpi, comm)?;
+            Pshmem::init_with(bs, Config::from_env()?)
+        })
+    })
+}
+
 /// `int pshmem_finalize(void)`
 #[unsafe(no_mangle)]
 pub extern "C" fn pshmem_finalize() -> c_int {
