@@ -215,9 +215,21 @@ static inline int nvshmemx_set_attr_uniqueid_args(const int myrank, const int nr
     attr->args.uid_args.nranks = nranks;
     return NVSHMEMX_SUCCESS;
 }
-/* NVSHMEMX_INIT_WITH_UNIQUEID joins with the id set by nvshmemx_set_attr_uniqueid_args; any
- * other flags (an MPI communicator included) join through the launcher's environment. */
+/* NVSHMEMX_INIT_WITH_UNIQUEID joins with the id set by nvshmemx_set_attr_uniqueid_args;
+ * NVSHMEMX_INIT_WITH_MPI_COMM over attr->mpi_comm (an MPI_Comm *, NULL for MPI_COMM_WORLD) of
+ * the program's MPI; NVSHMEMX_INIT_WITH_SHMEM is refused (there is no OpenSHMEM runtime to join);
+ * no flag joins through the launcher's environment. */
 static inline int nvshmemx_init_attr(unsigned int flags, nvshmemx_init_attr_t *attr) {
+    if (flags & NVSHMEMX_INIT_WITH_SHMEM) {
+        fprintf(stderr, "nvshmemx_init_attr: NVSHMEMX_INIT_WITH_SHMEM is not supported by "
+                        "proxyshmem (no OpenSHMEM runtime to join): use "
+                        "NVSHMEMX_INIT_WITH_MPI_COMM, a unique id or nvshmem_init\n");
+        return NVSHMEMX_ERROR_NOT_SUPPORTED;
+    }
+    if (flags & NVSHMEMX_INIT_WITH_MPI_COMM) {
+        return nvshmemi_status(
+            pshmemx_init_mpi_comm(attr ? attr->mpi_comm : NULL, PSHMEMX_INIT_GPU_ON_DEMAND));
+    }
     if ((flags & NVSHMEMX_INIT_WITH_UNIQUEID) && attr && attr->args.uid_args.id) {
         pshmem_uniqueid_t u;
         memset(&u, 0, sizeof u);
