@@ -3,7 +3,7 @@
 # each test prints a SKIP line saying why. Builds first when run from a checkout with cargo;
 # on a GPU machine without Rust, pass the folder of prebuilt binaries.
 # Usage: scripts/gpu-test.sh [BIN_DIR] [OUT_DIR]    (defaults: target/release, gpu-test-out)
-# GPU_TEST_PARTS selects parts (default all: "ring ops perf nvshmem python ep ht"), so that a run
+# GPU_TEST_PARTS selects parts (default all: "ring ops perf nvshmem mpi python ep ht"), so that a run
 # can be split across machines' time limits; the MPS checks always run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ LOG="$OUT/gpu-tests.log"
 # Never let NVLink multicast objects be created on the shared GPU hosts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 fail=0
-PARTS=" ${GPU_TEST_PARTS:-ring ops perf nvshmem python ep ht} "
+PARTS=" ${GPU_TEST_PARTS:-ring ops perf nvshmem mpi python ep ht} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 run() {
   echo "== $*" | tee -a "$LOG"
@@ -119,6 +119,20 @@ elif [ "$NGPU" -ge 1 ] && [ -n "$TREE" ] && [ -n "$NVCC_BIN" ]; then
   rm -rf "$EXB"
 else
   echo "SKIP nvshmem examples: need a GPU ($NGPU), the NVSHMEM-style tree ('${TREE}') and nvcc ('${NVCC_BIN}')" | tee -a "$LOG"
+fi
+# NVSHMEM programs launched by mpirun at 2 and 4 ranks with nothing of ours exported
+# (examples/nvshmem/mpi/run.sh): ours, and NVSHMEM's own MPI examples when MPI_THEIRS (default
+# .nvshmem-mpi, an ignored folder) holds their sources. 4 ranks on fewer GPUs share them
+# under MPS (one GPU has had it from the start).
+if want mpi && [ "$NGPU" -ge 1 ] && [ -n "$TREE" ] && [ -n "$NVCC_BIN" ]; then
+  MPI_MPS=""
+  if [ "$NGPU" -ge 2 ] && mps_needed "$NGPU" 4 && mps_start; then MPI_MPS=1; fi
+  THEIRS_DIR="${MPI_THEIRS:-.nvshmem-mpi}"
+  [ -d "$THEIRS_DIR" ] || THEIRS_DIR=""
+  run bash examples/nvshmem/mpi/run.sh "$TREE" "$NVCC_BIN" "$OUT/mpi" $THEIRS_DIR
+  [ -n "$MPI_MPS" ] && mps_stop
+elif want mpi; then
+  echo "SKIP MPI-launched NVSHMEM programs: need a GPU ($NGPU), the NVSHMEM-style tree ('${TREE}') and nvcc ('${NVCC_BIN}')" | tee -a "$LOG"
 fi
 # The Python package (python/): every operation on CUDA tensors (2 PEs, directly, then forced
 # through the proxy), on host tensors, and the examples of examples/python/ beside
