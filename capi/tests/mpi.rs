@@ -4,8 +4,8 @@
 //! world and on halves of it, `NVSHMEMX_INIT_WITH_SHMEM` refused) and `tests/c/host_api.c`, a
 //! program without MPI, runs plain `pshmem_init` — every rank must be one PE of one job. Then
 //! srun's and an MPICH mpiexec's variables (set by hand: no Slurm or MPICH here) on one host
-//! and across "hosts" of a Slurm step list, and ranks a launcher promised that never come:
-//! a loud failure, never a job of one PE.
+//! and across "hosts" of a Slurm step list; ranks a launcher promised that never come, and an
+//! MPI whose world disagrees with the launcher's: a loud failure, never a job of one PE.
 
 use std::{
     path::{Path, PathBuf},
@@ -136,6 +136,22 @@ fn mpirun_makes_one_job_of_every_rank() {
             );
         }
     }
+    // The launcher says 2 ranks but the program's MPI makes this one a singleton (as a program
+    // built against another MPI than the launcher's would): refused, not a job of one PE.
+    let mut spec = JobSpec::new(&prog, 1, &["world"])
+        .env("OMPI_COMM_WORLD_RANK", "0")
+        .env("OMPI_COMM_WORLD_SIZE", "2")
+        .env("OMPI_COMM_WORLD_LOCAL_SIZE", "2")
+        .env("PSHMEM_DISABLE_CUDA", "1")
+        .timeout(Duration::from_secs(60));
+    spec.rank_vars = false;
+    let r = spec.launch().wait().remove(0);
+    assert!(
+        !r.ok(),
+        "a singleton MPI under a 2-rank launch must fail:\n{r}"
+    );
+    assert!(r.stdout.contains("is not the one that launched it"), "{r}");
+    assert!(lines(&r, "OK mpi").is_empty(), "{r}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -192,6 +192,22 @@ pub const TORCHRUN_VARS: &[(&str, &str)] = &[
         "with MASTER_PORT, fallback for PSHMEM_BOOTSTRAP_ADDR",
     ),
     ("MASTER_PORT", "see PSHMEM_BOOTSTRAP_PORT_OFFSET"),
+    (
+        "OMPI_COMM_WORLD_RANK",
+        "with OMPI_COMM_WORLD_SIZE, _LOCAL_RANK and _LOCAL_SIZE (Open MPI's mpirun): this rank when ours and torchrun's are unset",
+    ),
+    (
+        "PMI_RANK",
+        "with PMI_SIZE, MPI_LOCALRANKID and MPI_LOCALNRANKS (Hydra: MPICH, Intel MPI, MVAPICH mpiexec): this rank when ours, torchrun's and Open MPI's are unset",
+    ),
+    (
+        "SLURM_PROCID",
+        "with SLURM_STEP_NUM_TASKS, SLURM_LOCALID, SLURM_STEP_NUM_NODES, SLURM_STEP_NODELIST, SLURM_JOB_ID and SLURM_STEP_ID (srun, inside a step): this rank when no other launcher's variables are set",
+    ),
+    (
+        "PMIX_NAMESPACE",
+        "the job's name for the same-host rendezvous file (also OMPI_MCA_ess_base_jobid, PMI_KVSNAME)",
+    ),
     ("FI_PROVIDER", "fallback for PSHMEM_PROVIDER"),
     (
         "NVSHMEM_SYMMETRIC_SIZE",
