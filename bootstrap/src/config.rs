@@ -128,8 +128,12 @@ impl Ranks {
         // starts: a bad setting fails here, naming itself, not later as a strange fault.
         env::validate_all()?;
         die_with_launcher()?;
-        let launch = crate::launcher::detect(fallback)?;
-        let (rank, world) = match (explicit_ranks()?, &launch) {
+        let explicit = explicit_ranks()?;
+        let launch = match crate::launcher::detect(fallback)? {
+            None if explicit.is_none() => crate::launcher::pmix_only(fallback)?,
+            l => l,
+        };
+        let (rank, world) = match (explicit, &launch) {
             (Some((r, w)), Some(l)) => {
                 tracing::debug!(
                     "rank {r} of {w} from {}/torchrun's variables ({} says rank {} of {})",

@@ -25,6 +25,9 @@ pub enum Launcher {
     Hydra,
     /// Slurm's `srun`, inside a job step.
     Slurm,
+    /// A PMIx launcher that exports only `PMIX_RANK` (the job's size is PMIx's to tell): the
+    /// program's MPI world gives the size.
+    Pmix,
 }
 
 impl fmt::Display for Launcher {
@@ -33,6 +36,7 @@ impl fmt::Display for Launcher {
             Self::OpenMpi => "Open MPI's mpirun (OMPI_COMM_WORLD_RANK/SIZE)",
             Self::Hydra => "an MPICH-style mpiexec (PMI_RANK/PMI_SIZE)",
             Self::Slurm => "srun (SLURM_PROCID/SLURM_STEP_NUM_TASKS)",
+            Self::Pmix => "a PMIx launcher (PMIX_RANK)",
         })
     }
 }
@@ -81,36 +85,8 @@ impl Launch {
 /// `Ok(None)` when none is set. A rank without its size (or the reverse), or a value that is
 /// not a number, is an error naming the variable.
 pub fn detect(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch>> {
-    let num = |var: &str| -> Result<Option<usize>> {
-        match get(var) {
-            None => Ok(None),
-            Some(v) => v.trim().parse().map(Some).map_err(|_| {
-                BootstrapError::Config(pshmem_env::EnvError {
-                    var: var.into(),
-                    value: v,
-                    reason: "expected a non-negative integer".into(),
-                })
-            }),
-        }
-    };
-    let pair = |rank: &str, size: &str| -> Result<Option<(usize, usize)>> {
-        match (num(rank)?, num(size)?) {
-            (Some(r), Some(n)) => Ok(Some((r, n))),
-            (None, None) => Ok(None),
-            (r, _) => {
-                let (set, unset) = if r.is_some() {
-                    (rank, size)
-                } else {
-                    (size, rank)
-                };
-                Err(BootstrapError::Config(pshmem_env::EnvError {
-                    var: unset.into(),
-                    value: "unset".into(),
-                    reason: format!("{set} is set: the launcher sets both"),
-                }))
-            }
-        }
-    };
+    let num = |var: &str| number(&get, var);
+    let pair = |rank: &str, size: &str| pair(&get, rank, size);
     if let Some((rank, size)) = pair("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")? {
         return Ok(Some(Launch {
             by: Launcher::OpenMpi,
@@ -161,6 +137,79 @@ pub fn detect(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch>> {
         }));
     }
     Ok(None)
+}
+
+/// Variable `var` as a number (`None` when unset).
+fn number(get: &impl Fn(&str) -> Option<String>, var: &str) -> Result<Option<usize>> {
+    match get(var) {
+        None => Ok(None),
+        Some(v) => v.trim().parse().map(Some).map_err(|_| {
+            BootstrapError::Config(pshmem_env::EnvError {
+                var: var.into(),
+                value: v,
+                reason: "expected a non-negative integer".into(),
+            })
+        }),
+    }
+}
+
+/// A launcher's rank and size variables, set together or not at all.
+fn pair(
+    get: &impl Fn(&str) -> Option<String>,
+    rank: &str,
+    size: &str,
+) -> Result<Option<(usize, usize)>> {
+    match (number(get, rank)?, number(get, size)?) {
+        (Some(r), Some(n)) => Ok(Some((r, n))),
+        (None, None) => Ok(None),
+        (r, _) => {
+            let (set, unset) = if r.is_some() {
+                (rank, size)
+            } else {
+                (size, rank)
+            };
+            Err(BootstrapError::Config(pshmem_env::EnvError {
+                var: unset.into(),
+                value: "unset".into(),
+                reason: format!("{set} is set: the launcher sets both"),
+            }))
+        }
+    }
+}
+
+/// A PMIx launcher that names only this process's rank (`PMIX_RANK`, no size variable of any
+/// launcher above): the job's size is read from the program's MPI world when MPI is
+/// initialised; otherwise the job cannot be sized here, and that is an error naming what to
+/// set — never a job of one PE. `Ok(None)` without `PMIX_RANK`.
+pub fn pmix_only(get: impl Fn(&str) -> Option<String>) -> Result<Option<Launch>> {
+    let Some(rank) = get("PMIX_RANK") else {
+        return Ok(None);
+    };
+    let mut launch = Launch {
+        by: Launcher::Pmix,
+        rank: rank.trim().parse().unwrap_or(0),
+        size: 0,
+        local_rank: None,
+        local_size: None,
+        hosts: None,
+        job: get("PMIX_NAMESPACE"),
+        nodelist: None,
+    };
+    let mpi = pshmem_mpi_sys::Mpi::find()
+        .ok()
+        .flatten()
+        .filter(|m| m.active().unwrap_or(false));
+    match mpi.map(|m| m.rank_size(m.world())) {
+        Some(Ok((rank, size))) => {
+            (launch.rank, launch.size) = (rank, size);
+            Ok(Some(launch))
+        }
+        _ => Err(launch.error(format!(
+            "PMIX_RANK={rank} is set but no launcher variable gives the job's size: initialise \
+             MPI before pshmem (the job then meets over MPI_COMM_WORLD), or set PSHMEM_RANK, \
+             PSHMEM_WORLD_SIZE and PSHMEM_BOOTSTRAP_ADDR"
+        ))),
+    }
 }
 
 /// The first host of a Slurm host list (`node[07-09,12],gpu1` → `node07`), as srun places
@@ -254,6 +303,19 @@ mod tests {
         assert!(e.to_string().contains("OMPI_COMM_WORLD_SIZE"), "{e}");
         let e = detect(env(&[("PMI_RANK", "x"), ("PMI_SIZE", "2")])).unwrap_err();
         assert!(e.to_string().contains("PMI_RANK"), "{e}");
+    }
+
+    /// Without MPI in the process (this test binary has none), a rank number alone cannot size
+    /// the job: an error, not one PE.
+    #[test]
+    fn a_pmix_rank_without_a_size_is_an_error() {
+        assert!(pmix_only(env(&[])).unwrap().is_none());
+        let e = pmix_only(env(&[("PMIX_RANK", "1")])).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("PMIX_RANK=1") && text.contains("PSHMEM_WORLD_SIZE"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -208,6 +208,10 @@ pub const TORCHRUN_VARS: &[(&str, &str)] = &[
         "PMIX_NAMESPACE",
         "the job's name for the same-host rendezvous file (also OMPI_MCA_ess_base_jobid, PMI_KVSNAME)",
     ),
+    (
+        "PMIX_RANK",
+        "alone (no launcher's size variable): a PMIx launcher's rank; the job's size then comes from the program's MPI world, and without MPI init fails naming what to set",
+    ),
     ("FI_PROVIDER", "fallback for PSHMEM_PROVIDER"),
     (
         "NVSHMEM_SYMMETRIC_SIZE",

@@ -177,8 +177,9 @@ def init(group: Any = None, *, device: Any = None) -> Session:
     """Starts this PE (collective) and returns the :class:`Session`.
 
     ``group=None``: from the launcher's environment (``pshmrun``; torchrun's ``RANK``,
-    ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``; or the ``PSHMEM_*`` variables); a
-    process started by none of them is a 1-PE job. ``group``: an initialized
+    ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``; the ``PSHMEM_*`` variables; or the ranks
+    ``mpirun``, ``mpiexec`` or ``srun`` gave, meeting over the process's MPI if mpi4py
+    initialised it, else on their own); a process started by none of them is a 1-PE job. ``group``: an initialized
     ``torch.distributed`` process group: its rank 0 makes a unique id and the group broadcasts
     it, so its ranks become PEs 0..size-1 in group order.
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -115,6 +116,20 @@ def test_init_from_torchrun_environment():
     r = torchrun(str(WORKERS / "ops.py"), "--device", "cpu",
                  PSHMEM_JOB_SECRET="0123456789abcdef")
     assert r.stdout.count("ops on cpu: passed") == 2
+
+
+def test_init_under_mpirun():
+    # Open MPI's mpirun starts the ranks with nothing of ours exported: pshmem.init() reads
+    # its variables and the ranks meet on their own (no MPI in this process).
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("no mpirun (scripts/setup.sh installs Open MPI)")
+    cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader",
+           "-np", "2", PY, str(WORKERS / "ops.py"), "--device", "cpu"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env=env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"))
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    assert r.stdout.count("ops on cpu: passed") == 2, r.stdout
 
 
 def test_example_under_torchrun():

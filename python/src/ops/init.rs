@@ -16,7 +16,8 @@ fn start(py: Python<'_>, make: impl FnOnce() -> pshmem::Result<Pshmem> + Send) -
     Ok(())
 }
 
-/// Starts this PE from the launcher's environment (pshmrun, torchrun, srun, mpirun).
+/// Starts this PE from the launcher's environment (pshmrun, torchrun, or the ranks mpirun,
+/// mpiexec or srun gave: `pshmem_bootstrap::Bootstrap::from_env`).
 /// Collective.
 #[pyfunction]
 pub(super) fn init(py: Python<'_>) -> PyResult<()> {
