@@ -8,7 +8,8 @@
 #   THEIRS_DIR/*.cu          when given: NVSHMEM's own MPI examples (mpi-based-init.cu,
 #                            dev-guide-ring-mpi.cu, dev-guide-ring.cu), copied by the user from
 #                            NVSHMEM's sources into an ignored folder (never committed), built
-#                            unmodified
+#                            unmodified; run where every PE has a GPU of its own (they set
+#                            device = node rank, as with NVSHMEM)
 # Several PEs on one GPU need CUDA MPS: the caller starts it (scripts/gpu-test.sh does).
 # Usage: run.sh NVSHMEM_HOME NVCC OUT_DIR [THEIRS_DIR]   (MPI_TIMEOUT: seconds per run, 120)
 set -uo pipefail
@@ -28,6 +29,7 @@ if [ -z "$MPIRUN" ] || [ -z "$MPICC" ] || ! "$MPICC" --showme:incdirs > /dev/nul
   exit 0
 fi
 echo "$("$MPIRUN" --version 2>&1 | head -1)" | tee -a "$LOG"
+NGPU="$(nvidia-smi -L 2>/dev/null | wc -l)"
 MPI_FLAGS=()
 for d in $("$MPICC" --showme:incdirs); do MPI_FLAGS+=(-I"$d"); done
 for d in $("$MPICC" --showme:libdirs); do MPI_FLAGS+=(-L"$d" -Xlinker -rpath="$d"); done
@@ -107,6 +109,11 @@ for n in 2 4; do
   [ -x "$OUT/ring_mpi" ] && check ring_mpi-init ours "$n" -- "$OUT/ring_mpi" init
   [ -x "$OUT/ring" ] && check ring-no-mpi oursring "$n" -- "$OUT/ring"
   for p in "${progs[@]}"; do
+    # NVSHMEM's examples call cudaSetDevice(mype_node): one GPU per PE, with NVSHMEM as here.
+    if [ "$n" -gt "$NGPU" ]; then
+      echo "SKIP nvshmem:$p np=$n: it needs a GPU per PE (cudaSetDevice(mype_node)), this machine has $NGPU" | tee -a "$LOG"
+      continue
+    fi
     case "$p" in mpi-based-init) k=done ;; *) k=ring ;; esac
     check "nvshmem:$p" "$k" "$n" -- "$OUT/$p"
   done
