@@ -66,7 +66,17 @@ pub struct Launch {
 impl Launch {
     /// Whether the launcher says every rank runs on this host.
     pub fn one_host(&self) -> bool {
-        self.hosts == Some(1) || self.local_size == Some(self.size)
+        self.spans_hosts() == Some(false)
+    }
+
+    /// Whether the job spans several hosts, by the launcher's host count or this host's share
+    /// of the ranks; `None` when it says neither.
+    pub fn spans_hosts(&self) -> Option<bool> {
+        match (self.hosts, self.local_size) {
+            (Some(h), _) => Some(h > 1),
+            (None, Some(local)) => Some(local < self.size),
+            (None, None) => None,
+        }
     }
 
     /// The error this rank reports about its launch.
@@ -264,6 +274,7 @@ mod tests {
         assert_eq!((l.by, l.rank, l.size), (Launcher::OpenMpi, 3, 4));
         assert_eq!((l.local_rank, l.local_size), (Some(1), Some(2)));
         assert!(!l.one_host());
+        assert_eq!(l.spans_hosts(), Some(true));
         assert_eq!(l.job.as_deref(), Some("prterun-host-123@1"));
 
         let l = detect(env(&[
@@ -291,6 +302,12 @@ mod tests {
         assert_eq!((l.by, l.rank, l.size), (Launcher::Slurm, 5, 8));
         assert_eq!(l.job.as_deref(), Some("slurm-77.0"));
         assert!(!l.one_host());
+        let unknown = Launch {
+            hosts: None,
+            local_size: None,
+            ..l
+        };
+        assert_eq!(unknown.spans_hosts(), None);
     }
 
     #[test]

@@ -68,20 +68,22 @@ pub(crate) fn from_env() -> Result<Bootstrap> {
         );
         return join_over_mpi(&mpi, mpi.world(), &ranks, launch.one_host());
     }
+    // Several hosts for sure (the launcher says so), or possibly (it does not say).
+    let spans = launch.spans_hosts();
+    let how = match (launch.by, spans) {
+        (Launcher::Slurm, Some(true)) => "on the step's first host",
+        (_, Some(true)) => "nowhere",
+        _ => "through a file on this host",
+    };
     tracing::debug!(
-        "rank {} of {}: {}: meeting {}",
+        "rank {} of {}: {}: meeting {how}",
         ranks.rank,
         ranks.world,
-        launch.by,
-        if launch.by == Launcher::Slurm && !launch.one_host() && launch.hosts.is_some() {
-            "on the step's first host"
-        } else {
-            "through a file on this host"
-        }
+        launch.by
     );
-    match launch.by {
-        Launcher::Slurm if !launch.one_host() && launch.hosts.is_some() => slurm(&ranks, &launch),
-        _ if launch.one_host() || launch.hosts.is_none() => by_file(&ranks, &launch),
+    match (launch.by, spans) {
+        (Launcher::Slurm, Some(true)) => slurm(&ranks, &launch),
+        (_, Some(false) | None) => by_file(&ranks, &launch),
         _ => Err(launch.error(
             "the ranks span hosts and no rendezvous was named: set PSHMEM_BOOTSTRAP_ADDR=host:port \
              (rank 0's host, the same on every rank), or initialise MPI before initialising \

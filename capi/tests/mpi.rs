@@ -254,5 +254,22 @@ fn ranks_a_launcher_promised_that_never_come_fail_loudly() {
         );
         assert!(!r.stdout.contains("OK "), "nothing ran:\n{r}");
     }
+    // Across hosts (one of the two ranks here) without MPI or an address: refused at once,
+    // naming what to set, rather than waiting for a file no other host can see.
+    let spread = |r: usize| {
+        let mut v = ompi(r);
+        for (k, val) in &mut v {
+            if *k == "OMPI_COMM_WORLD_LOCAL_SIZE" {
+                *val = "1".to_string();
+            }
+        }
+        v
+    };
+    let mut spec = launched(&prog, 2, &rdv, spread);
+    spec.ranks = vec![1];
+    let started = std::time::Instant::now();
+    let r = spec.launch().wait().remove(0);
+    assert!(!r.ok() && r.stdout.contains("PSHMEM_BOOTSTRAP_ADDR"), "{r}");
+    assert!(started.elapsed() < Duration::from_secs(20), "at once: {r}");
     std::fs::remove_dir_all(&dir).ok();
 }
