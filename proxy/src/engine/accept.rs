@@ -13,25 +13,57 @@ use super::{
     initiator::Initiator,
     io::Io,
     tags::{Round, Tag},
-    work::{Dir, Issued, MAX_PART, OpRef, Work, Xfer},
+    work::{Dir, Issued, MAX_PART, OpRef, Stashed, Work, Xfer},
 };
+
+/// Why an operation that needs a tag got none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NoTag {
+    /// Every tag toward the PE is in use and a signal in flight or queued will give one back:
+    /// the ring waits (back-pressure).
+    Wait,
+    /// No tag can come back: the job is failing.
+    Failed,
+}
+
+/// The tag an operation carries (`None`: none needed), or why it has none.
+type TagResult = Result<Option<Tag>, NoTag>;
 
 impl Initiator {
     /// Drains up to a batch of operations from ring `r` (first those stashed while the proxy
-    /// waited for its GPU); returns how many.
+    /// waited for its GPU or for a tag); returns how many. While an operation of the ring waits
+    /// for a tag, the ring's later operations wait behind it, in order (back-pressure to the
+    /// ring's producers, whose slots stay taken).
     pub(super) fn drain(&mut self, io: &mut Io<'_>, r: RingId) -> usize {
         let stashed = self.take_stash(io, r);
+        if !self.rings[r.idx()].stash.is_empty() {
+            return stashed;
+        }
         let Some(mut cons) = self.rings[r.idx()].cons.take() else {
             return stashed;
         };
         let mut bad = None;
+        let mut waiting = false;
         let res = cons.poll(self.batch, |idx, slots| {
             let seq = self.rings[r.idx()].done.push(idx + slots.len() as u64);
+            if waiting {
+                self.rings[r.idx()]
+                    .stash
+                    .push_back(Stashed::new(seq, slots));
+                return;
+            }
             if bad.is_none() && !self.strong && self.p_fast(io, r, seq, slots) {
                 return;
             }
             match Desc::decode(slots) {
-                Ok(d) if bad.is_none() => self.accept(io, r, seq, d),
+                Ok(d) if bad.is_none() => {
+                    if !self.accept(io, r, seq, d) {
+                        waiting = true;
+                        self.rings[r.idx()]
+                            .stash
+                            .push_back(Stashed::new(seq, slots));
+                    }
+                }
                 Ok(_) => {}
                 Err(e) => {
                     bad.get_or_insert(e.to_string());
@@ -54,17 +86,23 @@ impl Initiator {
     }
 
     /// Takes the operations stashed from ring `r`, in order (taking one may stash more: they
-    /// come after it).
+    /// come after it), up to one that still waits for a tag, which stays first.
     fn take_stash(&mut self, io: &mut Io<'_>, r: RingId) -> usize {
         let mut n = 0;
         while let Some(s) = self.rings[r.idx()].stash.pop_front() {
-            n += 1;
             let slots = &s.slots[..s.n as usize];
             if !self.strong && self.p_fast(io, r, s.seq, slots) {
+                n += 1;
                 continue;
             }
             match Desc::decode(slots) {
-                Ok(d) => self.accept(io, r, s.seq, d),
+                Ok(d) => {
+                    if !self.accept(io, r, s.seq, d) {
+                        self.rings[r.idx()].stash.push_front(s);
+                        break;
+                    }
+                    n += 1;
+                }
                 Err(e) => {
                     let detail = format!("PE {}: ring {}: {e}", self.me, r.get());
                     io.faults.raise(code::PROXY, None, detail);
@@ -76,15 +114,16 @@ impl Initiator {
     }
 
     /// Takes one operation from a ring: applies it (this PE; fences on ordered transports;
-    /// empty transfers) or queues it for its target PE.
-    fn accept(&mut self, io: &mut Io<'_>, ring: RingId, seq: u64, d: Desc) {
+    /// empty transfers) or queues it for its target PE. Returns false, having done nothing,
+    /// when it needs a tag and every tag toward its PE is in use ([`NoTag::Wait`]).
+    fn accept(&mut self, io: &mut Io<'_>, ring: RingId, seq: u64, d: Desc) -> bool {
         io.tracer.arrive(ring, seq, &d);
         if let Some(pe) = d.pe()
             && pe.idx() >= self.n
         {
             let detail = format!("PE {}: operation for PE {pe} of {}: {d:?}", self.me, self.n);
             io.faults.raise(code::OP_FAILED, None, detail);
-            return;
+            return true;
         }
         let d = io.home.localize(d, self.staged);
         if d.pe() == Some(self.me) {
@@ -95,8 +134,17 @@ impl Initiator {
                     io.faults.raise(code::OP_FAILED, Some(self.me), detail);
                 }
             }
-            return;
+            return true;
         }
+        let taken = self.accept_remote(io, ring, seq, d);
+        if !taken {
+            io.tracer.retract_arrival(ring, seq);
+        }
+        taken
+    }
+
+    /// [`Initiator::accept`] of an operation on another PE.
+    fn accept_remote(&mut self, io: &mut Io<'_>, ring: RingId, seq: u64, d: Desc) -> bool {
         match d {
             Desc::Fence => self.fence(io, ring, seq),
             Desc::Put {
@@ -107,10 +155,11 @@ impl Initiator {
             } => {
                 // Strong signals: every put carries its ring's epoch tag toward the PE, so the
                 // next signal there can wait for it.
-                if let Some(tag) = self.epoch_tag(io, ring, pe) {
+                let tag = self.epoch_tag(io, ring, pe);
+                return self.with_tag(tag, |s, tag| {
                     let x = (Dir::Put, remote, local, len, tag);
-                    self.accept_xfer(io, (ring, seq, pe), x);
-                }
+                    s.accept_xfer(io, (ring, seq, pe), x);
+                });
             }
             Desc::Get {
                 pe,
@@ -125,10 +174,11 @@ impl Initiator {
                 len,
                 sig,
             } => {
-                if let Some(tag) = self.counted_tag(io, ring, pe, sig) {
+                let tag = self.counted_tag(io, ring, pe, sig);
+                return self.with_tag(tag, |s, tag| {
                     let x = (Dir::Put, remote, local, len, tag);
-                    self.accept_xfer(io, (ring, seq, pe), x);
-                }
+                    s.accept_xfer(io, (ring, seq, pe), x);
+                });
             }
             Desc::SignalCounted {
                 pe,
@@ -147,14 +197,29 @@ impl Initiator {
                 self.enqueue_signal(io, (ring, seq, pe), (remote, value, sop), tag, true);
             }
             Desc::P { .. } | Desc::Amo { .. } | Desc::Signal { .. } => {
-                self.accept_single(io, ring, seq, d)
+                return self.accept_single(io, ring, seq, d);
             }
-            Desc::PutSignal { .. } => self.accept_put_signal(io, ring, seq, d),
+            Desc::PutSignal { .. } => return self.accept_put_signal(io, ring, seq, d),
+        }
+        true
+    }
+
+    /// Runs `then` with the tag `tag` gave; true when the operation was taken (or the job is
+    /// failing), false when it waits for a tag.
+    fn with_tag(&mut self, tag: TagResult, then: impl FnOnce(&mut Self, Option<Tag>)) -> bool {
+        match tag {
+            Ok(t) => {
+                then(self, t);
+                true
+            }
+            Err(NoTag::Failed) => true,
+            Err(NoTag::Wait) => false,
         }
     }
 
-    /// `p`, AMOs and signals: one part (a write or a request), queued for the target.
-    fn accept_single(&mut self, io: &mut Io<'_>, ring: RingId, seq: u64, d: Desc) {
+    /// `p`, AMOs and signals: one part (a write or a request), queued for the target; false
+    /// when it waits for a tag.
+    fn accept_single(&mut self, io: &mut Io<'_>, ring: RingId, seq: u64, d: Desc) -> bool {
         let (pe, w) = match d {
             Desc::P {
                 pe,
@@ -163,10 +228,11 @@ impl Initiator {
                 width,
             } => {
                 if !self.strong && self.post_p_now(io, (ring, seq, pe), (remote, value, width)) {
-                    return;
+                    return true;
                 }
-                let Some(tag) = self.epoch_tag(io, ring, pe) else {
-                    return;
+                let tag = match self.epoch_tag(io, ring, pe) {
+                    Ok(t) => t,
+                    Err(e) => return e == NoTag::Failed,
                 };
                 // A staged `p` is a store request; an RMA one beyond the inject size needs a
                 // chunk, which a tracked part frees.
@@ -219,11 +285,13 @@ impl Initiator {
                     None
                 };
                 let sig = (remote, value, sop);
-                return self.enqueue_signal(io, (ring, seq, pe), sig, tag, false);
+                self.enqueue_signal(io, (ring, seq, pe), sig, tag, false);
+                return true;
             }
             _ => unreachable!("not a single-part operation: {d:?}"),
         };
         self.enqueue(io, ring, pe, w);
+        true
     }
 
     /// Queues signal `seq` (counted, or plain) behind what the mode needs in gated mode: a
@@ -269,59 +337,51 @@ impl Initiator {
     }
 
     /// In tagged mode, the tag of a counted put to the signal word `sig` on `pe` (its round's,
-    /// opened by the first put of the round): `Some(None)` in the other modes; `None` after a
-    /// fault (no tag left).
-    fn counted_tag(
-        &mut self,
-        io: &mut Io<'_>,
-        ring: RingId,
-        pe: Pe,
-        sig: u64,
-    ) -> Option<Option<Tag>> {
+    /// opened by the first put of the round); `Ok(None)` in the other modes.
+    fn counted_tag(&mut self, io: &mut Io<'_>, ring: RingId, pe: Pe, sig: u64) -> TagResult {
         if self.mode != SignalMode::Tagged {
-            return Some(None);
+            return Ok(None);
         }
         self.shared_tag(io, ring, pe, Round::Counted(sig))
     }
 
-    /// With strong signals, the tag of ring `ring`'s current epoch toward `pe`: `Some(None)`
-    /// without them; `None` after a fault (no tag left).
-    fn epoch_tag(&mut self, io: &mut Io<'_>, ring: RingId, pe: Pe) -> Option<Option<Tag>> {
+    /// With strong signals, the tag of ring `ring`'s current epoch toward `pe`; `Ok(None)`
+    /// without them.
+    fn epoch_tag(&mut self, io: &mut Io<'_>, ring: RingId, pe: Pe) -> TagResult {
         if !self.strong {
-            return Some(None);
+            return Ok(None);
         }
         self.shared_tag(io, ring, pe, Round::Epoch)
     }
 
-    fn shared_tag(
-        &mut self,
-        io: &mut Io<'_>,
-        ring: RingId,
-        pe: Pe,
-        round: Round,
-    ) -> Option<Option<Tag>> {
+    fn shared_tag(&mut self, io: &mut Io<'_>, ring: RingId, pe: Pe, round: Round) -> TagResult {
         match self.peers[pe].tags.shared(ring, round) {
-            Some(t) => Some(Some(t)),
-            None => {
-                self.out_of_tags(io, pe);
-                None
-            }
+            Some(t) => Ok(Some(t)),
+            None => Err(self.no_tag(io, ring, pe)),
         }
     }
 
-    /// Every tag toward `pe` is held by a round or signal in flight: the job fails (not a
-    /// wait: a tag comes back only when a signal's ack does, which this very queue may hold).
-    #[cold]
-    fn out_of_tags(&mut self, io: &mut Io<'_>, pe: Pe) {
+    /// Every tag toward `pe` is in use. A tag comes back when a signal's ack does: if a signal
+    /// holding one is in flight or queued, ring `ring` waits (its operation is retried, later
+    /// ones stay behind it); if every tag is held by rounds this very ring has open, whose
+    /// signals come later in it, nothing would ever give one back, and the job fails rather
+    /// than hang.
+    fn no_tag(&mut self, io: &mut Io<'_>, ring: RingId, pe: Pe) -> NoTag {
+        if !self.peers[pe].tags.all_open_on(ring) {
+            return NoTag::Wait;
+        }
         let detail = format!(
-            "PE {}: {} signals and counted rounds toward PE {pe} are in flight, the most that \
-             the {}-byte remote CQ data of {} can tell apart",
+            "PE {}: ring {} has {} counted rounds or strong epochs toward PE {pe} open, the most \
+             that the {}-byte remote CQ data of {} can tell apart: their signals come later in \
+             the ring, so no tag can come back (signal some rounds before opening more)",
             self.me,
+            ring.get(),
             self.peers[pe].tags.capacity(),
             io.link.caps.cq_data_size,
             io.link.caps.name
         );
         io.faults.raise(code::OP_FAILED, Some(pe), detail);
+        NoTag::Failed
     }
 
     /// A put or get of `len` bytes: one work item, issued part by part.
@@ -360,7 +420,7 @@ impl Initiator {
 
     /// A put, then a signal that never becomes visible before the data: tagged data writes
     /// (the target counts them), a gate, or nothing on an ordered path.
-    fn accept_put_signal(&mut self, io: &mut Io<'_>, ring: RingId, seq: u64, d: Desc) {
+    fn accept_put_signal(&mut self, io: &mut Io<'_>, ring: RingId, seq: u64, d: Desc) -> bool {
         let Desc::PutSignal {
             pe,
             remote,
@@ -371,27 +431,25 @@ impl Initiator {
             op: sop,
         } = d
         else {
-            return;
+            return true;
         };
-        let op = self.new_op(ring, seq, 0);
         // Tagged: its data carries a tag of its own, or (strong) its ring's epoch tag, which
         // the signal then closes.
         let (data_tag, sig_tag) = match self.mode {
-            SignalMode::Tagged if self.strong => {
-                let Some(t) = self.epoch_tag(io, ring, pe) else {
-                    return;
-                };
-                (t, self.peers[pe].tags.close(ring, Round::Epoch))
-            }
+            SignalMode::Tagged if self.strong => match self.epoch_tag(io, ring, pe) {
+                Ok(t) => (t, self.peers[pe].tags.close(ring, Round::Epoch)),
+                Err(e) => return e == NoTag::Failed,
+            },
             SignalMode::Tagged => match self.peers[pe].tags.alloc() {
                 Some(id) => {
                     let t = Tag { id, shared: false };
                     (Some(t), Some(t))
                 }
-                None => return self.out_of_tags(io, pe),
+                None => return self.no_tag(io, ring, pe) == NoTag::Failed,
             },
             _ => (None, None),
         };
+        let op = self.new_op(ring, seq, 0);
         let x = Xfer {
             dir: Dir::Put,
             op,
@@ -415,6 +473,7 @@ impl Initiator {
             strong: self.strong,
         };
         self.enqueue(io, ring, pe, w);
+        true
     }
 
     /// A `p` to another PE straight from its slot, without decoding it into a [`Desc`] and

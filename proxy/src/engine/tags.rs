@@ -152,10 +152,25 @@ impl PeerTags {
         self.strong_seq = self.peek_seq();
     }
 
+    /// Whether every tag in use is held by a round or epoch that ring `ring` has open: no
+    /// signal in flight or queued will give one back, and that ring (whose later operations
+    /// would close them) is the one waiting for a tag.
+    pub(crate) fn all_open_on(&self, ring: RingId) -> bool {
+        let open = self.open.keys().filter(|(r, _)| *r == ring).count();
+        open >= self.live.len()
+    }
+
     /// Tags in use (tests).
     #[cfg(test)]
     pub(crate) fn in_use(&self) -> usize {
         self.live.len()
+    }
+
+    /// Shrinks the tag space to `bits` bits (tests: exhaustion without 2^18 signals).
+    #[cfg(test)]
+    pub(crate) fn shrink(&mut self, bits: u32) {
+        self.per_pe = 1u64 << bits;
+        self.next = 0;
     }
 }
 

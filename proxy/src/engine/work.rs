@@ -297,7 +297,8 @@ pub(super) struct RingState {
     pub cons: Option<Consumer>,
     pub done: Completions,
     /// Operations taken out of the ring while the proxy waited for its GPU (see
-    /// [`stash_rings`]), each with its sequence number: the next drain takes them first.
+    /// [`stash_rings`]) or that wait for a tag (and the ring's operations after those), each
+    /// with its sequence number: the next drain takes them first.
     pub stash: VecDeque<Stashed>,
 }
 
@@ -320,6 +321,19 @@ pub(super) struct Stashed {
     pub n: u8,
 }
 
+impl Stashed {
+    /// Operation `seq`'s slots.
+    pub(super) fn new(seq: u64, slots: &[RawSlot]) -> Self {
+        let mut s = Stashed {
+            seq,
+            slots: [RawSlot::default(); MAX_SLOTS as usize],
+            n: slots.len().min(MAX_SLOTS as usize) as u8,
+        };
+        s.slots[..s.n as usize].copy_from_slice(&slots[..s.n as usize]);
+        s
+    }
+}
+
 /// Copies new operations out of every ring not being drained now (up to `batch` each) into its
 /// stash, freeing their slots: called while the proxy waits for its GPU, whose blocks may be
 /// waiting for that ring space. Order is kept: a ring's stash is taken before its slots.
@@ -332,13 +346,7 @@ pub(super) fn stash_rings(rings: &mut [RingState], batch: usize) {
         // An error (a bad slot) is left where it is: the next drain meets it and reports it.
         let _ = cons.poll(batch, |idx, slots| {
             let seq = done.push(idx + slots.len() as u64);
-            let mut s = Stashed {
-                seq,
-                slots: [RawSlot::default(); MAX_SLOTS as usize],
-                n: slots.len().min(MAX_SLOTS as usize) as u8,
-            };
-            s.slots[..s.n as usize].copy_from_slice(&slots[..s.n as usize]);
-            stash.push_back(s);
+            stash.push_back(Stashed::new(seq, slots));
         });
     }
 }

@@ -27,6 +27,7 @@ const HEAP: usize = 1 << 20;
 mod counted;
 mod stash;
 mod strong;
+mod tags;
 
 /// PEs with their engines, rings and heaps, on one in-process fabric.
 struct World {
