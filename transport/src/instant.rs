@@ -34,6 +34,7 @@ impl InstantTransport {
             max_outstanding: 1 << 16,
             manual_progress: false,
             rails: 1,
+            stripe_min: usize::MAX,
         };
         Self {
             me,

@@ -145,6 +145,10 @@ pub struct Caps {
     pub manual_progress: bool,
     /// Endpoints striped per PE.
     pub rails: usize,
+    /// Writes and reads of at least this many bytes without remote CQ data are striped over
+    /// the rails by the transport; a caller that wants a write with CQ data spread the same
+    /// way cuts it into this many parts itself (each part's data arrives whole, on one rail).
+    pub stripe_min: usize,
 }
 
 impl Caps {
@@ -293,6 +297,12 @@ pub trait Transport: Send {
     fn wait(&mut self, timeout: std::time::Duration) -> bool {
         std::thread::sleep(timeout);
         false
+    }
+
+    /// Bytes written and read through each rail so far (the proxy trace reports them, to
+    /// show how traffic spreads over a PE's NICs); empty where the transport does not count.
+    fn rail_bytes(&self) -> Vec<u64> {
+        Vec::new()
     }
 }
 
@@ -463,6 +473,7 @@ mod tests {
             max_outstanding: 64,
             manual_progress: false,
             rails: 1,
+            stripe_min: usize::MAX,
         }
     }
 

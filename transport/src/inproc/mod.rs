@@ -195,6 +195,7 @@ impl InProcFabric {
             max_outstanding: cfg.max_outstanding,
             manual_progress: true,
             rails: 1,
+            stripe_min: usize::MAX,
         };
         InProcTransport {
             fabric: self.clone(),

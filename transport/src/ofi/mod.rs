@@ -201,6 +201,8 @@ struct Rail {
     ep_bind: bool,
     peers: Vec<sys::fi_addr_t>,
     next_key: u64,
+    /// Bytes of writes and reads posted on this rail.
+    bytes: u64,
 }
 
 // SAFETY: a Rail is used by one thread at a time (the transport is Send, not Sync); its raw

@@ -211,6 +211,7 @@ impl OfiTransport {
             max_outstanding: cfg.max_outstanding,
             manual_progress: i.domain_attr().data_progress == sys::fi_progress_FI_PROGRESS_MANUAL,
             rails: cfg.rails,
+            stripe_min: cfg.stripe_min,
         }
     }
 }
@@ -271,6 +272,7 @@ impl Rail {
             ep_bind,
             peers: Vec::new(),
             next_key: 2,
+            bytes: 0,
         })
     }
 }

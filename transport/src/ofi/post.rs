@@ -201,7 +201,9 @@ impl OfiTransport {
         if rc == -(sys::FI_EAGAIN as isize) {
             return Ok(false);
         }
-        check(rc, if write { "fi_writemsg" } else { "fi_readmsg" }).map(|_| true)
+        check(rc, if write { "fi_writemsg" } else { "fi_readmsg" })?;
+        self.rails[rail].bytes += len as u64;
+        Ok(true)
     }
 
     /// Posts a write or read, striped over the rails when long enough.
@@ -232,9 +234,10 @@ impl OfiTransport {
         };
         // A write with remote CQ data is whole on one rail; such writes take turns over the
         // rails (each is self-describing at the target), so a stream of them uses every rail.
-        let home = if data.is_some() && nrails > 1 {
-            self.next_data_rail = (self.next_data_rail + 1) % nrails;
-            self.next_data_rail
+        // The turn passes only once the write went (below): a retried write keeps its rail.
+        let turns = data.is_some() && nrails > 1;
+        let home = if turns {
+            (self.next_data_rail + 1) % nrails
         } else {
             self.home_rail(pe)
         };
@@ -244,7 +247,12 @@ impl OfiTransport {
             // The common case, without the striping arithmetic.
             // SAFETY: forwarded from the caller.
             return match unsafe { self.post_rma(home, slot, write, pe, local, remote, len, data) } {
-                Ok(true) => Ok(()),
+                Ok(true) => {
+                    if turns {
+                        self.next_data_rail = home;
+                    }
+                    Ok(())
+                }
                 Ok(false) => {
                     self.ops.remove(slot);
                     Err(PostError::Retry)

@@ -327,6 +327,10 @@ impl Transport for OfiTransport {
         Ok(count)
     }
 
+    fn rail_bytes(&self) -> Vec<u64> {
+        self.rails.iter().map(|r| r.bytes).collect()
+    }
+
     /// Blocks on the rails' CQ wait descriptors (poll(2)) when every rail has one and
     /// `fi_trywait` says nothing is pending; otherwise sleeps. Incoming traffic makes the
     /// descriptor readable, so a target wakes at once; the next poll then progresses it.

@@ -93,6 +93,7 @@ impl SimTransport {
             max_outstanding: 4096,
             manual_progress: false,
             rails: 1,
+            stripe_min: usize::MAX,
         };
         Ok(Self {
             me,
