@@ -5,7 +5,9 @@
 //! - `path.<thread>.json`: Chrome-trace JSON (opens in Perfetto or chrome://tracing): one async
 //!   slice per operation from arrival to finish, an instant at each post;
 //! - `path.<thread>.summary.json`: operations and messages (posts) per kind, bytes, the time
-//!   the thread spent in turns that did work (in all and per message), and the medians and
+//!   the thread spent in turns that did work (in all and per message), the gates and holds that
+//!   waited for completions (`gates`, `holds`: ordering by a round trip), the bytes each rail
+//!   of the transport carried (`rail_bytes`, where it counts them), and the medians and
 //!   99th percentiles of ring → first post, first post → finish and arrival → finish.
 //!
 //! Recording an event is a push into a vector: timestamps come from at most one clock read per
@@ -124,6 +126,11 @@ pub struct Trace {
     turn_start: Option<u64>,
     /// Nanoseconds per [`Cost`], over every turn.
     cost_ns: [u64; COSTS.len()],
+    /// Gates and holds that waited for completions (a round trip each).
+    gates: u64,
+    holds: u64,
+    /// Bytes per rail of the transport, when it counts them (set before writing).
+    rail_bytes: Vec<u64>,
 }
 
 impl Trace {
@@ -140,6 +147,24 @@ impl Trace {
             stale: true,
             turn_start: None,
             cost_ns: [0; COSTS.len()],
+            gates: 0,
+            holds: 0,
+            rail_bytes: Vec::new(),
+        }
+    }
+
+    /// The bytes each rail of the transport carried, for the summary.
+    pub fn set_rail_bytes(&mut self, bytes: Vec<u64>) {
+        self.rail_bytes = bytes;
+    }
+
+    /// A gate (or, `hold`, a counted signal set aside) waits for the completions before it:
+    /// ordering by a round trip, which the tagged signal mode avoids.
+    pub fn gated(&mut self, hold: bool) {
+        if hold {
+            self.holds += 1;
+        } else {
+            self.gates += 1;
         }
     }
 
@@ -349,13 +374,17 @@ impl Trace {
         let mut s = format!(
             "{{\"pe\":{pe},\"thread\":\"{thread}\",\"operations\":{},\"messages\":{messages},\
              \"bytes\":{},\"unfinished\":{unfinished},\"events_dropped\":{},\"span_us\":{:.3},\
-             \"busy_us\":{:.3},\"busy_us_per_message\":{:.4},",
+             \"busy_us\":{:.3},\"busy_us_per_message\":{:.4},\"gates\":{},\"holds\":{},\
+             \"rail_bytes\":{:?},",
             ops.len(),
             per_kind.iter().map(|k| k.2).sum::<u64>(),
             self.dropped,
             span as f64 / 1000.0,
             self.busy_ns as f64 / 1000.0,
-            self.busy_ns as f64 / 1000.0 / messages.max(1) as f64
+            self.busy_ns as f64 / 1000.0 / messages.max(1) as f64,
+            self.gates,
+            self.holds,
+            self.rail_bytes
         );
         s.push_str("\"per_kind\":{");
         let mut first = true;

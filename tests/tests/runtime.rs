@@ -317,6 +317,60 @@ fn a_timed_out_put_stops_the_proxies_before_returning() {
     assert!(f["msg"].contains("PSHMEM_OP_TIMEOUT"), "{r}");
 }
 
+/// Four rails over tcp (unordered, so tagged signals): 5 large puts, and 5 puts with signal
+/// from the heap whose writes carry a tag (remote CQ data, never striped by the transport, so
+/// the proxy cuts them into a part per rail; whole, 5 writes could not share 4 rails evenly),
+/// spread their bytes over the rails within 10 % (the trace's `rail_bytes`), and no signal
+/// waited for a completion (`gates`, `holds`).
+#[test]
+fn large_puts_spread_over_every_rail() {
+    for signal in [false, true] {
+        let dir =
+            std::env::temp_dir().join(format!("pshmem-rails-{}-{signal}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let prefix = dir.join("t");
+        let mut env = proxied("tcp");
+        env.push(("PSHMEM_TRACE", prefix.to_str().unwrap()));
+        env.push(("PSHMEM_RAILS", "4"));
+        let mut args = vec!["rt-trace", "--count", "5", "--size", "4194304"];
+        if signal {
+            args.push("--signal");
+        }
+        let res = job(2, &args, &env).launch().wait();
+        for r in &res {
+            assert!(r.ok(), "{r}");
+        }
+        let p = dir.join("t.pshmem-proxy-0.0.summary.json");
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let sum: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let rails: Vec<u64> = sum["rail_bytes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no rail_bytes: {sum}"))
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(rails.len(), 4, "{sum}");
+        let mean = rails.iter().sum::<u64>() as f64 / 4.0;
+        assert!(
+            mean >= (5 << 22) as f64 / 4.0,
+            "every byte counted: {rails:?}"
+        );
+        for b in &rails {
+            let off = (*b as f64 - mean).abs() / mean;
+            assert!(
+                off <= 0.10,
+                "signal {signal}: rails {rails:?} off the mean by {off:.3}"
+            );
+        }
+        assert_eq!(
+            (&sum["gates"], &sum["holds"]),
+            (&0.into(), &0.into()),
+            "{sum}"
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
+
 /// `PSHMEM_TRACE`: PE 0's proxy thread writes a Chrome trace and a summary that account for
 /// exactly the puts and `p`s it was given, each operation begun and ended once.
 #[test]

@@ -13,7 +13,7 @@ use super::{
     initiator::Initiator,
     io::Io,
     tags::{Round, Tag},
-    work::{Dir, Issued, MAX_PART, OpRef, Stashed, Work, Xfer},
+    work::{Dir, Issued, OpRef, Stashed, Work, Xfer, part_max},
 };
 
 /// Why an operation that needs a tag got none.
@@ -398,7 +398,7 @@ impl Initiator {
         // One part, whose completion needs nothing done: a heap-to-heap RMA of at most one
         // part, or a put whose source is copied at post.
         let single = !self.staged
-            && len <= MAX_PART
+            && len <= part_max(&io.link.caps, dir, len, tag.is_some())
             && match (local, dir) {
                 (Local::Heap(_), _) => true,
                 (Local::Raw(_), Dir::Put) => len as usize <= io.staging.inject,
@@ -559,6 +559,14 @@ impl Initiator {
                 self.finish_issuing(io.tracer, &w);
                 return;
             }
+        }
+        match w {
+            Work::Gate => self.gated.gates += 1,
+            Work::Hold => self.gated.holds += 1,
+            _ => {}
+        }
+        if matches!(w, Work::Gate | Work::Hold) {
+            io.tracer.gated(matches!(w, Work::Hold));
         }
         let q = self.peers[pe].queue(ring);
         q.work.push_back(w);

@@ -44,6 +44,19 @@ pub(super) struct Initiator {
     pub batch: usize,
     pub me: Pe,
     pub n: usize,
+    /// Round trips taken for ordering: gates and holds that had to wait for completions.
+    pub gated: Gated,
+}
+
+/// Ordering that waited for completions (a round trip each): what the tagged mode exists to
+/// avoid, counted for the trace and the tests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Gated {
+    /// [`super::work::Work::Gate`]s (a signal or what follows a fence waited for everything
+    /// before it to that PE).
+    pub gates: u64,
+    /// [`super::work::Work::Hold`]s (a counted signal waited aside).
+    pub holds: u64,
 }
 
 impl Initiator {
@@ -73,6 +86,7 @@ impl Initiator {
             batch: cfg.batch,
             me,
             n,
+            gated: Gated::default(),
         }
     }
 

@@ -120,6 +120,14 @@ impl Tracer {
         self.clock()
     }
 
+    /// A gate (or, `hold`, a counted signal set aside) waits for completions.
+    #[inline]
+    pub(super) fn gated(&mut self, hold: bool) {
+        if let Some(t) = &mut self.0 {
+            t.gated(hold);
+        }
+    }
+
     #[inline]
     pub(super) fn arrive(&mut self, ring: RingId, seq: u64, d: &Desc) {
         if let Some(t) = &mut self.0 {
@@ -155,9 +163,11 @@ impl Tracer {
         }
     }
 
-    /// Writes the trace of thread `thread` of PE `me`, if one was taken.
-    pub(super) fn write(&self, me: Pe) {
-        let Some(t) = &self.0 else { return };
+    /// Writes the trace of thread `thread` of PE `me`, if one was taken, with the bytes each
+    /// rail of its transport carried.
+    pub(super) fn write(&mut self, me: Pe, rail_bytes: Vec<u64>) {
+        let Some(t) = &mut self.0 else { return };
+        t.set_rail_bytes(rail_bytes);
         let thread = std::thread::current()
             .name()
             .unwrap_or("pshmem-proxy")

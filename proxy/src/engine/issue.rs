@@ -11,7 +11,7 @@ use super::{
     initiator::Initiator,
     io::{Io, Tracer},
     tags::Tag,
-    work::{Dir, Issued, MAX_PART, OpRef, Part, Post, Posted, Staging, Work, Xfer},
+    work::{Dir, Issued, OpRef, Part, Post, Posted, Staging, Work, Xfer, part_max},
 };
 use crate::wire::{self, Request, RequestKind};
 
@@ -241,7 +241,8 @@ impl Initiator {
                     mr: io.link.region_mr,
                     offset: (off + x.issued) as usize,
                 };
-                Some((lref, left.min(MAX_PART), Posted::Rma))
+                let most = part_max(&io.link.caps, x.dir, x.len, x.tag.is_some());
+                Some((lref, left.min(most), Posted::Rma))
             }
             Local::Raw(addr) => {
                 let st = &mut *io.staging;

@@ -227,8 +227,9 @@ impl Engine {
     }
 
     /// Writes the trace, if one was asked for (when the thread ends).
-    pub(crate) fn write_trace(&self) {
-        self.tracer.write(self.link.me);
+    pub(crate) fn write_trace(&mut self) {
+        let rails = self.link.t.rail_bytes();
+        self.tracer.write(self.link.me, rails);
     }
 
     /// The signal mode of this transport, or why the engine cannot run on it.

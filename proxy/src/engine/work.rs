@@ -19,6 +19,19 @@ use crate::{ProxyConfig, ProxyError, wire::Request};
 /// Largest single write or read the proxy posts from the heap (bigger ones are split).
 pub(super) const MAX_PART: u64 = 16 << 20;
 
+/// The most bytes of one RMA part of a transfer of `len` bytes. A tagged put (its writes
+/// carry remote CQ data, which the transport never stripes, since the data must arrive once
+/// after all the bytes) of at least the transport's striping size is cut into a part per
+/// rail: the transport sends such writes over the rails in turn, so the put spreads over
+/// every NIC like an untagged one, and the target counts each part's arrival.
+pub(super) fn part_max(caps: &pshmem_transport::Caps, dir: Dir, len: u64, tagged: bool) -> u64 {
+    if tagged && dir == Dir::Put && caps.rails > 1 && len >= caps.stripe_min as u64 {
+        len.div_ceil(caps.rails as u64).min(MAX_PART)
+    } else {
+        MAX_PART
+    }
+}
+
 /// One value per PE of the job, indexed by [`Pe`] (so that no phase converts a PE to an index).
 #[derive(Debug, Clone)]
 pub(super) struct PeVec<T>(Box<[T]>);

@@ -99,3 +99,74 @@ fn tags_only_the_waiting_ring_could_free_fail_the_job() {
         assert!(f.detail.contains("no tag can come back"), "{}", f.detail);
     }
 }
+
+/// Puts with signal, counted puts with their counted signal and plain signals take no round
+/// trip for ordering on a tagged fabric (8 or 4 bytes of CQ data): no gate and no hold waits
+/// (the count the trace reports as `gates` and `holds`); without CQ data they do.
+#[test]
+fn tagged_signals_wait_for_no_completion() {
+    for (mode, fab) in modes(3) {
+        let mut w = World::new(2, fab, cfg());
+        for i in 0..8u64 {
+            let at = 4096 + 4096 * i;
+            w.push(
+                0,
+                Desc::PutSignal {
+                    pe: Pe::new(1),
+                    remote: at,
+                    local: Local::Heap(256 * 1024 + at),
+                    len: 2048,
+                    sig: 512 * 1024 + 8 * i,
+                    value: 1,
+                    op: SignalOp::Add,
+                },
+            );
+            w.push(
+                0,
+                Desc::PutCounted {
+                    pe: Pe::new(1),
+                    remote: at + 2048,
+                    local: Local::Heap(256 * 1024 + at),
+                    len: 1024,
+                    sig: 600 * 1024,
+                },
+            );
+            w.push(
+                0,
+                Desc::Signal {
+                    pe: Pe::new(1),
+                    remote: 640 * 1024 + 8 * i,
+                    value: 7,
+                    op: SignalOp::Set,
+                },
+            );
+        }
+        let last = w.push(
+            0,
+            Desc::SignalCounted {
+                pe: Pe::new(1),
+                remote: 600 * 1024,
+                value: (-9i64) as u64,
+                op: SignalOp::Set,
+            },
+        );
+        w.run(|w| w.completed(0) >= last, |_| {});
+        assert_eq!(
+            w.word(1, 600 * 1024),
+            (-9i64) as u64,
+            "{mode:?}: the counted signal"
+        );
+        assert_eq!(
+            w.word(1, 512 * 1024 + 8 * 7),
+            1,
+            "{mode:?}: the last put's signal"
+        );
+        let g = w.engines[0].init.gated;
+        match mode {
+            SignalMode::Tagged | SignalMode::Ordered => {
+                assert_eq!((g.gates, g.holds), (0, 0), "{mode:?}: a round trip")
+            }
+            SignalMode::Gated => assert!(g.gates + g.holds > 0, "{mode:?}: {g:?}"),
+        }
+    }
+}

@@ -158,12 +158,15 @@ enum Cmd {
         how: String,
     },
     /// Runtime: PE 0 makes `count` blocking puts of `size` bytes and `count` 8-byte `p`s to PE
-    /// 1, then quiet (traffic of known shape for the proxy trace's test).
+    /// 1, then quiet (traffic of known shape for the proxy trace's test); with `--signal`,
+    /// `count` puts with signal instead, which PE 1 waits for.
     RtTrace {
         #[arg(long, default_value_t = 50)]
         count: usize,
         #[arg(long, default_value_t = 100000)]
         size: usize,
+        #[arg(long)]
+        signal: bool,
     },
     /// Runtime: put then signal without a fence, counting signals seen before their data.
     RtUnordered {
@@ -299,7 +302,11 @@ fn run_runtime(cmd: &Cmd, bs: Bootstrap) -> ExitCode {
         }
         Cmd::RtUnordered { rounds, size } => verify(runtime::unordered(&s, *rounds, *size)),
         Cmd::RtByAddr => verify(by_addr::run(&s)),
-        Cmd::RtTrace { count, size } => runtime::traffic(&s, *count, *size)
+        Cmd::RtTrace {
+            count,
+            size,
+            signal,
+        } => runtime::traffic(&s, *count, *size, *signal)
             .err()
             .map(|e| runtime::report(&e)),
         Cmd::RtColl { big } => verify(coll::run(&s, *big)),
