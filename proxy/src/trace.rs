@@ -109,6 +109,24 @@ const COSTS: [&str; 8] = [
     "transport_post",
 ];
 
+/// `"per_kind":{...}`: operations, messages and bytes of each kind that occurred.
+fn per_kind_json(s: &mut String, per_kind: &[(u64, u64, u64); KINDS.len()]) {
+    s.push_str("\"per_kind\":{");
+    let mut first = true;
+    for (i, k) in per_kind.iter().enumerate().filter(|(_, k)| k.0 > 0) {
+        if !first {
+            s.push(',');
+        }
+        first = false;
+        let _ = write!(
+            s,
+            "\"{}\":{{\"operations\":{},\"messages\":{},\"bytes\":{}}}",
+            KINDS[i], k.0, k.1, k.2
+        );
+    }
+    s.push('}');
+}
+
 /// One proxy thread's trace.
 #[derive(Debug)]
 pub struct Trace {
@@ -386,20 +404,8 @@ impl Trace {
             self.holds,
             self.rail_bytes
         );
-        s.push_str("\"per_kind\":{");
-        let mut first = true;
-        for (i, k) in per_kind.iter().enumerate().filter(|(_, k)| k.0 > 0) {
-            if !first {
-                s.push(',');
-            }
-            first = false;
-            let _ = write!(
-                s,
-                "\"{}\":{{\"operations\":{},\"messages\":{},\"bytes\":{}}}",
-                KINDS[i], k.0, k.1, k.2
-            );
-        }
-        s.push_str("},\"cost_us\":{");
+        per_kind_json(&mut s, &per_kind);
+        s.push_str(",\"cost_us\":{");
         for (i, name) in COSTS.iter().enumerate() {
             let sep = if i + 1 < COSTS.len() { "," } else { "" };
             let _ = write!(s, "\"{name}\":{:.3}{sep}", self.cost_ns[i] as f64 / 1000.0);

@@ -13,6 +13,7 @@ mod by_addr;
 mod coll;
 mod runtime;
 mod snoop;
+mod traffic;
 mod transport;
 use pshmem_bootstrap::{Bootstrap, BootstrapError, UniqueId};
 use pshmem_tests::{epoch_ms, pattern};
@@ -306,7 +307,7 @@ fn run_runtime(cmd: &Cmd, bs: Bootstrap) -> ExitCode {
             count,
             size,
             signal,
-        } => runtime::traffic(&s, *count, *size, *signal)
+        } => traffic::traffic(&s, *count, *size, *signal)
             .err()
             .map(|e| runtime::report(&e)),
         Cmd::RtColl { big } => verify(coll::run(&s, *big)),

@@ -813,41 +813,6 @@ pub fn late(s: &Pshmem, late: &[usize], how: &str) -> Result<(), Error> {
     r
 }
 
-/// PE 0: `count` blocking puts of `size` bytes and `count` 8-byte `p`s to PE 1, then quiet.
-pub fn traffic(s: &Pshmem, count: usize, size: usize, signal: bool) -> Result<(), Error> {
-    let buf = s.malloc(size + 8)?;
-    let src = s.malloc(size)?;
-    let data = vec![3u8; size];
-    s.local_copy_in(src, &data)?;
-    s.barrier_all()?;
-    match (s.my_pe(), signal) {
-        (0, false) => {
-            for i in 0..count {
-                s.put(buf, &data, 1)?;
-                s.p(buf + size, i as u64, 1)?;
-            }
-            s.quiet()?;
-        }
-        (0, true) => {
-            // From the heap: one RMA write per part (a raw source would go through 1 MiB
-            // staging chunks).
-            for _ in 0..count {
-                s.put_signal_nbi_sym(buf, src, size, buf + size, 1, SignalOp::Add, 1)?;
-            }
-            s.quiet()?;
-        }
-        (1, true) => {
-            s.signal_wait_until(buf + size, Cmp::Ge, count as u64)?;
-            let mut got = vec![0u8; size];
-            s.local_copy_out(buf, &mut got)?;
-            // A test binary: a wrong byte ends the rank, which the test sees.
-            assert!(got == data, "PE 1: the signalled put's data differs");
-        }
-        _ => {}
-    }
-    s.barrier_all()
-}
-
 /// Ordering negative control: a plain put followed by a signal with no fence, and two `p`s with
 /// no fence, on a fabric that reorders. Counts the rounds where the signal was seen before all
 /// of its data, and the flag before the data; the sim test expects some of each, which shows
