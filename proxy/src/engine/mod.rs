@@ -106,6 +106,23 @@ impl SignalMode {
     }
 }
 
+/// Says once per process that this unordered transport has no remote CQ data, so ordering
+/// costs a round trip: the fallback is correct but slow, and the user should know.
+fn warn_gated(caps: &Caps) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| tracing::warn!("{}", gated_warning(caps)));
+}
+
+/// The text of [`warn_gated`].
+fn gated_warning(caps: &Caps) -> String {
+    format!(
+        "{} delivers out of order and offers no remote CQ data: every put-with-signal, counted \
+         signal and fence through the proxy waits for the completion of the data before it (a \
+         round trip each) instead of being counted at the target",
+        caps.name
+    )
+}
+
 /// The proxy's state, owned by its thread.
 pub struct Engine {
     // Drop order: the link first (its transport may still read the staging buffer and the
@@ -154,6 +171,9 @@ impl Engine {
             caps.cq_data_size,
             cfg.strong_signals
         );
+        if mode == SignalMode::Gated && !host_staged {
+            warn_gated(&caps);
+        }
         let mut staging = Staging::register(s.transport.as_mut(), &cfg, &caps, host_staged, me)?;
         let mut device = s.device.take().map(DeviceHeap::new);
         let mut landing = None;

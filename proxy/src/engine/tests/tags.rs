@@ -170,3 +170,18 @@ fn tagged_signals_wait_for_no_completion() {
         }
     }
 }
+
+/// A fabric without remote CQ data runs gated, and the warning it gets (once per process)
+/// names the fabric and the cost.
+#[test]
+fn the_gated_fallback_says_what_it_costs() {
+    let (mode, fab) = modes(1)[2].clone();
+    let w = World::new(2, fab, cfg());
+    assert_eq!(
+        (mode, w.engines[0].init.mode),
+        (SignalMode::Gated, SignalMode::Gated)
+    );
+    let text = super::super::gated_warning(w.engines[0].link.t.caps());
+    assert!(text.contains(&w.engines[0].link.caps.name), "{text}");
+    assert!(text.contains("round trip"), "{text}");
+}
