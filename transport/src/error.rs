@@ -15,10 +15,14 @@ pub enum TransportError {
         text: String,
     },
     /// An operation completed with an error (read from the completion queue).
-    #[error("{op} to PE {pe} failed: {text} (error {code}, provider error {prov_errno})")]
+    #[error(
+        "{op} to PE {pe} failed on rail {rail}: {text} (error {code}, provider error {prov_errno})"
+    )]
     Completion {
         /// The peer.
         pe: crate::Pe,
+        /// The rail (endpoint, NIC) that reported it (0 where the transport has one).
+        rail: usize,
         /// The operation.
         op: &'static str,
         /// libfabric error code.

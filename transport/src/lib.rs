@@ -477,6 +477,22 @@ mod tests {
         }
     }
 
+    /// A failing NIC among several is named: the error says the PE and the rail.
+    #[test]
+    fn a_failed_completion_names_its_pe_and_rail() {
+        let e = TransportError::Completion {
+            pe: Pe::new(3),
+            rail: 2,
+            op: "write",
+            code: 5,
+            prov_errno: 0,
+            text: "remote access error".into(),
+        };
+        let text = e.to_string();
+        assert!(text.contains("PE 3") && text.contains("rail 2"), "{text}");
+        assert_eq!(e.pe(), Some(Pe::new(3)));
+    }
+
     #[test]
     fn remote_cq_data_must_fit_its_width() {
         assert!(matches!(

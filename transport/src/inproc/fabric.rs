@@ -46,6 +46,7 @@ impl Fabric {
         let outcome = if f.fail {
             Err(TransportError::Completion {
                 pe: f.to,
+                rail: 0,
                 op: "in-process flight",
                 code: 5,
                 prov_errno: 0,

@@ -12,10 +12,11 @@ use super::{
 use crate::{Event, Pe, Result, TransportError};
 
 impl OfiTransport {
-    /// The error of a failed completion of an operation of `kind` to `pe`: the peer lost when
-    /// the provider says its connection is gone (the runtime then tells the whole job, which
-    /// may not have seen the death yet), else the completion's own codes.
-    fn completion_error(&self, pe: Pe, kind: OpKind, ce: CqError) -> TransportError {
+    /// The error of a failed completion of an operation of `kind` to `pe` on `rail`: the peer
+    /// lost when the provider says its connection is gone (the runtime then tells the whole
+    /// job, which may not have seen the death yet), else the completion's own codes, naming the
+    /// rail (a failing NIC among several).
+    fn completion_error(&self, pe: Pe, rail: usize, kind: OpKind, ce: CqError) -> TransportError {
         let text = if ce.text.is_empty() {
             strerror(ce.err)
         } else {
@@ -26,13 +27,14 @@ impl OfiTransport {
                 pe,
                 op: kind.name(),
                 reason: format!(
-                    "{text} (error {}, provider error {})",
+                    "{text} on rail {rail} (error {}, provider error {})",
                     ce.err, ce.prov_errno
                 ),
             };
         }
         TransportError::Completion {
             pe,
+            rail,
             op: kind.name(),
             code: ce.err,
             prov_errno: ce.prov_errno,
@@ -139,7 +141,7 @@ impl OfiTransport {
                             Some(rec) => (rec.pe, rec.kind),
                             None => (Pe::new(u32::MAX), OpKind::Write),
                         };
-                        let error = self.completion_error(pe, kind, ce);
+                        let error = self.completion_error(pe, r, kind, ce);
                         self.finish_part(i as u32, Some(error), on_event);
                     }
                     None => {

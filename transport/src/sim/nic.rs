@@ -252,6 +252,7 @@ pub(super) fn answers(
                 p.ctx,
                 TransportError::Completion {
                     pe,
+                    rail: 0,
                     op: p.op,
                     code: 0,
                     prov_errno: 0,
