@@ -127,6 +127,15 @@ impl World {
     }
 
     /// Steps until `done` holds, checking `invariant` after every turn.
+    /// Steps every engine `turns` times, then the fault PE 0's job raised (the test fails if
+    /// none: a fault, not a hang).
+    fn fault_after(&mut self, turns: usize) -> crate::Fault {
+        for _ in 0..turns {
+            self.step();
+        }
+        self.health[0].fault().expect("a fault, not a hang")
+    }
+
     fn run(&mut self, mut done: impl FnMut(&World) -> bool, mut invariant: impl FnMut(&World)) {
         for _ in 0..20_000 {
             self.step();
@@ -521,10 +530,7 @@ fn a_failed_transfer_names_its_pe() {
             len: 4096,
         },
     );
-    for _ in 0..50 {
-        w.step();
-    }
-    let f = w.health[0].fault().expect("a fault");
+    let f = w.fault_after(50);
     assert_eq!((f.code, f.pe), (error::OP_FAILED, Some(2)), "{f:?}");
     assert!(f.detail.contains("PE 2"), "{}", f.detail);
     assert!(!f.detail.contains("Some("), "{}", f.detail);
@@ -551,10 +557,7 @@ fn a_refused_request_names_the_target() {
             result: 0,
         },
     );
-    for _ in 0..50 {
-        w.step();
-    }
-    let f = w.health[0].fault().expect("a fault");
+    let f = w.fault_after(50);
     assert_eq!((f.code, f.pe), (error::OP_FAILED, Some(1)), "{f:?}");
     assert!(f.detail.contains("refused"), "{}", f.detail);
 }
@@ -578,10 +581,7 @@ fn a_dead_peer_fails_what_goes_to_it() {
     assert_eq!(w.fabric.pending(), 1, "the p is on the wire");
     w.health[0].peer_dead(1, "killed by the test".into());
     w.fabric.hold(Pe::new(1), false);
-    for _ in 0..20 {
-        w.step();
-    }
-    let f = w.health[0].fault().expect("a fault");
+    let f = w.fault_after(20);
     assert_eq!((f.code, f.pe), (error::PEER_DEAD, Some(1)), "{f:?}");
     assert_eq!(w.word(1, 64), 0, "nothing reached the dead peer");
     assert!(w.engines[0].faults.failed, "the lost p failed the engine");

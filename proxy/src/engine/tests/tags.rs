@@ -91,10 +91,7 @@ fn tags_only_the_waiting_ring_could_free_fail_the_job() {
                 },
             );
         }
-        for _ in 0..200 {
-            w.step();
-        }
-        let f = w.health[0].fault().expect("a fault, not a hang");
+        let f = w.fault_after(200);
         assert_eq!((f.code, f.pe), (error::OP_FAILED, Some(1)), "{f:?}");
         assert!(f.detail.contains("no tag can come back"), "{}", f.detail);
     }
