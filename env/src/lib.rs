@@ -115,6 +115,8 @@ vars! {
         "Simulated fabric: extra delivery delay per operation in microseconds (random up to this value).");
     SIM_BANDWIDTH_GBPS = ("PSHMEM_SIM_BANDWIDTH_GBPS", "0", Kind::Number, between(0.0, 100000.0), "transport",
         "Simulated fabric: modelled link bandwidth in GB/s (0 = unlimited).");
+    SIM_DUPLICATE = ("PSHMEM_SIM_DUPLICATE", "0", Kind::Number, between(0.0, 1.0), "transport",
+        "Simulated fabric: probability that a local completion is reported twice (fault injection: the proxy must ignore the second; 0 = never).");
     SIM_PROFILE = ("PSHMEM_SIM_PROFILE", "", Kind::Choice(&["", "efa"]), ANY, "transport",
         "Capabilities of the simulated fabric: default, or efa (EFA's: 4-byte remote CQ data (the immediate), 32-byte inject, 8 KiB sends; unordered unless PSHMEM_SIM_REORDER=0).");
     SYMMETRIC_SIZE = ("PSHMEM_SYMMETRIC_SIZE", "1073741824", Kind::Size, between(65536.0, 17592186044416.0), "runtime",
@@ -154,7 +156,7 @@ vars! {
     STAGING_BUFFERS = ("PSHMEM_STAGING_BUFFERS", "8", Kind::Count, between(1.0, 1024.0), "proxy",
         "Staging chunks per proxy thread (the pipelining depth of staged transfers).");
     RAILS = ("PSHMEM_RAILS", "", Kind::Count, between(1.0, 32.0), "transport",
-        "Endpoints (rails) per PE; default: the NICs chosen by topology, at least 1.");
+        "Endpoints (rails) per PE; default: the NICs chosen by topology, at least 1. The simulated fabric opens this many NICs per PE (default 1).");
     TOPOLOGY_XML = ("PSHMEM_TOPOLOGY_XML", "", Kind::Path, ANY, "topology",
         "Read the hwloc topology from this XML file instead of the running machine.");
     CUDA_DEVICE = ("PSHMEM_CUDA_DEVICE", "", Kind::Count, between(0.0, 1023.0), "runtime",

@@ -74,6 +74,27 @@ fn tcp_rails_stripe_large_transfers() {
     assert_eq!(count_ok(&res, "OK rma"), 18);
 }
 
+/// Three simulated NICs, reordering and delaying: large writes and reads striped over every
+/// rail and small ones whole give the same bytes as one rail (`tp-rma` checks each size).
+#[test]
+fn sim_rails_stripe_large_transfers() {
+    let res = run(
+        2,
+        &[
+            "tp-rma",
+            "--provider",
+            "sim",
+            "--rails",
+            "3",
+            "--delay-us",
+            "50",
+            "--sizes",
+            SIZES,
+        ],
+    );
+    assert_eq!(count_ok(&res, "OK rma"), 18);
+}
+
 fn oob(prov: &str) -> Vec<RankResult> {
     let res = run(2, &["tp-oob", "--provider", prov]);
     assert_eq!(count_ok(&res, "OK oob refused-at-post"), 2);

@@ -17,7 +17,8 @@ use std::{
 };
 
 use super::{
-    INSTANCE, Incoming, Kind, Msg, Pending, Shared, SimConfig, SimProfile, SimTransport, io_err,
+    Group, INSTANCE, Incoming, Kind, Msg, Pending, STRIPE_MIN, Shared, SimConfig, SimProfile,
+    SimTransport, io_err,
     nic::{acceptor, engine},
 };
 use crate::{Caps, Job, LocalRef, Pe, PostError, RemoteRef, Result, TransportError, check_bounds};
@@ -45,63 +46,41 @@ impl SimTransport {
             regions: RwLock::new(Vec::new()),
             events: Mutex::new(VecDeque::new()),
             pending: Mutex::new(HashMap::new()),
+            groups: Mutex::new(HashMap::new()),
             dead: Mutex::new(vec![None; n]),
             shutdown: AtomicBool::new(false),
+            duplicate: cfg.duplicate,
         });
-        let (tx, rx) = mpsc::channel::<Incoming>();
-        {
+        // One target engine per rail: each rail is a NIC with its own link.
+        let rails = cfg.rails.max(1);
+        let mut txs = Vec::with_capacity(rails);
+        for rail in 0..rails {
+            let (tx, rx) = mpsc::channel::<Incoming>();
             let shared = shared.clone();
             let cfg = cfg.clone();
             thread::Builder::new()
-                .name(format!("pshmem-sim-nic-{me}"))
+                .name(format!("pshmem-sim-nic-{me}.{rail}"))
                 .spawn(move || engine(shared, cfg, rx))
                 .map_err(io_err("sim: spawn"))?;
+            txs.push(tx);
         }
         {
             let shared = shared.clone();
             thread::Builder::new()
                 .name(format!("pshmem-sim-accept-{me}"))
-                .spawn(move || acceptor(shared, listener, tx))
+                .spawn(move || acceptor(shared, listener, txs))
                 .map_err(io_err("sim: spawn"))?;
         }
-        let efa = (cfg.profile == SimProfile::Efa).then_some(());
-        let caps = Caps {
-            fabric: format!(
-                "simulated fabric ({}{})",
-                if cfg.reorder { "unordered" } else { "ordered" },
-                if efa.is_some() { ", efa profile" } else { "" }
-            ),
-            name: format!(
-                "simulated fabric ({}{}, delay ≤ {:?}, {})",
-                if cfg.reorder { "unordered" } else { "ordered" },
-                if efa.is_some() { ", efa profile" } else { "" },
-                cfg.max_delay,
-                if cfg.bandwidth > 0.0 {
-                    format!("{:.1} GB/s", cfg.bandwidth / 1e9)
-                } else {
-                    "unlimited".into()
-                }
-            ),
-            ordered: !cfg.reorder,
-            delivery_complete: true,
-            gpu_memory: false,
-            dmabuf: false,
-            cq_data_size: efa.map_or(8, |_| 4),
-            inject_size: efa.map_or(64, |_| 32),
-            max_msg_size: 1 << 34,
-            max_send_size: efa.map_or(4096, |_| 8192),
-            max_outstanding: 4096,
-            manual_progress: false,
-            rails: 1,
-            stripe_min: usize::MAX,
-        };
+        let caps = sim_caps(&cfg);
         Ok(Self {
             me,
             n,
             caps,
             shared,
             name: unique.into_bytes(),
-            conns: (0..n).map(|_| None).collect(),
+            conns: (0..n).map(|_| Vec::new()).collect(),
+            next_data_rail: rails - 1,
+            rail_bytes: vec![0; rails],
             remotes: Vec::new(),
             next_id: 1,
             outstanding: Arc::new(AtomicU64::new(0)),
@@ -164,32 +143,72 @@ impl SimTransport {
         Ok(idx)
     }
 
-    pub(super) fn post(&mut self, pe: Pe, mut msg: Msg, p: Pending) -> Result<(), PostError> {
-        if self.outstanding.load(Ordering::Relaxed) >= self.caps.max_outstanding as u64 {
-            return Err(PostError::Retry);
+    /// The striped operations in flight.
+    fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Group>> {
+        self.shared.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// For an operation of `parts` stripes (more than one), a group that reports it once every
+    /// stripe answered, named by the id its first stripe will take; 0 for one part.
+    fn open_group(&mut self, parts: usize) -> u64 {
+        if parts < 2 {
+            return 0;
         }
+        let g = Group {
+            remaining: parts as u32,
+            failed: false,
+        };
+        self.groups().insert(self.next_id, g);
+        self.next_id
+    }
+
+    /// Whether `parts` more operations would pass the outstanding limit (back-pressure).
+    pub(super) fn full(&self, parts: usize) -> bool {
+        self.outstanding.load(Ordering::Relaxed) + parts as u64 > self.caps.max_outstanding as u64
+    }
+
+    /// The rail that traffic to `pe` takes when nothing else decides (as libfabric's).
+    pub(super) fn home_rail(&self, pe: Pe) -> usize {
+        pe.idx() % self.rail_bytes.len()
+    }
+
+    /// Sends `msg` to `pe` on rail `rail`, to be answered into `p` (the caller checked
+    /// [`Self::full`]).
+    pub(super) fn post(
+        &mut self,
+        pe: Pe,
+        rail: usize,
+        mut msg: Msg,
+        p: Pending,
+    ) -> Result<(), PostError> {
+        let Some(conn) = self.conns[pe.idx()].get_mut(rail) else {
+            return Err(TransportError::InvalidArgument {
+                op: p.op,
+                reason: "not connected (call establish first)".into(),
+            }
+            .into());
+        };
         let id = self.next_id;
         self.next_id += 1;
         msg.id = id;
+        let bytes = msg.len;
+        let wire = msg.encode();
         self.shared
             .pending
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, p);
         self.outstanding.fetch_add(1, Ordering::Relaxed);
-        let conn =
-            self.conns[pe.idx()]
-                .as_mut()
-                .ok_or_else(|| TransportError::InvalidArgument {
-                    op: p.op,
-                    reason: "not connected (call establish first)".into(),
-                })?;
-        if let Err(e) = conn.write_all(&msg.encode()) {
+        if let Err(e) = conn.write_all(&wire) {
             self.shared.lose(pe, &format!("connection lost: {e}"));
         }
+        self.rail_bytes[rail] += bytes;
         Ok(())
     }
 
+    /// A write (with remote CQ data when `kind` says so) or read of `len` bytes: striped over
+    /// every rail from [`STRIPE_MIN`] without CQ data, else whole on one rail — the home rail,
+    /// or for writes with CQ data the next in turn (each is self-describing at the target).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn rma(
         &mut self,
@@ -209,31 +228,95 @@ impl SimTransport {
         self.check_peer(pe, op)?;
         let addr = self.local(local, len, pe, op)?;
         let region = self.remote(remote, len, pe, op)?;
-        let payload = if kind == Kind::Read {
-            Vec::new()
+        let rails = self.rail_bytes.len();
+        let parts = if kind != Kind::WriteData && len >= self.caps.stripe_min {
+            rails
         } else {
-            // SAFETY: addr..addr+len lies in a registration the caller keeps valid (mr_reg).
-            unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec()
+            1
         };
-        let msg = Msg {
-            kind: kind as u8,
-            region,
-            offset: remote.offset,
-            len: len as u64,
-            data,
-            payload,
-            ..Msg::default()
+        if self.full(parts) {
+            return Err(PostError::Retry);
+        }
+        let home = if kind == Kind::WriteData {
+            self.next_data_rail = (self.next_data_rail + 1) % rails;
+            self.next_data_rail
+        } else {
+            self.home_rail(pe)
         };
-        let read_into = (kind == Kind::Read).then_some((addr, len));
-        self.post(
-            pe,
-            msg,
-            Pending {
+        let group = self.open_group(parts);
+        let chunk = len.div_ceil(parts);
+        for k in 0..parts {
+            let (off, this) = (k * chunk, chunk.min(len - k * chunk));
+            let payload = if kind == Kind::Read {
+                Vec::new()
+            } else {
+                // SAFETY: addr..addr+len lies in a registration the caller keeps valid
+                // (mr_reg), and off+this <= len.
+                unsafe { std::slice::from_raw_parts((addr + off) as *const u8, this) }.to_vec()
+            };
+            let msg = Msg {
+                kind: kind as u8,
+                region,
+                offset: remote.offset + off as u64,
+                len: this as u64,
+                data,
+                payload,
+                ..Msg::default()
+            };
+            let p = Pending {
                 ctx,
                 pe,
                 op,
-                read_into,
+                read_into: (kind == Kind::Read).then_some((addr + off, this)),
+                group,
+            };
+            if let Err(e) = self.post(pe, (home + k) % rails, msg, p) {
+                // Only before connecting, so on the first stripe: nothing else went.
+                self.groups().remove(&group);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the simulated fabric offers under `cfg`.
+fn sim_caps(cfg: &SimConfig) -> Caps {
+    let rails = cfg.rails.max(1);
+    let efa = (cfg.profile == SimProfile::Efa).then_some(());
+    Caps {
+        fabric: format!(
+            "simulated fabric ({}{})",
+            if cfg.reorder { "unordered" } else { "ordered" },
+            if efa.is_some() { ", efa profile" } else { "" }
+        ),
+        name: format!(
+            "simulated fabric ({}{}, delay ≤ {:?}, {}{})",
+            if cfg.reorder { "unordered" } else { "ordered" },
+            if efa.is_some() { ", efa profile" } else { "" },
+            cfg.max_delay,
+            if rails > 1 {
+                format!("{rails} rails of ")
+            } else {
+                String::new()
             },
-        )
+            if cfg.bandwidth > 0.0 {
+                format!("{:.1} GB/s", cfg.bandwidth / 1e9)
+            } else {
+                "unlimited".into()
+            }
+        ),
+        ordered: !cfg.reorder,
+        delivery_complete: true,
+        gpu_memory: false,
+        dmabuf: false,
+        cq_data_size: efa.map_or(8, |_| 4),
+        inject_size: efa.map_or(64, |_| 32),
+        max_msg_size: 1 << 34,
+        max_send_size: efa.map_or(4096, |_| 8192),
+        max_outstanding: 4096,
+        manual_progress: false,
+        rails,
+        stripe_min: if rails > 1 { STRIPE_MIN } else { usize::MAX },
     }
 }

@@ -12,6 +12,14 @@
 //!   EFA's SRD does and what put-with-signal and fence must survive.
 //! - **Delay and bandwidth model**: a random extra delay per request, and a serialising link
 //!   of the given bandwidth at each target, so that later work can simulate many PEs.
+//! - **Rails** (`rails`, from `PSHMEM_RAILS`): several NICs per PE, each with its own
+//!   connection to each peer and its own serialising link at the target; writes and reads of at
+//!   least [`STRIPE_MIN`] without remote CQ data are split over every rail, writes with CQ data
+//!   take turns, everything else goes on the destination's home rail (the libfabric
+//!   transport's rules). [`crate::Transport::rail_bytes`] counts the bytes per rail.
+//! - **Duplicated completions** (`duplicate`): a local completion reported twice, with the
+//!   given probability — what the proxy must ignore rather than count twice. Deliveries are
+//!   never duplicated: EFA's SRD and RC deliver exactly once.
 //! - **Lost peers**: a peer whose connection ends fails every outstanding operation to it with
 //!   [`TransportError::PeerLost`]; [`Transport::fail_peer`] does the same on request.
 //!
@@ -51,7 +59,15 @@ pub struct SimConfig {
     pub bandwidth: f64,
     /// Whose capabilities it offers.
     pub profile: SimProfile,
+    /// NICs (rails) per PE.
+    pub rails: usize,
+    /// Probability that a local completion is reported twice.
+    pub duplicate: f64,
 }
+
+/// Writes and reads of at least this many bytes are striped over every rail (as the libfabric
+/// transport's default).
+pub const STRIPE_MIN: usize = 256 << 10;
 
 /// The capabilities the simulated fabric offers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -65,7 +81,8 @@ pub enum SimProfile {
 }
 
 impl SimConfig {
-    /// From `PSHMEM_SIM_REORDER`, `PSHMEM_SIM_DELAY_US`, `PSHMEM_SIM_BANDWIDTH_GBPS`.
+    /// From `PSHMEM_SIM_REORDER`, `PSHMEM_SIM_DELAY_US`, `PSHMEM_SIM_BANDWIDTH_GBPS`,
+    /// `PSHMEM_SIM_PROFILE`, `PSHMEM_SIM_DUPLICATE` and `PSHMEM_RAILS`.
     pub fn from_env() -> std::result::Result<Self, env::EnvError> {
         let gbps = env::SIM_BANDWIDTH_GBPS.number_value()?;
         Ok(Self {
@@ -76,6 +93,8 @@ impl SimConfig {
                 "efa" => SimProfile::Efa,
                 _ => SimProfile::Full,
             },
+            rails: env::RAILS.opt_usize()?.unwrap_or(1).max(1),
+            duplicate: env::SIM_DUPLICATE.number_value()?,
         })
     }
 }
@@ -87,6 +106,8 @@ impl Default for SimConfig {
             max_delay: Duration::ZERO,
             bandwidth: 0.0,
             profile: SimProfile::Full,
+            rails: 1,
+            duplicate: 0.0,
         }
     }
 }
@@ -192,6 +213,15 @@ struct Pending {
     op: &'static str,
     /// Where read data goes.
     read_into: Option<(usize, usize)>,
+    /// A stripe of a striped operation: the id of its [`Shared::groups`] entry (0: not one).
+    group: u64,
+}
+
+/// A striped operation's stripes not yet answered, and whether its failure was reported.
+#[derive(Debug)]
+struct Group {
+    remaining: u32,
+    failed: bool,
 }
 
 /// State shared by the application thread and the NIC threads.
@@ -202,8 +232,12 @@ struct Shared {
     regions: RwLock<Vec<Option<(usize, usize)>>>,
     events: Mutex<VecDeque<Ev>>,
     pending: Mutex<HashMap<u64, Pending>>,
+    /// Striped operations in flight, by the id of their first stripe.
+    groups: Mutex<HashMap<u64, Group>>,
     dead: Mutex<Vec<Option<String>>>,
     shutdown: AtomicBool,
+    /// Probability of reporting a completion twice.
+    duplicate: f64,
 }
 
 impl Shared {
@@ -212,6 +246,37 @@ impl Shared {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push_back(e);
+    }
+
+    /// Reports the answer to `p`: once every stripe of a striped operation answered (or at its
+    /// first failure, once), and sometimes twice when duplicates are injected.
+    fn finish(&self, p: Pending, res: std::result::Result<(), TransportError>) {
+        if p.group != 0 {
+            let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(g) = groups.get_mut(&p.group) else {
+                return;
+            };
+            g.remaining -= 1;
+            let report = match &res {
+                Ok(()) => g.remaining == 0 && !g.failed,
+                Err(_) => !std::mem::replace(&mut g.failed, true),
+            };
+            if g.remaining == 0 {
+                groups.remove(&p.group);
+            }
+            if !report {
+                return;
+            }
+        }
+        match res {
+            Ok(()) => {
+                self.push(Ev::Done(p.ctx));
+                if self.duplicate > 0.0 && rand::random::<f64>() < self.duplicate {
+                    self.push(Ev::Done(p.ctx));
+                }
+            }
+            Err(e) => self.push(Ev::Failed(p.ctx, e)),
+        }
     }
 
     /// Fails every outstanding operation to `pe` and refuses later ones.
@@ -229,16 +294,18 @@ impl Shared {
             .filter(|(_, p)| p.pe == pe)
             .map(|(id, _)| *id)
             .collect();
-        for id in ids {
-            let p = pending.remove(&id).expect("listed");
-            self.push(Ev::Failed(
-                p.ctx,
-                TransportError::PeerLost {
-                    pe,
-                    op: p.op,
-                    reason: reason.to_string(),
-                },
-            ));
+        let lost: Vec<Pending> = ids
+            .iter()
+            .map(|id| pending.remove(id).expect("listed"))
+            .collect();
+        drop(pending);
+        for p in lost {
+            let e = TransportError::PeerLost {
+                pe,
+                op: p.op,
+                reason: reason.to_string(),
+            };
+            self.finish(p, Err(e));
         }
     }
 }
@@ -261,8 +328,13 @@ pub struct SimTransport {
     caps: Caps,
     shared: Arc<Shared>,
     name: Vec<u8>,
-    /// Request streams to each peer (written by this thread only).
-    conns: Vec<Option<UnixStream>>,
+    /// Request streams to each peer, one per rail (written by this thread only; empty until
+    /// connected).
+    conns: Vec<Vec<UnixStream>>,
+    /// The rail the last write with remote CQ data went on (such writes take turns).
+    next_data_rail: usize,
+    /// Bytes written and read through each rail.
+    rail_bytes: Vec<u64>,
     remotes: Vec<(Pe, u32, u64)>,
     next_id: u64,
     outstanding: Arc<AtomicU64>,

@@ -18,8 +18,13 @@ use rand::{Rng, SeedableRng, rngs::SmallRng, seq::SliceRandom};
 use super::{Ev, Incoming, Kind, Msg, Shared, SimConfig};
 use crate::{Pe, TransportError};
 
-/// Accepts connections from peers; each gets a reader thread feeding the engine.
-pub(super) fn acceptor(shared: Arc<Shared>, listener: UnixListener, tx: mpsc::Sender<Incoming>) {
+/// Accepts connections from peers; each gets a reader thread feeding the engine of the rail
+/// its hello names.
+pub(super) fn acceptor(
+    shared: Arc<Shared>,
+    listener: UnixListener,
+    txs: Vec<mpsc::Sender<Incoming>>,
+) {
     for conn in listener.incoming() {
         if shared.shutdown.load(Ordering::Relaxed) {
             return;
@@ -35,11 +40,13 @@ pub(super) fn acceptor(shared: Arc<Shared>, listener: UnixListener, tx: mpsc::Se
         let Ok(from) = u32::try_from(hello.id).map(Pe::new) else {
             continue;
         };
+        let Some(tx) = txs.get(hello.region as usize).cloned() else {
+            continue;
+        };
         let Ok(writer) = conn.try_clone() else {
             continue;
         };
         let reply = Arc::new(Mutex::new(writer));
-        let tx = tx.clone();
         let shared = shared.clone();
         let _ = thread::Builder::new()
             .name(format!("pshmem-sim-rx-{}", shared.me))
@@ -211,10 +218,11 @@ fn apply(shared: &Shared, m: &Msg, from: Pe) -> Msg {
     }
 }
 
-/// The initiator side: reads answers from one peer and completes operations.
+/// The initiator side: reads answers from one peer on one rail and completes operations.
 pub(super) fn answers(
     shared: Arc<Shared>,
     pe: Pe,
+    rail: usize,
     mut conn: UnixStream,
     outstanding: Arc<AtomicU64>,
 ) {
@@ -235,8 +243,8 @@ pub(super) fn answers(
             continue;
         };
         outstanding.fetch_sub(1, Ordering::Relaxed);
-        let ev = match Kind::from_u8(m.kind) {
-            Some(Kind::Ack) => Ev::Done(p.ctx),
+        let res = match Kind::from_u8(m.kind) {
+            Some(Kind::Ack) => Ok(()),
             Some(Kind::ReadData) => {
                 if let Some((addr, len)) = p.read_into {
                     let n = len.min(m.payload.len());
@@ -246,20 +254,17 @@ pub(super) fn answers(
                         std::ptr::copy_nonoverlapping(m.payload.as_ptr(), addr as *mut u8, n)
                     };
                 }
-                Ev::Done(p.ctx)
+                Ok(())
             }
-            _ => Ev::Failed(
-                p.ctx,
-                TransportError::Completion {
-                    pe,
-                    rail: 0,
-                    op: p.op,
-                    code: 0,
-                    prov_errno: 0,
-                    text: String::from_utf8_lossy(&m.payload).into_owned(),
-                },
-            ),
+            _ => Err(TransportError::Completion {
+                pe,
+                rail,
+                op: p.op,
+                code: 0,
+                prov_errno: 0,
+                text: String::from_utf8_lossy(&m.payload).into_owned(),
+            }),
         };
-        shared.push(ev);
+        shared.finish(p, res);
     }
 }

@@ -42,29 +42,33 @@ impl Transport for SimTransport {
         }
         for (pe, name) in Pe::all(self.n).zip(addresses) {
             let addr = SocketAddr::from_abstract_name(name).map_err(io_err("sim: peer name"))?;
-            let mut conn =
-                UnixStream::connect_addr(&addr).map_err(|e| TransportError::PeerLost {
-                    pe,
-                    op: "connect",
-                    reason: e.to_string(),
-                })?;
-            conn.write_all(
-                &Msg {
+            let mut conns = Vec::with_capacity(self.rail_bytes.len());
+            for rail in 0..self.rail_bytes.len() {
+                let mut conn =
+                    UnixStream::connect_addr(&addr).map_err(|e| TransportError::PeerLost {
+                        pe,
+                        op: "connect",
+                        reason: e.to_string(),
+                    })?;
+                // The hello names this PE and the rail: the peer's NIC of that rail serves it.
+                let hello = Msg {
                     kind: Kind::Hello as u8,
                     id: u64::from(self.me.get()),
+                    region: rail as u32,
                     ..Msg::default()
-                }
-                .encode(),
-            )
-            .map_err(io_err("sim: hello"))?;
-            let reader = conn.try_clone().map_err(io_err("sim: clone"))?;
-            let shared = self.shared.clone();
-            let outstanding = self.outstanding.clone();
-            thread::Builder::new()
-                .name(format!("pshmem-sim-cq-{}", self.me))
-                .spawn(move || answers(shared, pe, reader, outstanding))
-                .map_err(io_err("sim: spawn"))?;
-            self.conns[pe.idx()] = Some(conn);
+                };
+                conn.write_all(&hello.encode())
+                    .map_err(io_err("sim: hello"))?;
+                let reader = conn.try_clone().map_err(io_err("sim: clone"))?;
+                let shared = self.shared.clone();
+                let outstanding = self.outstanding.clone();
+                thread::Builder::new()
+                    .name(format!("pshmem-sim-cq-{}.{rail}", self.me))
+                    .spawn(move || answers(shared, pe, rail, reader, outstanding))
+                    .map_err(io_err("sim: spawn"))?;
+                conns.push(conn);
+            }
+            self.conns[pe.idx()] = conns;
         }
         Ok(())
     }
@@ -183,22 +187,23 @@ impl Transport for SimTransport {
             }
             .into());
         }
+        if self.full(1) {
+            return Err(PostError::Retry);
+        }
         let m = Msg {
             kind: Kind::Send as u8,
             region: u32::MAX,
             payload: msg.to_vec(),
             ..Msg::default()
         };
-        self.post(
+        let p = Pending {
+            ctx,
             pe,
-            m,
-            Pending {
-                ctx,
-                pe,
-                op: "send",
-                read_into: None,
-            },
-        )
+            op: "send",
+            read_into: None,
+            group: 0,
+        };
+        self.post(pe, self.home_rail(pe), m, p)
     }
 
     fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> Result<usize> {
@@ -217,6 +222,10 @@ impl Transport for SimTransport {
             }
         }
         Ok(n)
+    }
+
+    fn rail_bytes(&self) -> Vec<u64> {
+        self.rail_bytes.clone()
     }
 
     fn fail_peer(&mut self, pe: Pe, reason: &str) {

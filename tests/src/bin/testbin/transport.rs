@@ -31,7 +31,7 @@ pub struct Which {
     /// Simulated fabric: random extra delay per request, microseconds.
     #[arg(long, default_value_t = 0)]
     pub delay_us: u64,
-    /// Rails (libfabric).
+    /// Rails (libfabric endpoints, or simulated NICs).
     #[arg(long, default_value_t = 1)]
     pub rails: usize,
 }
@@ -44,7 +44,7 @@ pub fn open(bs: &Bootstrap, w: &Which) -> Result<Box<dyn Transport>, TransportEr
             SimConfig {
                 reorder: w.reorder != 0,
                 max_delay: Duration::from_micros(w.delay_us),
-                bandwidth: 0.0,
+                rails: w.rails,
                 ..SimConfig::default()
             },
         )?),
