@@ -6,7 +6,9 @@
 //!   slice per operation from arrival to finish, an instant at each post;
 //! - `path.<thread>.summary.json`: operations and messages (posts) per kind, bytes, the time
 //!   the thread spent in turns that did work (in all and per message), the gates and holds that
-//!   waited for completions (`gates`, `holds`: ordering by a round trip), the bytes each rail
+//!   waited for completions (`gates` of signals, `fence_gates`, `holds`: ordering by a round
+//!   trip), the completions the
+//!   transport reported twice and the proxy ignored (`duplicates`), the bytes each rail
 //!   of the transport carried (`rail_bytes`, where it counts them), and the medians and
 //!   99th percentiles of ring → first post, first post → finish and arrival → finish.
 //!
@@ -144,11 +146,26 @@ pub struct Trace {
     turn_start: Option<u64>,
     /// Nanoseconds per [`Cost`], over every turn.
     cost_ns: [u64; COSTS.len()],
-    /// Gates and holds that waited for completions (a round trip each).
+    /// Gates of signals, gates of fences and holds that waited for completions (a round trip
+    /// each).
     gates: u64,
+    fence_gates: u64,
     holds: u64,
+    /// Completions reported twice by the transport (and ignored).
+    duplicates: u64,
     /// Bytes per rail of the transport, when it counts them (set before writing).
     rail_bytes: Vec<u64>,
+}
+
+/// What a gate or hold that had to wait for completions was ordering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waited {
+    /// A signal (or a put-with-signal's) behind a gate: gated mode.
+    Signal,
+    /// What follows a fence.
+    Fence,
+    /// A counted signal set aside: gated mode.
+    Hold,
 }
 
 impl Trace {
@@ -166,7 +183,9 @@ impl Trace {
             turn_start: None,
             cost_ns: [0; COSTS.len()],
             gates: 0,
+            fence_gates: 0,
             holds: 0,
+            duplicates: 0,
             rail_bytes: Vec::new(),
         }
     }
@@ -176,14 +195,20 @@ impl Trace {
         self.rail_bytes = bytes;
     }
 
-    /// A gate (or, `hold`, a counted signal set aside) waits for the completions before it:
-    /// ordering by a round trip, which the tagged signal mode avoids.
-    pub fn gated(&mut self, hold: bool) {
-        if hold {
-            self.holds += 1;
-        } else {
-            self.gates += 1;
+    /// A gate (a signal's or a fence's) or a hold (a counted signal set aside) waits for the
+    /// completions before it: ordering by a round trip, which the tagged signal mode avoids
+    /// for signals.
+    pub fn gated(&mut self, kind: Waited) {
+        match kind {
+            Waited::Signal => self.gates += 1,
+            Waited::Fence => self.fence_gates += 1,
+            Waited::Hold => self.holds += 1,
         }
+    }
+
+    /// A completion came for nothing in flight (a duplicate), and was ignored.
+    pub fn duplicate(&mut self) {
+        self.duplicates += 1;
     }
 
     /// The clock, for timing a [`Cost`].
@@ -392,8 +417,8 @@ impl Trace {
         let mut s = format!(
             "{{\"pe\":{pe},\"thread\":\"{thread}\",\"operations\":{},\"messages\":{messages},\
              \"bytes\":{},\"unfinished\":{unfinished},\"events_dropped\":{},\"span_us\":{:.3},\
-             \"busy_us\":{:.3},\"busy_us_per_message\":{:.4},\"gates\":{},\"holds\":{},\
-             \"rail_bytes\":{:?},",
+             \"busy_us\":{:.3},\"busy_us_per_message\":{:.4},\"gates\":{},\"fence_gates\":{},\"holds\":{},\
+             \"duplicates\":{},\"rail_bytes\":{:?},",
             ops.len(),
             per_kind.iter().map(|k| k.2).sum::<u64>(),
             self.dropped,
@@ -401,7 +426,9 @@ impl Trace {
             self.busy_ns as f64 / 1000.0,
             self.busy_ns as f64 / 1000.0 / messages.max(1) as f64,
             self.gates,
+            self.fence_gates,
             self.holds,
+            self.duplicates,
             self.rail_bytes
         );
         per_kind_json(&mut s, &per_kind);

@@ -67,6 +67,14 @@ impl Completions {
         seq
     }
 
+    /// Whether `seq` was pushed and has not finished: a completion for anything else is a
+    /// duplicate (or was never posted).
+    #[inline]
+    pub fn is_pending(&self, seq: u64) -> bool {
+        seq.wrapping_sub(self.base) < self.len as u64
+            && self.slots[(seq & self.mask) as usize] & 1 == 0
+    }
+
     /// Marks operation `seq` finished.
     ///
     /// # Panics

@@ -309,7 +309,7 @@ impl Initiator {
         if self.mode == SignalMode::Gated && counted {
             self.enqueue(io, ring, pe, Work::Hold);
         } else if self.mode == SignalMode::Gated && self.strong_asked {
-            self.enqueue(io, ring, pe, Work::Gate);
+            self.enqueue(io, ring, pe, Work::Gate { fence: false });
         }
         let w = Work::Signal {
             op: OpRef::Fast(seq),
@@ -329,7 +329,7 @@ impl Initiator {
             for pe in Pe::all(self.n) {
                 let q = &self.peers[pe].queues[ring.idx()];
                 if !q.drained() || !q.work.is_empty() {
-                    self.enqueue(io, ring, pe, Work::Gate);
+                    self.enqueue(io, ring, pe, Work::Gate { fence: true });
                 }
             }
         }
@@ -462,7 +462,7 @@ impl Initiator {
         };
         self.enqueue(io, ring, pe, Work::Xfer(x));
         if self.mode == SignalMode::Gated {
-            self.enqueue(io, ring, pe, Work::Gate);
+            self.enqueue(io, ring, pe, Work::Gate { fence: false });
         }
         let w = Work::Signal {
             op,
@@ -552,7 +552,7 @@ impl Initiator {
         let q = &self.peers[pe].queues[ring.idx()];
         if q.work.is_empty() {
             let done = match w {
-                Work::Gate | Work::Hold => q.drained(),
+                Work::Gate { .. } | Work::Hold => q.drained(),
                 _ => self.issue_one(io, ring, pe, &mut w) == Issued::All,
             };
             if done {
@@ -561,12 +561,13 @@ impl Initiator {
             }
         }
         match w {
-            Work::Gate => self.gated.gates += 1,
+            Work::Gate { fence: false } => self.gated.gates += 1,
+            Work::Gate { fence: true } => self.gated.fences += 1,
             Work::Hold => self.gated.holds += 1,
             _ => {}
         }
-        if matches!(w, Work::Gate | Work::Hold) {
-            io.tracer.gated(matches!(w, Work::Hold));
+        if let Some(kind) = w.waited() {
+            io.tracer.gated(kind);
         }
         let q = self.peers[pe].queue(ring);
         q.work.push_back(w);

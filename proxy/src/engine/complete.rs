@@ -22,17 +22,32 @@ use crate::{
 
 impl Initiator {
     /// A fast operation's part completed: one fewer in flight, to its PE and in total, and its
-    /// sequence number finished.
+    /// sequence number finished. A second completion of it (a duplicate the transport
+    /// reported) is counted and ignored.
     #[inline(always)]
     pub(super) fn fast_done(&mut self, tracer: &mut Tracer, f: FastOp) {
+        let Some(ring) = self.rings.get_mut(f.ring.idx()) else {
+            return self.duplicate(tracer);
+        };
+        let seq = ring.done.seq_from_low(f.seq_low);
+        if !ring.done.is_pending(seq) {
+            return self.duplicate(tracer);
+        }
         self.inflight -= 1;
         let peer = &mut self.peers[f.pe];
         peer.inflight -= 1;
-        let ring = &mut self.rings[f.ring.idx()];
-        let seq = ring.done.seq_from_low(f.seq_low);
         peer.queues[f.ring.idx()].completed(|| seq);
         tracer.finish(f.ring, seq);
         ring.done.finish(seq);
+    }
+
+    /// A completion for nothing in flight: the transport reported one twice (or a part the
+    /// job already gave up completed). Nothing is counted for it but this, which the trace and
+    /// the tests read.
+    #[cold]
+    fn duplicate(&mut self, tracer: &mut Tracer) {
+        self.duplicates += 1;
+        tracer.duplicate();
     }
 
     /// A posted operation completed.
@@ -42,7 +57,11 @@ impl Initiator {
             // Sends: a request's ack finishes its part; acks need nothing. A job's write that
             // completed after its job returned needs nothing either.
             Some(Ctx::Request(_) | Ctx::Ack { .. } | Ctx::Job(_)) => {}
-            Some(Ctx::Staged { chunk, .. }) => io.staging.free.push(chunk),
+            Some(Ctx::Staged { chunk, era, .. }) => {
+                if !io.staging.landed(chunk, era) {
+                    self.duplicate(io.tracer);
+                }
+            }
             None => io.faults.raise(
                 code::PROXY,
                 None,
@@ -82,7 +101,7 @@ impl Initiator {
             PartRef::Tracked(k) => k,
         };
         let Some(p) = self.parts.remove(key) else {
-            return;
+            return self.duplicate(io.tracer);
         };
         self.inflight -= 1;
         self.peers[p.pe].inflight -= 1;

@@ -120,11 +120,11 @@ impl Tracer {
         self.clock()
     }
 
-    /// A gate (or, `hold`, a counted signal set aside) waits for completions.
+    /// A gate or hold waits for completions.
     #[inline]
-    pub(super) fn gated(&mut self, hold: bool) {
+    pub(super) fn gated(&mut self, kind: crate::trace::Waited) {
         if let Some(t) = &mut self.0 {
-            t.gated(hold);
+            t.gated(kind);
         }
     }
 
@@ -160,6 +160,13 @@ impl Tracer {
     pub(super) fn end_turn(&mut self, work: bool) {
         if let Some(t) = &mut self.0 {
             t.end_turn(work);
+        }
+    }
+
+    /// A completion for nothing in flight was ignored.
+    pub(super) fn duplicate(&mut self) {
+        if let Some(t) = &mut self.0 {
+            t.duplicate();
         }
     }
 

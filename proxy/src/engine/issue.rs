@@ -47,8 +47,8 @@ impl Initiator {
                 return Issued::All;
             };
             let issued = match front {
-                Work::Gate | Work::Hold if drained => Issued::All,
-                Work::Gate => Issued::Blocked,
+                Work::Gate { .. } | Work::Hold if drained => Issued::All,
+                Work::Gate { .. } => Issued::Blocked,
                 Work::Hold => {
                     // Its signal waits aside; what follows it goes on issuing.
                     q.work.pop_front();
@@ -71,7 +71,7 @@ impl Initiator {
                 }
                 _ => {
                     // Taken out while issued (issuing borrows the whole initiator).
-                    let mut w = std::mem::replace(front, Work::Gate);
+                    let mut w = std::mem::replace(front, Work::Gate { fence: false });
                     let issued = self.issue_one(io, r, pe, &mut w);
                     let q = self.peers[pe].queue(r);
                     *q.work.front_mut().expect("the front is still queued") = w;
@@ -194,7 +194,7 @@ impl Initiator {
                 }
                 issued
             }
-            Work::Gate | Work::Hold => Issued::All,
+            Work::Gate { .. } | Work::Hold => Issued::All,
         }
     }
 

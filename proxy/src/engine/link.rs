@@ -134,7 +134,8 @@ impl Link {
         };
         let rref = self.remote_ref(pe, landing.offset(group, slot) as u64);
         let data = LandingData { group, slot }.encode();
-        let ctx = Ctx::Staged { pe, chunk }.encode();
+        let era = st.generation(chunk);
+        let ctx = Ctx::Staged { pe, chunk, era }.encode();
         let at = tracer.clock();
         // SAFETY: the chunk stays untouched until the write completes (its completion returns
         // it to the free list).

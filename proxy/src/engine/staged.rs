@@ -352,7 +352,7 @@ impl Engine {
                     .link
                     .write_chunk(io.staging, io.tracer, (pe, chunk, group, slot, len))
                 {
-                    Ok(()) => {}
+                    Ok(()) => io.staging.wrote(chunk),
                     // The transport is full: the rest waits for the next turn, in order.
                     Err(PostError::Retry) => break,
                     Err(PostError::Failed(e)) => {

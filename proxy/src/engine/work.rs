@@ -14,7 +14,7 @@ use super::{
     ctx::{RingId, SlabKey},
     tags::Tag,
 };
-use crate::{ProxyConfig, ProxyError, wire::Request};
+use crate::{ProxyConfig, ProxyError, trace::Waited, wire::Request};
 
 /// Largest single write or read the proxy posts from the heap (bigger ones are split).
 pub(super) const MAX_PART: u64 = 16 << 20;
@@ -128,7 +128,10 @@ pub(super) enum Work {
         strong: bool,
     },
     /// Passes once everything issued before it to this PE has completed.
-    Gate,
+    Gate {
+        /// Put there by a fence (else by a signal's ordering in gated mode).
+        fence: bool,
+    },
     /// Sets the next item (a counted signal) aside until everything issued before it to this
     /// PE has completed, while the items after it go on issuing (gated mode): the signal
     /// covers only what precedes it, so unlike a [`Work::Gate`] it holds nothing back.
@@ -136,10 +139,20 @@ pub(super) enum Work {
 }
 
 impl Work {
+    /// What a gate or hold that has to wait orders, for the trace.
+    pub(super) fn waited(&self) -> Option<Waited> {
+        match self {
+            Work::Gate { fence: false } => Some(Waited::Signal),
+            Work::Gate { fence: true } => Some(Waited::Fence),
+            Work::Hold => Some(Waited::Hold),
+            _ => None,
+        }
+    }
+
     /// The operation whose issuing this item ends, if it is the operation's last item.
     pub(super) fn ends(&self) -> Option<OpRef> {
         match *self {
-            Work::Xfer(Xfer { last: false, .. }) | Work::Gate | Work::Hold => None,
+            Work::Xfer(Xfer { last: false, .. }) | Work::Gate { .. } | Work::Hold => None,
             Work::Xfer(Xfer { op, .. })
             | Work::P { op, .. }
             | Work::Amo { op, .. }
@@ -371,6 +384,9 @@ pub(super) struct Staging {
     pub mr: MrId,
     pub chunk: usize,
     pub free: Vec<u32>,
+    /// Per chunk: the generation of its current use and whether a staged write from it is in
+    /// flight (so a second completion of that write is told apart and ignored).
+    uses: Vec<(u16, bool)>,
     /// A small area for payloads that fit the inject size (copied by the transport at post).
     pub scratch: usize,
     /// Its length: the largest payload posted from it.
@@ -413,6 +429,7 @@ impl Staging {
             mr,
             chunk,
             free: (0..cfg.staging_chunks.max(1) as u32).rev().collect(),
+            uses: vec![(0, false); cfg.staging_chunks.max(1)],
             scratch,
             inject,
         })
@@ -420,6 +437,31 @@ impl Staging {
 
     pub(super) fn chunk_ptr(&mut self, c: u32) -> *mut u8 {
         self.buf[c as usize * self.chunk..].as_mut_ptr()
+    }
+
+    /// The generation a staged write from chunk `c` carries in its context.
+    pub(super) fn generation(&self, c: u32) -> u16 {
+        self.uses[c as usize].0
+    }
+
+    /// A staged write from chunk `c` went.
+    pub(super) fn wrote(&mut self, c: u32) {
+        self.uses[c as usize].1 = true;
+    }
+
+    /// The staged write of generation `era` from chunk `c` completed: frees the chunk, unless
+    /// this completion is a duplicate (no write from it in flight, or an older use's); false
+    /// for a duplicate.
+    pub(super) fn landed(&mut self, c: u32, era: u16) -> bool {
+        let Some(u) = self.uses.get_mut(c as usize) else {
+            return false;
+        };
+        if !u.1 || u.0 != era {
+            return false;
+        }
+        *u = ((era + 1) % super::ctx::STAGED_GENERATIONS, false);
+        self.free.push(c);
+        true
     }
 
     /// Byte offset of chunk `c` in the registration.

@@ -11,7 +11,7 @@
 //! | `Part(Fast)` | sequence (low 32 bits) 0..32, PE 32..52, ring 52..61 | the one part of a single-part operation |
 //! | `Request(Tracked)`, `Request(Fast)` | as the part it belongs to | the send of a request (its ack finishes the part) |
 //! | `Ack` | destination PE 0..32 | the send of a batch of acks |
-//! | `Staged` | staging chunk 0..32, target PE 32..52 | a staged write (frees its chunk) |
+//! | `Staged` | staging chunk 0..32, target PE 32..52, chunk generation 52..61 | a staged write (frees its chunk) |
 //! | `Job` | the job's own bits, 0..61 | an exclusive job's write |
 //!
 //! PEs and ring indices travel as [`Pe`] and [`RingId`] everywhere else; here alone they are
@@ -112,6 +112,10 @@ const STAGED_PE: Field = Field {
     shift: 32,
     bits: 20,
 };
+const STAGED_GEN: Field = Field { shift: 52, bits: 9 };
+/// Generations of a staging chunk that a staged write's context tells apart (a completion of
+/// an older use of the chunk is a duplicate).
+pub(crate) const STAGED_GENERATIONS: u16 = 1 << STAGED_GEN.bits;
 const JOB: Field = Field {
     shift: 0,
     bits: PAYLOAD_BITS,
@@ -123,7 +127,8 @@ const _: () = {
     assert!(FAST_SEQ.before(FAST_PE) && FAST_PE.before(FAST_RING));
     assert!(FAST_RING.end() <= PAYLOAD_BITS);
     assert!(ACK_PE.end() <= PAYLOAD_BITS);
-    assert!(STAGED_CHUNK.before(STAGED_PE) && STAGED_PE.end() <= PAYLOAD_BITS);
+    assert!(STAGED_CHUNK.before(STAGED_PE) && STAGED_PE.before(STAGED_GEN));
+    assert!(STAGED_GEN.end() <= PAYLOAD_BITS);
     assert!(JOB.end() == PAYLOAD_BITS);
     // A fast part names any PE a staged write or an ack can name, and the reverse.
     assert!(FAST_PE.bits == STAGED_PE.bits && ACK_PE.bits >= FAST_PE.bits);
@@ -283,6 +288,9 @@ pub(crate) enum Ctx {
         pe: Pe,
         /// The staging chunk.
         chunk: u32,
+        /// The chunk's use (below [`STAGED_GENERATIONS`]): a completion of an older one is
+        /// a duplicate.
+        era: u16,
     },
     /// An exclusive job's write, with the job's own context (below 2^[`PAYLOAD_BITS`]).
     Job(u64),
@@ -298,9 +306,9 @@ impl Ctx {
             Ctx::Request(PartRef::Tracked(k)) => (KIND_REQUEST_PART, k.pack()),
             Ctx::Request(PartRef::Fast(f)) => (KIND_REQUEST_FAST, f.pack()),
             Ctx::Ack { pe } => (KIND_ACK, ACK_PE.put_pe(pe)),
-            Ctx::Staged { pe, chunk } => (
+            Ctx::Staged { pe, chunk, era } => (
                 KIND_STAGED,
-                STAGED_CHUNK.put(chunk.into()) | STAGED_PE.put_pe(pe),
+                STAGED_CHUNK.put(chunk.into()) | STAGED_PE.put_pe(pe) | STAGED_GEN.put(era.into()),
             ),
             Ctx::Job(bits) => (KIND_JOB, JOB.put(bits)),
         };
@@ -322,6 +330,7 @@ impl Ctx {
             KIND_STAGED => Ctx::Staged {
                 pe: STAGED_PE.get_pe(p),
                 chunk: STAGED_CHUNK.get(p) as u32,
+                era: STAGED_GEN.get(p) as u16,
             },
             KIND_JOB => Ctx::Job(JOB.get(p)),
             _ => return None,

@@ -38,7 +38,9 @@ fn every_ctx() -> Vec<Ctx> {
     }
     for pe in [0, 1, MAX_PES - 1].map(Pe::from_idx) {
         for chunk in [0, 1, u32::MAX] {
-            v.push(Ctx::Staged { pe, chunk });
+            for era in [0, 1, super::STAGED_GENERATIONS - 1] {
+                v.push(Ctx::Staged { pe, chunk, era });
+            }
         }
     }
     for bits in [0, 1, (1 << PAYLOAD_BITS) - 1] {
@@ -93,9 +95,10 @@ fn generations_wrap_within_their_field() {
 #[test]
 fn remote_data_round_trips() {
     for w in [ImmWidth::Four, ImmWidth::Eight] {
-        let (pes, tags) = (w.max_pes(), 1u32 << w.tag_bits());
+        // The widest tag field has 32 bits: its largest tag is u32::MAX.
+        let (pes, top) = (w.max_pes(), ((1u64 << w.tag_bits()) - 1) as u32);
         for src in [0, 1, pes - 1].map(Pe::from_idx) {
-            for tag in [0, 1, tags - 1] {
+            for tag in [0, 1, top] {
                 let d = TagData { src, tag };
                 let word = d.encode(w);
                 assert_eq!(TagData::decode(word, w), d);
