@@ -67,17 +67,19 @@ fn collectives_on_2_and_3_pes_agree_on_every_path() {
 }
 
 /// EFA's capabilities on the reordering fabric (signals counted through 32-bit immediates, AMOs
-/// in the proxy).
+/// in the proxy), over 4 simulated NICs that report 5 % of completions twice.
 const SIM_EFA: &[(&str, &str)] = &[
     ("PSHMEM_DISABLE_P2P", "1"),
     ("PSHMEM_PROVIDER", "sim"),
     ("PSHMEM_SIM_DELAY_US", "100"),
     ("PSHMEM_SIM_PROFILE", "efa"),
+    ("PSHMEM_RAILS", "4"),
+    ("PSHMEM_SIM_DUPLICATE", "0.05"),
 ];
 
 #[test]
 fn collectives_agree_on_the_efa_profile() {
-    for n in [2, 4] {
+    for n in [2, 4, 8] {
         assert_eq!(
             coll(n, false, SIM_EFA),
             coll(n, false, DIRECT),

@@ -6,64 +6,11 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use pshmem_tests::{JobSpec, RankResult, assert_all_ok};
+use pshmem_tests::{RankResult, assert_all_ok};
 
-const BIN: &str = env!("CARGO_BIN_EXE_pshmem-testbin");
+mod rt;
 
-fn job(n: usize, args: &[&str], env: &[(&str, &str)]) -> JobSpec {
-    let mut j = JobSpec::new(BIN, n, args)
-        .timeout(Duration::from_secs(120))
-        .env("PSHMEM_SYMMETRIC_SIZE", "64M");
-    for (k, v) in env {
-        j = j.env(k, v);
-    }
-    j
-}
-
-/// Forced through the proxy over a transport.
-fn proxied(provider: &'static str) -> Vec<(&'static str, &'static str)> {
-    let mut v = vec![("PSHMEM_DISABLE_P2P", "1"), ("PSHMEM_PROVIDER", provider)];
-    if provider == "sim" {
-        // Random delivery delays make the simulated fabric reorder for real (see the negative
-        // control below).
-        v.push(("PSHMEM_SIM_DELAY_US", "200"));
-    }
-    v
-}
-
-/// Through the proxy over the reordering fabric with EFA's capabilities (signals counted through
-/// tags in 32-bit immediates, AMOs in the target's proxy).
-fn proxied_efa() -> Vec<(&'static str, &'static str)> {
-    let mut v = proxied("sim");
-    v.push(("PSHMEM_SIM_PROFILE", "efa"));
-    v
-}
-
-/// Runs `rt-ops` and returns each rank's digest, checking that every part passed.
-fn ops(n: usize, env: &[(&str, &str)]) -> Vec<String> {
-    let res = job(n, &["rt-ops"], env).launch().wait();
-    assert_all_ok(&res);
-    res.iter()
-        .map(|r| {
-            for part in [
-                "OK p-g",
-                "OK put-signal",
-                "OK counted",
-                "OK fence",
-                "OK atomics",
-            ] {
-                assert_eq!(
-                    r.fields(part).len(),
-                    1,
-                    "rank {} skipped {part}:\n{r}",
-                    r.rank
-                );
-            }
-            assert_eq!(r.fields("OK rma").len(), 5, "rank {}:\n{r}", r.rank);
-            r.fields("DIGEST")[0]["value"].clone()
-        })
-        .collect()
-}
+use rt::{job, ops, proxied, proxied_efa};
 
 fn direct_and_proxied_agree(n: usize) {
     let direct = ops(n, &[("PSHMEM_PROVIDER", "tcp")]);
@@ -317,60 +264,6 @@ fn a_timed_out_put_stops_the_proxies_before_returning() {
     assert!(f["msg"].contains("PSHMEM_OP_TIMEOUT"), "{r}");
 }
 
-/// Four rails over tcp (unordered, so tagged signals): 5 large puts, and 5 puts with signal
-/// from the heap whose writes carry a tag (remote CQ data, never striped by the transport, so
-/// the proxy cuts them into a part per rail; whole, 5 writes could not share 4 rails evenly),
-/// spread their bytes over the rails within 10 % (the trace's `rail_bytes`), and no signal
-/// waited for a completion (`gates`, `holds`).
-#[test]
-fn large_puts_spread_over_every_rail() {
-    for signal in [false, true] {
-        let dir =
-            std::env::temp_dir().join(format!("pshmem-rails-{}-{signal}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let prefix = dir.join("t");
-        let mut env = proxied("tcp");
-        env.push(("PSHMEM_TRACE", prefix.to_str().unwrap()));
-        env.push(("PSHMEM_RAILS", "4"));
-        let mut args = vec!["rt-trace", "--count", "5", "--size", "4194304"];
-        if signal {
-            args.push("--signal");
-        }
-        let res = job(2, &args, &env).launch().wait();
-        for r in &res {
-            assert!(r.ok(), "{r}");
-        }
-        let p = dir.join("t.pshmem-proxy-0.0.summary.json");
-        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-        let sum: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let rails: Vec<u64> = sum["rail_bytes"]
-            .as_array()
-            .unwrap_or_else(|| panic!("no rail_bytes: {sum}"))
-            .iter()
-            .map(|v| v.as_u64().unwrap())
-            .collect();
-        assert_eq!(rails.len(), 4, "{sum}");
-        let mean = rails.iter().sum::<u64>() as f64 / 4.0;
-        assert!(
-            mean >= (5 << 22) as f64 / 4.0,
-            "every byte counted: {rails:?}"
-        );
-        for b in &rails {
-            let off = (*b as f64 - mean).abs() / mean;
-            assert!(
-                off <= 0.10,
-                "signal {signal}: rails {rails:?} off the mean by {off:.3}"
-            );
-        }
-        assert_eq!(
-            (&sum["gates"], &sum["holds"]),
-            (&0.into(), &0.into()),
-            "{sum}"
-        );
-        std::fs::remove_dir_all(&dir).ok();
-    }
-}
-
 /// `PSHMEM_TRACE`: PE 0's proxy thread writes a Chrome trace and a summary that account for
 /// exactly the puts and `p`s it was given, each operation begun and ended once.
 #[test]
@@ -508,32 +401,6 @@ fn the_registered_gpu_heap_path_matches_the_direct_path_over_tcp_and_the_reorder
 fn a_dead_peer_fails_waits_on_the_host_staged_gpu_path_within_5s() {
     for phase in ["barrier", "quiet", "wait"] {
         killed_peer(phase, &staged("tcp"));
-    }
-}
-
-/// EFA's capabilities on the reordering fabric (`PSHMEM_SIM_PROFILE=efa`:
-/// 4-byte remote CQ data, 32-byte inject, 8 KiB sends): put-with-signal and counted signals are
-/// counted at the target through tags in the 32-bit immediate (the fabric refuses wider data),
-/// AMOs run in the target's proxy; the host heap and a registered GPU heap give the direct
-/// path's bytes at 2 and 4 PEs, with and without strong signals.
-#[test]
-fn the_proxy_paths_match_the_direct_path_on_the_efa_profile() {
-    for n in [2, 4] {
-        let direct = ops(n, &[("PSHMEM_PROVIDER", "tcp")]);
-        let mut env = proxied_efa();
-        assert_eq!(ops(n, &env), direct, "{n} PEs, host heap, efa profile");
-        env.push(("PSHMEM_EMULATE_GPU_HEAP", "registered"));
-        assert_eq!(
-            ops(n, &env),
-            direct,
-            "{n} PEs, registered heap, efa profile"
-        );
-        env.push(("PSHMEM_STRONG_SIGNALS", "1"));
-        assert_eq!(
-            ops(n, &env),
-            direct,
-            "{n} PEs, registered heap, efa profile, strong signals"
-        );
     }
 }
 
