@@ -127,10 +127,10 @@ vars! {
         "Proxy threads per PE; the rings are spread over them.");
     RINGS = ("PSHMEM_RINGS", "1", Kind::Count, between(1.0, 512.0), "proxy",
         "Command rings per PE for host-initiated operations (each application thread issues on one, assigned round-robin).");
-    GPU_RINGS = ("PSHMEM_GPU_RINGS", "1", Kind::Count, between(1.0, 64.0), "runtime",
-        "Command rings of the GPU path: ring 0 serves the device API; kernels that choose rings (the MoE kernels of ep/, by expert) spread their descriptors over all of them.");
-    GPU_PROXY_THREADS = ("PSHMEM_GPU_PROXY_THREADS", "1", Kind::Count, between(1.0, 16.0), "runtime",
-        "Proxy threads of the GPU path, each with its own endpoint (and landing area on the host-staged path); GPU ring r is drained by thread r modulo this.");
+    GPU_RINGS = ("PSHMEM_GPU_RINGS", "", Kind::Count, between(1.0, 64.0), "runtime",
+        "Command rings of the GPU path: ring 0 serves the device API; kernels that choose rings (the MoE kernels of ep/, by expert) spread their descriptors over all of them. Default: 8 per proxy thread when peers are reached through an RDMA provider, else 1 (docs/PROTOCOLS.md, 'GPU proxy shape').");
+    GPU_PROXY_THREADS = ("PSHMEM_GPU_PROXY_THREADS", "", Kind::Count, between(1.0, 16.0), "runtime",
+        "Proxy threads of the GPU path, each with its own endpoint (and landing area on the host-staged path); GPU ring r is drained by thread r modulo this. Default: when peers are reached through an RDMA provider, one per 3 cores of the GPU's share of its NUMA node, at most 4; else 1.");
     RING_SLOTS = ("PSHMEM_RING_SLOTS", "4096", Kind::Count, between(2.0, 1048576.0), "proxy",
         "Descriptor slots per command ring (power of two).");
     PROXY_BATCH = ("PSHMEM_PROXY_BATCH", "64", Kind::Count, between(1.0, 65536.0), "proxy",

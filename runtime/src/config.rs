@@ -49,10 +49,11 @@ pub struct GpuConfig {
     pub heap_size: usize,
     /// The CUDA device (`PSHMEM_CUDA_DEVICE`); `None`: local rank modulo the devices.
     pub device: Option<usize>,
-    /// GPU command rings (`PSHMEM_GPU_RINGS`; ring 0 is the device API's).
-    pub rings: usize,
-    /// Proxy threads draining them (`PSHMEM_GPU_PROXY_THREADS`).
-    pub proxy_threads: usize,
+    /// GPU command rings (`PSHMEM_GPU_RINGS`; ring 0 is the device API's); `None`: from the
+    /// topology at GPU init (`placement::default_gpu_proxy_shape`).
+    pub rings: Option<usize>,
+    /// Proxy threads draining them (`PSHMEM_GPU_PROXY_THREADS`); `None`: from the topology.
+    pub proxy_threads: Option<usize>,
     /// Landing slots per source PE of the host-staged path (`PSHMEM_GPU_LANDING_SLOTS`).
     pub landing_slots: usize,
     /// Host puts and gets to mapped peers of at least this many bytes use the copy engine
@@ -108,8 +109,8 @@ impl GpuConfig {
         Ok(Self {
             heap_size: size(&env::GPU_SYMMETRIC_SIZE)?,
             device: env::CUDA_DEVICE.opt_usize()?,
-            rings: env::GPU_RINGS.usize()?.max(1),
-            proxy_threads: env::GPU_PROXY_THREADS.usize()?.max(1),
+            rings: env::GPU_RINGS.opt_usize()?.map(|r| r.max(1)),
+            proxy_threads: env::GPU_PROXY_THREADS.opt_usize()?.map(|t| t.max(1)),
             landing_slots: env::GPU_LANDING_SLOTS.usize()?.max(1),
             copy_engine_min: env::COPY_ENGINE_MIN.usize()?,
             cuda_connections_set: std::env::var_os(env::CUDA_DEVICE_MAX_CONNECTIONS).is_some(),

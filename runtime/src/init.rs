@@ -225,6 +225,8 @@ impl Drop for Pshmem {
 /// The settings every PE must share, compared at init: each PE's values, and a mismatch named
 /// with each differing PE's values.
 pub(crate) fn agree_on_settings(bs: &Bootstrap, cfg: &Config) -> Result<()> {
+    // A count, or "auto" where the topology decides at GPU init (which makes every PE agree).
+    let auto = |v: Option<usize>| v.map_or_else(|| "auto".to_string(), |v| v.to_string());
     use pshmem_env as env;
     let settings = [
         (env::SYMMETRIC_SIZE.name, cfg.heap_size.to_string()),
@@ -236,11 +238,8 @@ pub(crate) fn agree_on_settings(bs: &Bootstrap, cfg: &Config) -> Result<()> {
             cfg.gpu.landing_slots.to_string(),
         ),
         (env::EMULATE_GPU_HEAP.name, cfg.emulate.name().to_string()),
-        (
-            env::GPU_PROXY_THREADS.name,
-            cfg.gpu.proxy_threads.to_string(),
-        ),
-        (env::GPU_RINGS.name, cfg.gpu.rings.to_string()),
+        (env::GPU_PROXY_THREADS.name, auto(cfg.gpu.proxy_threads)),
+        (env::GPU_RINGS.name, auto(cfg.gpu.rings)),
     ];
     let mine: String = settings
         .iter()

@@ -282,6 +282,71 @@ pub fn gpu_proxy_rails(
     }
 }
 
+/// How many command rings and proxy threads a GPU's path has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyShape {
+    /// Rings (ring 0: the device API's; the MoE kernels spread over all of them).
+    pub rings: usize,
+    /// Proxy threads (ring r drained by thread r mod threads; each stripes over the rails).
+    pub threads: usize,
+}
+
+impl ProxyShape {
+    /// One ring, one thread: enough where the proxy carries little (peers on this host are
+    /// reached through NVLink, and a socket provider is slower than one thread).
+    pub const ONE: Self = Self {
+        rings: 1,
+        threads: 1,
+    };
+    /// Most threads a default gives a GPU (UCCL-EP runs 4 per GPU on p5en).
+    pub const MAX_THREADS: usize = 4;
+    /// Rings per thread a default gives (UCCL-EP's 8 FIFOs per proxy thread).
+    pub const RINGS_PER_THREAD: usize = 8;
+}
+
+/// The GPU proxy's shape when the user names neither `PSHMEM_GPU_RINGS` nor
+/// `PSHMEM_GPU_PROXY_THREADS`, and why: [`ProxyShape::ONE`] unless some peer is reached
+/// through an RDMA provider (`network`); then one thread per 3 cores of the GPU's share of its
+/// NUMA node (cores of the node / GPUs on it; the rest stay the application's), at most
+/// [`ProxyShape::MAX_THREADS`], each with [`ProxyShape::RINGS_PER_THREAD`] rings. p5en and p5
+/// (12 cores per GPU): 4 threads × 8 rings, UCCL-EP's shape — modelled on it, not measured on
+/// EFA.
+pub fn default_gpu_proxy_shape(plan: &HostPlan, gpu: usize, network: bool) -> (ProxyShape, String) {
+    if !network {
+        return (
+            ProxyShape::ONE,
+            "no peer is reached through the network".into(),
+        );
+    }
+    if !plan.provider.as_deref().is_some_and(is_rdma) {
+        return (ProxyShape::ONE, "the provider is not an RDMA one".into());
+    }
+    let Some(numa) = plan
+        .placement
+        .gpus
+        .iter()
+        .find(|g| g.gpu == gpu)
+        .and_then(|g| g.numa)
+    else {
+        return (ProxyShape::ONE, format!("GPU {gpu}'s NUMA node is unknown"));
+    };
+    let gpus = plan
+        .placement
+        .gpus
+        .iter()
+        .filter(|g| g.numa == Some(numa))
+        .count()
+        .max(1);
+    let cores = plan.machine.cores_of(numa).len() / gpus;
+    let threads = (cores / 3).clamp(1, ProxyShape::MAX_THREADS);
+    let shape = ProxyShape {
+        rings: threads * ProxyShape::RINGS_PER_THREAD,
+        threads,
+    };
+    let why = format!("{cores} cores per GPU on NUMA node {numa}, peers through the network");
+    (shape, why)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,6 +402,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The default GPU proxy shape: UCCL-EP's 4 × 8 on p5en and p5 when peers are reached
+    /// through the network; one ring and thread without such peers or without an RDMA
+    /// provider; p4d's smaller share of cores gets fewer threads.
+    #[test]
+    fn gpu_proxies_take_their_shape_from_the_topology() {
+        let four = ProxyShape {
+            rings: 32,
+            threads: 4,
+        };
+        for file in ["p5en.48xlarge.xml", "p5.48xlarge.xml"] {
+            let plan = plan_of(file, 8);
+            for gpu in 0..8 {
+                assert_eq!(default_gpu_proxy_shape(&plan, gpu, true).0, four, "{file}");
+                assert_eq!(
+                    default_gpu_proxy_shape(&plan, gpu, false).0,
+                    ProxyShape::ONE
+                );
+            }
+            let mut tcp = plan_of(file, 8);
+            tcp.provider = Some("tcp;ofi_rxm".into());
+            let (shape, why) = default_gpu_proxy_shape(&tcp, 0, true);
+            assert_eq!(shape, ProxyShape::ONE);
+            assert!(why.contains("not an RDMA"), "{why}");
+        }
+        let p4d = plan_of("p4d.24xlarge.xml", 8);
+        let (shape, why) = default_gpu_proxy_shape(&p4d, 0, true);
+        assert!(shape.threads >= 1 && shape.threads < 4, "{shape:?}: {why}");
+        assert_eq!(shape.rings, shape.threads * ProxyShape::RINGS_PER_THREAD);
+        let (shape, _) = default_gpu_proxy_shape(&p4d, 99, true);
+        assert_eq!(shape, ProxyShape::ONE, "an unknown GPU");
     }
 
     /// Two PEs per GPU (16 on 8 GPUs) start on different NICs of their GPU; a PE whose device

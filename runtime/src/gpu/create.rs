@@ -4,6 +4,8 @@
 
 use std::ffi::CStr;
 
+use crate::placement::ProxyShape;
+
 use super::*;
 
 impl Gpu {
@@ -25,12 +27,14 @@ impl Gpu {
         warn_about_proxy_settings(me, &peers, &s.cfg.gpu);
         clock.mark("peer heaps");
         let misc = Bookkeeping::write(&ctx, me, &peers)?;
-        let rings = GpuRings::create(&s, &ctx)?;
+        let shape = proxy_shape(&s, ordinal, &peers)?;
+        let rings = GpuRings::create(&s, &ctx, shape.rings)?;
         clock.mark("rings");
         let runtime = cuda::load(&ctx, pshmem_kernels::RUNTIME)
             .map_err(cu(me, "loading the runtime kernels"))?;
         clock.mark("kernels");
-        let started = start_proxies(&s, (&ctx, &runtime), (&heap, ordinal), &rings.rings)?;
+        let rings_of = (&rings.rings[..], shape.threads);
+        let started = start_proxies(&s, (&ctx, &runtime), (&heap, ordinal), rings_of)?;
         clock.mark("proxies");
         // The teams' sync words: the first allocation of the GPU heap, the same on every PE.
         let mut alloc = Allocator::new(s.cfg.gpu.heap_size as u64);
@@ -54,7 +58,7 @@ impl Gpu {
             .map_err(|e| cu(me, "creating a stream")(driver("cuStreamCreate")(e)))?;
         let g = Self {
             proxies: Mutex::new(started.proxies),
-            ring_table: (rings.table.ptr, s.cfg.gpu.rings),
+            ring_table: (rings.table.ptr, shape.rings),
             rings: rings.heads(),
             ring: rings.rings[0].clone(),
             registered: !started.dmabuf.is_empty(),
@@ -132,9 +136,8 @@ struct GpuRings {
 }
 
 impl GpuRings {
-    fn create(s: &GpuSetup<'_>, ctx: &Arc<CudaContext>) -> Result<Self> {
+    fn create(s: &GpuSetup<'_>, ctx: &Arc<CudaContext>, count: usize) -> Result<Self> {
         let me = s.me;
-        let count = s.cfg.gpu.rings;
         let mut rings = Vec::with_capacity(count);
         let mut handles = Vec::with_capacity(count);
         for _ in 0..count {
@@ -180,10 +183,10 @@ fn start_proxies(
     s: &GpuSetup<'_>,
     (ctx, runtime): (&Arc<CudaContext>, &Arc<CudaModule>),
     (heap, ordinal): (&DevAlloc, usize),
-    rings: &[Arc<Ring>],
+    (rings, threads): (&[Arc<Ring>], usize),
 ) -> Result<Started> {
     let me = s.me;
-    let threads = s.cfg.gpu.proxy_threads.min(s.cfg.gpu.rings).max(1);
+    let threads = threads.min(rings.len()).max(1);
     // On an RDMA provider, every proxy thread stripes over the NICs placement put next to this
     // GPU (2 on p5en, 4 on p5), so its traffic never crosses a PCIe switch.
     let rails = crate::placement::gpu_proxy_rails(
@@ -369,6 +372,51 @@ fn peer_accessible(ctx: &CudaContext, bus: &CStr) -> bool {
                     == sys::CUresult::CUDA_SUCCESS
                     && can == 1))
     }
+}
+
+/// The rings and proxy threads of this GPU's path: the user's (`PSHMEM_GPU_RINGS`,
+/// `PSHMEM_GPU_PROXY_THREADS`, the same on every PE: compared at init), each unset one from
+/// the topology (`placement::default_gpu_proxy_shape`), then the least over every PE, so that
+/// thread t of each PE has a thread t to talk to. Collective.
+fn proxy_shape(s: &GpuSetup<'_>, ordinal: usize, peers: &[u64]) -> Result<ProxyShape> {
+    let me = s.me;
+    let gpu = &s.cfg.gpu;
+    let network = peers.iter().enumerate().any(|(pe, &b)| pe != me && b == 0);
+    let src = s.cfg.sources();
+    let named_not_rdma = src.provider.is_some_and(|p| !crate::placement::is_rdma(p));
+    let (shape, why) = if gpu.rings.is_some() && gpu.proxy_threads.is_some() {
+        (ProxyShape::ONE, "set by the user".to_string())
+    } else if !network || named_not_rdma {
+        let why = "no peer is reached through an RDMA provider";
+        (ProxyShape::ONE, why.to_string())
+    } else {
+        let plan = crate::placement::host_plan(src, s.bs.local_size(), 1, true);
+        crate::placement::default_gpu_proxy_shape(&plan, ordinal, network)
+    };
+    let mine = [
+        gpu.rings.unwrap_or(shape.rings) as u32,
+        gpu.proxy_threads.unwrap_or(shape.threads) as u32,
+    ];
+    let bytes: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let all = s.bs.allgather(&bytes)?;
+    let least = |k: usize| {
+        all.iter()
+            .filter_map(|b| b.get(4 * k..4 * k + 4))
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+            .min()
+            .unwrap_or(1)
+            .max(1)
+    };
+    let shape = ProxyShape {
+        rings: least(0),
+        threads: least(1),
+    };
+    tracing::info!(
+        "PE {me}: GPU proxy: {} rings, {} threads ({why})",
+        shape.rings,
+        shape.threads
+    );
+    Ok(shape)
 }
 
 /// Two CUDA settings matter only where some peer is reached through the proxy (pshmrun sets
