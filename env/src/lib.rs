@@ -107,6 +107,8 @@ vars! {
         "tracing filter for proxyshmem's own log (e.g. info, debug, pshmem_proxy=trace).");
     PROVIDER = ("PSHMEM_PROVIDER", "", Kind::Text, ANY, "transport",
         "libfabric provider to use (e.g. efa, verbs;ofi_rxm, tcp;ofi_rxm, shm, or 'sim' for the simulated fabric). Falls back to FI_PROVIDER, then efa > verbs;ofi_rxm > tcp;ofi_rxm > shm.");
+    OFI_MORE = ("PSHMEM_OFI_MORE", "0", Kind::Count, between(0.0, 4096.0), "transport",
+        "libfabric doorbell batching: a run of up to this many posts on one rail carries FI_MORE (the provider may ring the NIC's doorbell once for the run); the last post of each proxy batch goes without it. 0: off.");
     FABRIC_IFACE = ("PSHMEM_FABRIC_IFACE", "", Kind::Text, ANY, "transport",
         "Network interface or address the tcp provider binds (default: loopback when all PEs share a host, else libfabric's choice).");
     SIM_REORDER = ("PSHMEM_SIM_REORDER", "1", Kind::Bool, ANY, "transport",

@@ -41,6 +41,25 @@ fn every_operation_over_shm_2_and_4_pes() {
     assert_eq!(b.len(), 4);
 }
 
+/// Doorbell batching (`PSHMEM_OFI_MORE`: runs of posts with `FI_MORE`, the last of each proxy
+/// batch without) over tcp with 3 rails and over shm, at 2 and 4 PEs: the direct path's bytes,
+/// small payloads included (held posts copy them, since the proxy reuses its scratch at once).
+#[test]
+fn doorbell_batching_gives_the_direct_paths_bytes() {
+    for n in [2, 4] {
+        let direct = ops(n, &[("PSHMEM_PROVIDER", "tcp")]);
+        for (provider, rails, more) in [("tcp", "3", "16"), ("tcp", "1", "2"), ("shm", "1", "16")] {
+            let mut env = proxied(provider);
+            env.extend([("PSHMEM_OFI_MORE", more), ("PSHMEM_RAILS", rails)]);
+            assert_eq!(
+                ops(n, &env),
+                direct,
+                "{n} PEs over {provider}, FI_MORE runs of {more}"
+            );
+        }
+    }
+}
+
 #[test]
 fn several_proxy_threads_and_rings() {
     let mut env = proxied("tcp");

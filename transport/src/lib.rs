@@ -299,6 +299,11 @@ pub trait Transport: Send {
         false
     }
 
+    /// Ends a batch of posts: anything the transport held back to batch doorbells
+    /// (`PSHMEM_OFI_MORE`) is posted now. The proxy calls it at the end of each batch; polls
+    /// and waits do it too.
+    fn flush(&mut self) {}
+
     /// Bytes written and read through each rail so far (the proxy trace reports them, to
     /// show how traffic spreads over a PE's NICs); empty where the transport does not count.
     fn rail_bytes(&self) -> Vec<u64> {

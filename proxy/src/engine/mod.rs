@@ -414,6 +414,8 @@ impl Engine {
         if staged {
             work += target.serve_waiting(&mut io);
         }
+        // The batch's last post rings its rail's doorbell (doorbell batching, PSHMEM_OFI_MORE).
+        io.link.t.flush();
         let at = io.tracer.charge(Cost::Issue, at);
         work += self.poll();
         if !self.init.holding.is_empty() {
@@ -426,6 +428,7 @@ impl Engine {
         }
         self.target.take_acks(&mut self.link);
         work += self.link.flush_outbox(&mut self.tracer, &mut self.faults);
+        self.link.t.flush();
         self.tracer.charge_since(Cost::Flush, at);
         self.tracer.end_turn(work > 0);
         self.init.publish_completions();

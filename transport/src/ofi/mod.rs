@@ -26,6 +26,7 @@ pub mod fabric;
 mod shm;
 
 mod discover;
+mod more;
 mod open;
 mod poll;
 mod post;
@@ -76,6 +77,8 @@ pub struct OfiConfig {
     pub max_send: usize,
     /// Writes/reads at least this long are striped over the rails.
     pub stripe_min: usize,
+    /// Doorbell batching: most posts in a row with `FI_MORE` (0: off; see `more`).
+    pub more: usize,
     /// Writes with immediate data one peer may have in flight to this PE (the proxy's
     /// per-destination limit): completion queues are sized for all peers' (see
     /// [`cq_entries`]).
@@ -98,6 +101,7 @@ impl OfiConfig {
             recv_buffers: 256,
             max_send: 4096,
             stripe_min: 256 << 10,
+            more: env::OFI_MORE.usize()?,
             incoming_per_peer: env::PROXY_MAX_INFLIGHT_PER_PE
                 .opt_usize()?
                 .unwrap_or(DEFAULT_INCOMING_PER_PEER),
@@ -253,6 +257,10 @@ pub struct OfiTransport {
     /// while retrying a stripe), reported by the next poll.
     deferred: Vec<OwnedEvent>,
     entries: Vec<sys::fi_cq_data_entry>,
+    /// Per rail: the post held back for doorbell batching (see `more`).
+    held: Vec<Option<more::Held>>,
+    /// Per rail: posts in a row that carried `FI_MORE`.
+    chain: Vec<usize>,
     /// Rail of the next write with remote CQ data (they take turns over the rails).
     next_data_rail: usize,
     /// The shm provider's region files of this PE's endpoints (unlinked once every PE has

@@ -104,6 +104,7 @@ impl OfiTransport {
         let i = rails[0].info.iter().next().expect("non-empty");
         let caps = Self::provider_caps(i, cfg, dc, version);
         let socket_errnos = over_sockets(&i.provider());
+        let nrails = rails.len();
         let mut t = Self {
             me,
             n,
@@ -115,6 +116,8 @@ impl OfiTransport {
             remotes: Vec::new(),
             dead: vec![None; n],
             deferred: Vec::new(),
+            held: vec![None; nrails],
+            chain: vec![0; nrails],
             entries: vec![sys::fi_cq_data_entry::default(); 64],
             next_data_rail: 0,
             shm_regions: Vec::new(),

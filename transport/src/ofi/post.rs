@@ -8,6 +8,7 @@ use pshmem_libfabric_sys as sys;
 use super::{
     OfiTransport, OpKind, OpRec, Region, RemoteRegion,
     fabric::{bits, check},
+    more::{Held, Src},
 };
 use crate::{LocalRef, Pe, PostError, RemoteRef, Result, TransportError, check_bounds};
 
@@ -140,7 +141,7 @@ impl OfiTransport {
     /// # Safety
     /// The local bytes must stay valid until completion (or be injectable).
     #[allow(clippy::too_many_arguments)]
-    unsafe fn post_rma(
+    pub(super) unsafe fn post_rma(
         &mut self,
         rail: usize,
         slot: u32,
@@ -151,7 +152,33 @@ impl OfiTransport {
         len: usize,
         data: Option<u64>,
     ) -> Result<bool> {
-        let region = self.regions[local.mr.0 as usize].as_ref().expect("checked");
+        // SAFETY: forwarded.
+        unsafe {
+            self.post_rma_from(
+                rail,
+                slot,
+                (write, pe),
+                (Src::Region(local), remote, len),
+                data,
+                false,
+            )
+        }
+    }
+
+    /// [`Self::post_rma`] from `src`, with `FI_MORE` when `more` (another post follows at once).
+    ///
+    /// # Safety
+    /// As for [`Self::post_rma`]; an internal source lies in this op's slot of the rail's
+    /// internal buffer.
+    pub(super) unsafe fn post_rma_from(
+        &mut self,
+        rail: usize,
+        slot: u32,
+        (write, pe): (bool, Pe),
+        (src, remote, len): (Src, RemoteRef, usize),
+        data: Option<u64>,
+        more: bool,
+    ) -> Result<bool> {
         let rr = &self.remotes[remote.mr.0 as usize];
         let (base, key) = rr.rails[rail];
         let addr = if self.rails[rail].virt_addr {
@@ -159,9 +186,24 @@ impl OfiTransport {
         } else {
             remote.offset
         };
-        let mut desc = region.mrs[rail].desc;
-        // SAFETY: offset checked against the region's length by the caller.
-        let buf = unsafe { region.ptr.add(local.offset) };
+        let (buf, mut desc) = match src {
+            Src::Region(local) => {
+                let region = self.regions[local.mr.0 as usize].as_ref().expect("checked");
+                // SAFETY: offset checked against the region's length by the caller.
+                (
+                    unsafe { region.ptr.add(local.offset) },
+                    region.mrs[rail].desc,
+                )
+            }
+            Src::Internal(off) => {
+                let r = &mut self.rails[rail];
+                // SAFETY: `off` is this op's slot in the internal buffer (caller's contract).
+                (
+                    unsafe { r.internal.as_mut_ptr().add(off) },
+                    r.internal_mr.desc,
+                )
+            }
+        };
         let iov = libc::iovec {
             iov_base: buf.cast(),
             iov_len: len,
@@ -188,6 +230,9 @@ impl OfiTransport {
         }
         if write && len <= self.caps.inject_size {
             flags |= bits!(FI_INJECT);
+        }
+        if more {
+            flags |= bits!(FI_MORE);
         }
         // SAFETY: msg and everything it points to are valid for the call; the caller keeps the
         // local bytes alive until completion; the context slot is reserved for this operation.
@@ -244,25 +289,26 @@ impl OfiTransport {
         let kind = if write { OpKind::Write } else { OpKind::Read };
         let slot = self.new_op(ctx, pe, kind, parts as u32)?;
         if parts == 1 {
-            // The common case, without the striping arithmetic.
-            // SAFETY: forwarded from the caller.
-            return match unsafe { self.post_rma(home, slot, write, pe, local, remote, len, data) } {
-                Ok(true) => {
-                    if turns {
-                        self.next_data_rail = home;
-                    }
-                    Ok(())
-                }
-                Ok(false) => {
-                    self.ops.remove(slot);
-                    Err(PostError::Retry)
-                }
-                Err(e) => {
-                    self.ops.remove(slot);
-                    Err(e.into())
-                }
+            // The common case, without the striping arithmetic (held for doorbell batching
+            // when that is on).
+            let op = Held::Rma {
+                rail: home,
+                slot,
+                write,
+                pe,
+                src: Src::Region(local),
+                remote,
+                len,
+                data,
             };
+            self.post_or_hold(op)?;
+            if turns {
+                self.next_data_rail = home;
+            }
+            return Ok(());
         }
+        // Stripes go at once, behind whatever the rails held.
+        self.flush_held();
         // SAFETY: forwarded from the caller.
         unsafe { self.post_striped(slot, home, parts, write, pe, local, remote, len, data) }
     }

@@ -5,7 +5,8 @@ use pshmem_libfabric_sys as sys;
 
 use super::{
     OfiTransport, OpKind, OwnedEvent, Region, RemoteRegion,
-    fabric::{self, Mr, MrSource, bits, check},
+    fabric::{self, Mr, MrSource, bits},
+    more::Held,
     shm,
 };
 use crate::{
@@ -275,47 +276,18 @@ impl Transport for OfiTransport {
         let rail = self.home_rail(pe);
         let slot = self.new_op(ctx, pe, OpKind::Send, 1)?;
         let off = self.send_off(slot);
-        let context = self.ctx_ptr(rail, slot);
-        let inject = msg.len() <= self.caps.inject_size;
-        let r = &mut self.rails[rail];
-        r.internal[off..off + msg.len()].copy_from_slice(msg);
-        let mut desc = r.internal_mr.desc;
-        // SAFETY: `off` lies inside the internal buffer (slot < max_outstanding); the payload
-        // was copied there and the slot stays reserved until completion.
-        let payload = unsafe { r.internal.as_mut_ptr().add(off) };
-        let iov = libc::iovec {
-            iov_base: payload.cast(),
-            iov_len: msg.len(),
+        self.rails[rail].internal[off..off + msg.len()].copy_from_slice(msg);
+        let held = Held::Send {
+            rail,
+            slot,
+            pe,
+            len: msg.len(),
         };
-        let m = sys::fi_msg {
-            msg_iov: (&iov as *const libc::iovec).cast(),
-            desc: &mut desc,
-            iov_count: 1,
-            addr: r.peers[pe.idx()],
-            context,
-            data: 0,
-        };
-        let mut flags = bits!(FI_COMPLETION);
-        if inject {
-            flags |= bits!(FI_INJECT);
-        }
-        if self.caps.delivery_complete {
-            flags |= bits!(FI_DELIVERY_COMPLETE);
-        }
-        // SAFETY: m and the buffer it names are valid; the context slot is reserved.
-        let rc = unsafe { sys::fi_sendmsg(r.ep.raw(), &m, flags) };
-        if rc == -(sys::FI_EAGAIN as isize) {
-            self.ops.remove(slot);
-            return Err(PostError::Retry);
-        }
-        if let Err(e) = check(rc, "fi_sendmsg") {
-            self.ops.remove(slot);
-            return Err(e.into());
-        }
-        Ok(())
+        self.post_or_hold(held)
     }
 
     fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> Result<usize> {
+        self.flush_held();
         let mut count = 0;
         for e in std::mem::take(&mut self.deferred) {
             e.deliver(on_event);
@@ -327,6 +299,10 @@ impl Transport for OfiTransport {
         Ok(count)
     }
 
+    fn flush(&mut self) {
+        self.flush_held();
+    }
+
     fn rail_bytes(&self) -> Vec<u64> {
         self.rails.iter().map(|r| r.bytes).collect()
     }
@@ -335,7 +311,8 @@ impl Transport for OfiTransport {
     /// `fi_trywait` says nothing is pending; otherwise sleeps. Incoming traffic makes the
     /// descriptor readable, so a target wakes at once; the next poll then progresses it.
     fn wait(&mut self, timeout: std::time::Duration) -> bool {
-        if !self.deferred.is_empty() {
+        self.flush_held();
+        if !self.deferred.is_empty() || self.holding() {
             return true;
         }
         let fds: Option<Vec<libc::pollfd>> = self
