@@ -77,17 +77,20 @@ pub fn deepep_nvshmem() -> System {
     }
 }
 
-/// Our kernels' times, µs, measured on one H100 with 2 PEs sharing it under MPS (the hook split
-/// of `scripts/bench-ep.sh` at EP 2, direct path; benches/results/ep-ll-h100): pessimistic for
-/// a GPU of one's own.
+/// Our kernels' times, µs, each EP rank on an H100 of its own (4 H100s, EP 4, median of the
+/// ranks; `scripts/bench-efa-path.sh`, benches/results/efa-path): the send kernels as they run
+/// through the proxy (packing and posting descriptors; tcp, so the network is not in them),
+/// the receive kernels over NVLink (through the proxy they include the network wait). The
+/// earlier inputs (84.3 / 60.1 and 39.1 / 37.5, 2 PEs sharing one H100 under MPS) were
+/// pessimistic for a GPU of one's own.
 pub const OURS_DISPATCH: Kernels = Kernels {
-    pack_us: 84.3,
-    unpack_us: 60.1,
+    pack_us: 48.1,
+    unpack_us: 19.4,
 };
 /// See [`OURS_DISPATCH`].
 pub const OURS_COMBINE: Kernels = Kernels {
-    pack_us: 39.1,
-    unpack_us: 37.5,
+    pack_us: 35.1,
+    unpack_us: 32.5,
 };
 
 /// pshmem.ep's LL kernels: batched (one counted put per (remote expert, peer)) or per-token, a

@@ -322,10 +322,16 @@ fn markdown(r: &Report) -> String {
     projection_table(&mut s, r.proj);
     let _ = writeln!(
         s,
-        "\nOur kernel times are those measured on one H100 shared by 2 PEs (pessimistic); our \
-         proxy's post cost on EFA's registered path is assumed equal to UCCL-EP's (0.3 µs).\n\n\
+        "\nOur LL kernel times (µs: dispatch {:.1} send + {:.1} receive, combine {:.1} + {:.1}) \
+         are measured with each EP rank on an H100 of its own (EP 4; send kernels through the \
+         proxy, receive kernels over NVLink); our proxy's post cost on EFA's registered path \
+         is assumed equal to UCCL-EP's (0.3 µs).\n\n\
          ## Projection, normal mode (4096 tokens; dispatch / combine µs; dispatch messages per \
-         GPU)\n"
+         GPU)\n",
+        calib::OURS_DISPATCH.pack_us,
+        calib::OURS_DISPATCH.unpack_us,
+        calib::OURS_COMBINE.pack_us,
+        calib::OURS_COMBINE.unpack_us
     );
     projection_table(&mut s, r.proj_normal);
     let _ = writeln!(

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Measurements for the EFA data path work (issue 37) that machines without EFA can give (parts:
+# EFA_PATH_PARTS, default "sim perf ll"; sim runs anywhere, the others need 2 GPUs):
+# 1. doorbell batching (PSHMEM_OFI_MORE) off and on, alternating, through the proxy over tcp
+#    between 2 GPUs: device-initiated message rate and put bandwidth (pshmem-perf);
+# 2. the MoE low-latency kernels' send/receive split with each EP rank on a GPU of its own
+#    (EP 2 and, with 4 GPUs, EP 4), over NVLink/IPC and through the proxy (tcp): the kernel
+#    times the EFA model (benches/efa-model) takes as input.
+# Writes OUT/sim.json (and the traces), OUT/perf-more*.json, OUT/ll-*.out, OUT/bench-efa-path.log.
+# Usage: scripts/bench-efa-path.sh [BIN_DIR] [OUT_DIR]   (defaults: target/release, efa-path-out)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN="${1:-target/release}"
+OUT="${2:-efa-path-out}"
+mkdir -p "$OUT"
+LOG="$OUT/bench-efa-path.log"
+: > "$LOG"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PSHMEM_OP_TIMEOUT=60 CUDA_MODULE_LOADING=EAGER
+PARTS=" ${EFA_PATH_PARTS:-sim perf ll} "
+want() { [[ "$PARTS" == *" $1 "* ]]; }
+# 0. (any machine) The simulated efa profile through the proxy: rt-ops at 2, 4 and 8 PEs over 4
+#    simulated NICs with delays, reordering and 5 % duplicated completions, and 5 puts of 4 MiB
+#    (with signal) over 4 rails of tcp and of the simulated fabric, each traced: the gates,
+#    holds, duplicates and bytes per rail of every proxy thread (OUT/sim.json).
+if want sim; then
+  SIM="PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=sim PSHMEM_SIM_PROFILE=efa PSHMEM_SIM_DELAY_US=200"
+  for n in 2 4 8; do
+    for strong in 0 1; do
+      name="sim-ops-$n-strong$strong"
+      rm -rf "$OUT/$name"; mkdir -p "$OUT/$name"
+      echo "== $name" | tee -a "$LOG"
+      env $SIM PSHMEM_RAILS=4 PSHMEM_SIM_DUPLICATE=0.05 PSHMEM_EMULATE_GPU_HEAP=registered \
+        PSHMEM_STRONG_SIGNALS=$strong PSHMEM_SYMMETRIC_SIZE=64M PSHMEM_TRACE="$OUT/$name/t" \
+        timeout 120 "$BIN/pshmrun" -n "$n" -- "$BIN/pshmem-testbin" rt-ops >> "$LOG" 2>&1 \
+        || echo "$name failed" | tee -a "$LOG"
+    done
+  done
+  for prov in tcp sim; do
+    name="rails-$prov"
+    rm -rf "$OUT/$name"; mkdir -p "$OUT/$name"
+    echo "== $name" | tee -a "$LOG"
+    envs="PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=$prov"
+    [ "$prov" = sim ] && envs="$SIM"
+    env $envs PSHMEM_RAILS=4 PSHMEM_SYMMETRIC_SIZE=64M PSHMEM_TRACE="$OUT/$name/t" timeout 120 \
+      "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-testbin" rt-trace --count 5 --size 4194304 --signal \
+      >> "$LOG" 2>&1 || echo "$name failed" | tee -a "$LOG"
+  done
+  python3 - "$OUT" <<'PY'
+import glob, json, os, sys
+out = sys.argv[1]
+runs = {}
+for d in sorted(glob.glob(os.path.join(out, "sim-ops-*")) + glob.glob(os.path.join(out, "rails-*"))):
+    sums = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(d, "*.summary.json")))]
+    keys = ("messages", "gates", "fence_gates", "holds", "duplicates")
+    runs[os.path.basename(d)] = {
+        "threads": len(sums),
+        **{k: sum(s.get(k, 0) for s in sums) for k in keys},
+        "busy_us_per_message": [s.get("busy_us_per_message") for s in sums],
+        "rail_bytes": [s.get("rail_bytes") for s in sums],
+    }
+json.dump(runs, open(os.path.join(out, "sim.json"), "w"), indent=1)
+for k, v in runs.items():
+    print(k, json.dumps(v))
+PY
+fi
+NGPU="$(nvidia-smi -L 2>/dev/null | wc -l)"
+if [ "$NGPU" -lt 2 ]; then
+  echo "SKIP bench-efa-path: needs 2 GPUs (found $NGPU)" | tee -a "$LOG"
+  exit 0
+fi
+nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader > "$OUT/machine.txt" 2>&1
+for round in 1 2; do
+  want perf || break
+  for more in 0 16; do
+    name="perf-more$more-r$round"
+    echo "== $name" | tee -a "$LOG"
+    env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp PSHMEM_OFI_MORE=$more timeout 120 \
+      "$BIN/pshmrun" -n 2 -- "$BIN/pshmem-perf" msg_rate put_bw -b 8 -e 65536 -f 8 -n 30 \
+      --json "$OUT/$name.json" >> "$LOG" 2>&1 || echo "$name failed" | tee -a "$LOG"
+  done
+done
+. scripts/pshmem-python.sh
+pshmem_python "$BIN"
+if [ -z "${PYBIN:-}" ]; then
+  echo "SKIP LL kernel split: no python with torch and pshmem" | tee -a "$LOG"
+  exit 0
+fi
+ARGS="--tokens 128 --hidden 7168 --topk 8 --experts-per-rank 8 --iters 30"
+for n in 2 4; do
+  want ll || break
+  [ "$n" -le "$NGPU" ] || continue
+  for path in direct proxy; do
+    envs="PSHMEM_GPU_RINGS=8"
+    [ "$path" = proxy ] && envs="$envs PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp"
+    name="ll-ep$n-$path"
+    echo "== $name" | tee -a "$LOG"
+    env $envs timeout 150 "$BIN/pshmrun" -n "$n" -- "$PYBIN" ep/bench/ll_bench.py $ARGS \
+      --label "$name" > "$OUT/$name.out" 2>> "$LOG" || echo "$name failed" | tee -a "$LOG"
+    grep -o '{"label".*' "$OUT/$name.out" | tee -a "$LOG"
+  done
+done
