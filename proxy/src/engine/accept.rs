@@ -317,7 +317,13 @@ impl Initiator {
             value,
             sop,
             tag,
-            strong: self.strong && !counted,
+            // Counted rounds to one word apply in order (their counts add up to what landed);
+            // in gated mode each hold already waits for every earlier part of its queue.
+            sequenced: if counted {
+                self.mode == SignalMode::Tagged
+            } else {
+                self.strong
+            },
         };
         self.enqueue(io, ring, pe, w);
     }
@@ -470,7 +476,7 @@ impl Initiator {
             value,
             sop,
             tag: sig_tag,
-            strong: self.strong,
+            sequenced: self.strong,
         };
         self.enqueue(io, ring, pe, w);
         true

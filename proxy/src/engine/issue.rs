@@ -161,7 +161,7 @@ impl Initiator {
                 value,
                 sop,
                 tag,
-                strong,
+                sequenced,
             } => {
                 // A tagged signal is applied once the target counted every data write: its
                 // put's parts, or the writes of its counted round or strong epoch (all
@@ -172,9 +172,9 @@ impl Initiator {
                     (Some(_), OpRef::Slab(k)) => self.ops.get(k).map_or(0, |o| o.data_parts),
                     _ => 0,
                 };
-                // A strong signal's sequence number is taken only if the request goes out:
-                // the target waits for every number in turn.
-                let seq = if *strong { tags.peek_seq() } else { 0 };
+                // A sequenced signal's number is taken only if the request goes out: the
+                // target waits for every number in turn.
+                let seq = if *sequenced { tags.peek_seq() } else { 0 };
                 let kind = RequestKind::Signal { op: *sop, expect };
                 let mut req = Request::new(*remote, *value, 0, kind);
                 req.tag = SignalTag {
@@ -185,7 +185,7 @@ impl Initiator {
                 let issued = self.request(io, (r, pe, *op), &mut req);
                 if issued == Issued::All {
                     let tags = &mut self.peers[pe].tags;
-                    if *strong {
+                    if *sequenced {
                         tags.take_seq();
                     }
                     if let Some(t) = tag {
