@@ -203,6 +203,23 @@ struct Report<'a> {
     sens_normal: &'a [Sensitivity],
 }
 
+/// Where our LL kernel times come from, and the heading of the normal-mode projection.
+fn kernel_note(s: &mut String) {
+    let _ = writeln!(
+        s,
+        "\nOur LL kernel times (µs: dispatch {:.1} send + {:.1} receive, combine {:.1} + {:.1}) \
+         are measured with each EP rank on an H100 of its own (EP 4; send kernels through the \
+         proxy, receive kernels over NVLink); our proxy's post cost on EFA's registered path \
+         is assumed equal to UCCL-EP's (0.3 µs).\n\n\
+         ## Projection, normal mode (4096 tokens; dispatch / combine µs; dispatch messages per \
+         GPU)\n",
+        calib::OURS_DISPATCH.pack_us,
+        calib::OURS_DISPATCH.unpack_us,
+        calib::OURS_COMBINE.pack_us,
+        calib::OURS_COMBINE.unpack_us
+    );
+}
+
 fn markdown(r: &Report) -> String {
     let (preset, f, cal) = (r.preset, r.f, r.cal);
     let mut s = String::new();
@@ -320,19 +337,7 @@ fn markdown(r: &Report) -> String {
         "\n## Projection, low-latency mode (dispatch / combine µs; dispatch messages per GPU)\n"
     );
     projection_table(&mut s, r.proj);
-    let _ = writeln!(
-        s,
-        "\nOur LL kernel times (µs: dispatch {:.1} send + {:.1} receive, combine {:.1} + {:.1}) \
-         are measured with each EP rank on an H100 of its own (EP 4; send kernels through the \
-         proxy, receive kernels over NVLink); our proxy's post cost on EFA's registered path \
-         is assumed equal to UCCL-EP's (0.3 µs).\n\n\
-         ## Projection, normal mode (4096 tokens; dispatch / combine µs; dispatch messages per \
-         GPU)\n",
-        calib::OURS_DISPATCH.pack_us,
-        calib::OURS_DISPATCH.unpack_us,
-        calib::OURS_COMBINE.pack_us,
-        calib::OURS_COMBINE.unpack_us
-    );
+    kernel_note(&mut s);
     projection_table(&mut s, r.proj_normal);
     let _ = writeln!(
         s,

@@ -48,6 +48,7 @@ pub fn ops(n: usize, env: &[(&str, &str)]) -> Vec<String> {
                 "OK counted",
                 "OK fence",
                 "OK atomics",
+                "OK channels",
             ] {
                 assert_eq!(
                     r.fields(part).len(),

@@ -28,6 +28,8 @@ fn seed(a: usize, b: usize, c: usize) -> u64 {
     ((a as u64) << 40) ^ ((b as u64) << 20) ^ (c as u64) ^ 0xfeed
 }
 
+mod moe;
+
 type R<T> = Result<T, String>;
 
 /// A runtime error as a message led by its kind.
@@ -383,91 +385,14 @@ fn atomics(s: &Pshmem, k: usize, d: &mut Digest) -> R<()> {
     Ok(())
 }
 
-/// Counted puts and counted signals, DeepEP's low-latency pattern: every PE sends each other
-/// PE a varying number of messages (0 included) into a per-source region, then one counted
-/// signal of -count-1. The receiver checks every message the moment it sees the signal, so a
-/// signal applied before all the writes it covers landed fails the round. Three threads send
-/// at once, each on its own ring (with `PSHMEM_RINGS` > 1) and for its own words, as the MoE
-/// kernels spread experts over rings. Three rounds reuse the same words (the proxy's per-word
-/// rounds keep a late round's writes apart).
-fn counted(s: &Pshmem, rounds: usize, d: &mut Digest) -> R<()> {
-    let (me, n) = (s.my_pe(), s.n_pes());
-    const MSG: usize = 1500;
-    const MAX: usize = 12;
-    const LANES: usize = 3;
-    let src = s.malloc(LANES * MAX * MSG).map_err(e)?;
-    let dst = s.malloc(n * LANES * MAX * MSG).map_err(e)?;
-    let sig = s.calloc(n * LANES, 8).map_err(e)?;
-    let count = |from: usize, to: usize, r: usize, l: usize| {
-        (from * 7 + to * 3 + r * 5 + l * 11) % (MAX + 1)
-    };
-    let word = |from: usize, l: usize| sig + (from * LANES + l) * 8;
-    let slot = |from: usize, l: usize, i: usize| dst + ((from * LANES + l) * MAX + i) * MSG;
-    let body = |from: usize, to: usize, r: usize, l: usize, i: usize| {
-        pattern(
-            seed(from, 1000 + ((r * LANES + l) * n + to) * MAX + i, MSG),
-            MSG,
-        )
-    };
-    for r in 0..rounds {
-        let send = |l: usize| -> R<()> {
-            for k in 1..n {
-                let pe = (me + k) % n;
-                let c = count(me, pe, r, l);
-                for i in 0..c {
-                    // A fresh source slot per message: the puts are in flight together.
-                    let from = src + (l * MAX + i) * MSG;
-                    s.local_copy_in(from, &body(me, pe, r, l, i)).map_err(e)?;
-                    s.put_counted_nbi_sym(slot(me, l, i), from, MSG, word(me, l), pe)
-                        .map_err(e)?;
-                }
-                let v = (-(c as i64) - 1) as u64;
-                s.signal_counted(word(me, l), v, SignalOp::Set, pe)
-                    .map_err(e)?;
-                // The sources are reused for the next PE: wait until these were read.
-                s.quiet().map_err(e)?;
-            }
-            Ok(())
-        };
-        std::thread::scope(|sc| {
-            let lanes: Vec<_> = (0..LANES).map(|l| sc.spawn(move || send(l))).collect();
-            lanes
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err("a sender panicked".into())))
-                .collect::<R<Vec<()>>>()
-        })?;
-        for k in 1..n {
-            let from = (me + n - k) % n;
-            for l in 0..LANES {
-                let seen = s.signal_wait_until(word(from, l), Cmp::Ne, 0).map_err(e)?;
-                let c = count(from, me, r, l);
-                if seen != (-(c as i64) - 1) as u64 {
-                    return Err(format!(
-                        "round {r}: the counted signal {l} from PE {from} is {seen:#x}"
-                    ));
-                }
-                for i in 0..c {
-                    let what =
-                        format!("round {r}: message {i} of {c} ({l}) from PE {from} at its signal");
-                    expect_local(s, slot(from, l, i), &body(from, me, r, l, i), &what, d)?;
-                }
-                s.local_copy_in(word(from, l), &0u64.to_le_bytes())
-                    .map_err(e)?;
-            }
-        }
-        s.barrier_all().map_err(e)?;
-    }
-    println!("OK counted");
-    Ok(())
-}
-
 /// Every operation, verified; prints the digest.
 pub fn ops(s: &Pshmem, sizes: &[usize], rounds: usize) -> R<()> {
     let mut d = Digest(0xcbf2_9ce4_8422_2325);
     rma(s, sizes, &mut d)?;
     p_and_g(s, &mut d)?;
     put_signal(s, sizes, rounds, &mut d)?;
-    counted(s, 3, &mut d)?;
+    moe::counted(s, 3, &mut d)?;
+    moe::channels(s, &mut d)?;
     fence(s, rounds * 4, true)?;
     atomics(s, rounds.max(10), &mut d)?;
     println!("DIGEST rank={} value={:016x}", s.my_pe(), d.0);
