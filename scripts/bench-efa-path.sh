@@ -86,17 +86,35 @@ if [ -z "${PYBIN:-}" ]; then
   echo "SKIP LL kernel split: no python with torch and pshmem" | tee -a "$LOG"
   exit 0
 fi
-ARGS="--tokens 128 --hidden 7168 --topk 8 --experts-per-rank 8 --iters 30"
+ARGS="--tokens 128 --hidden 7168 --topk 8 --experts-per-rank 8"
 for n in 2 4; do
   want ll || break
   [ "$n" -le "$NGPU" ] || continue
-  for path in direct proxy; do
+  for path in direct proxy sim-efa; do
     envs="PSHMEM_GPU_RINGS=8"
     [ "$path" = proxy ] && envs="$envs PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp"
+    # EFA's capabilities simulated, the GPU heap registered (no host staging), 2 rails, traced.
+    [ "$path" = sim-efa ] && envs="$envs PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=sim \
+      PSHMEM_SIM_PROFILE=efa PSHMEM_SIM_GPU_MEMORY=1 PSHMEM_RAILS=2 PSHMEM_TRACE=$OUT/trace-ep$n/t"
     name="ll-ep$n-$path"
+    iters="--iters 30"; [ "$path" = sim-efa ] && iters="--iters 10 --warmup 2"
     echo "== $name" | tee -a "$LOG"
-    env $envs timeout 150 "$BIN/pshmrun" -n "$n" -- "$PYBIN" ep/bench/ll_bench.py $ARGS \
+    mkdir -p "$OUT/trace-ep$n"
+    env $envs timeout 200 "$BIN/pshmrun" -n "$n" -- "$PYBIN" ep/bench/ll_bench.py $ARGS $iters \
       --label "$name" > "$OUT/$name.out" 2>> "$LOG" || echo "$name failed" | tee -a "$LOG"
     grep -o '{"label".*' "$OUT/$name.out" | tee -a "$LOG"
   done
 done
+# The simulated efa runs' proxy traces: messages, signal gates, holds, busy time per message.
+python3 - "$OUT" <<'PY'
+import glob, json, os, sys
+out = sys.argv[1]
+for d in sorted(glob.glob(os.path.join(out, "trace-ep*"))):
+    sums = [json.load(open(f)) for f in glob.glob(os.path.join(d, "*.summary.json"))]
+    if not sums:
+        continue
+    keys = ("operations", "messages", "bytes", "gates", "fence_gates", "holds", "duplicates")
+    row = {k: sum(s.get(k, 0) for s in sums) for k in keys}
+    row["busy_us_per_message"] = sorted(s.get("busy_us_per_message") for s in sums)
+    print(os.path.basename(d), json.dumps(row))
+PY

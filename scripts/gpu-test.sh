@@ -19,6 +19,8 @@ LOG="$OUT/gpu-tests.log"
 # Never let NVLink multicast objects be created on the shared GPU hosts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 fail=0
+# The simulated fabric with EFA's capabilities, taking GPU memory (every peer through the proxy).
+SIM_EFA_GPU="PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=sim PSHMEM_SIM_PROFILE=efa PSHMEM_SIM_GPU_MEMORY=1 PSHMEM_SIM_DELAY_US=100 PSHMEM_RAILS=2"
 PARTS=" ${GPU_TEST_PARTS:-ring ops perf nvshmem mpi python ep ht} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 run() {
@@ -69,6 +71,9 @@ fi
 if want ops; then
   run "$BIN/pshmem-gpu-tests" gpu-ops --pes 2
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmem-gpu-tests" gpu-ops --pes 2
+  # The registered GPU heap on EFA's capabilities (simulated: 4-byte CQ data, reordering,
+  # 2 rails; its NIC threads reach GPU memory through CUDA copies).
+  run env $SIM_EFA_GPU "$BIN/pshmem-gpu-tests" gpu-ops --pes 2
   # PEs sharing GPU 0 need MPS on any machine (on one GPU it runs already; on 2 GPUs without it
   # the barrier took 2.2 ms instead of microseconds and the staged 4-PE job hung).
   if [ "$NGPU" -ge 2 ] && mps_start && [ -n "$MPS_STARTED" ]; then
@@ -172,6 +177,9 @@ if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want ep; then
   for n in 2 4; do
     run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=sim PSHMEM_SIM_DELAY_US=100 PSHMEM_GPU_RINGS=3 PSHMEM_GPU_PROXY_THREADS=2 \
       "$BIN/pshmrun" -n $n -- "$PYBIN" ep/tests/workers/ep_ll.py --quick
+    # On EFA's capabilities, the GPU heap registered (counted signals in the 32-bit immediate).
+    run env $SIM_EFA_GPU PSHMEM_GPU_RINGS=3 PSHMEM_GPU_PROXY_THREADS=2 \
+      "$BIN/pshmrun" -n $n -- "$PYBIN" ep/tests/workers/ep_ll.py --quick
   done
 fi
 if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want ht; then
@@ -193,6 +201,9 @@ if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want ht; then
     run env PSHMEM_PROVIDER=sim PSHMEM_SIM_DELAY_US=100 PSHMEM_GPU_RINGS=3 PSHMEM_GPU_PROXY_THREADS=2 \
       "$BIN/pshmrun" -n $n --hosts 2 -- "$PYBIN" ep/tests/workers/ep_ht.py --quick
   done
+  # The normal mode's rings (counted tails) on EFA's capabilities, GPU heap registered.
+  run env $SIM_EFA_GPU PSHMEM_GPU_RINGS=3 PSHMEM_GPU_PROXY_THREADS=2 \
+    "$BIN/pshmrun" -n 4 --hosts 2 -- "$PYBIN" ep/tests/workers/ep_ht.py --quick
 fi
 mps_stop
 if { want python || want ep || want ht; } && ! { [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ]; }; then

@@ -119,6 +119,8 @@ vars! {
         "Simulated fabric: modelled link bandwidth in GB/s (0 = unlimited).");
     SIM_DUPLICATE = ("PSHMEM_SIM_DUPLICATE", "0", Kind::Number, between(0.0, 1.0), "transport",
         "Simulated fabric: probability that a local completion is reported twice (fault injection: the proxy must ignore the second; 0 = never).");
+    SIM_GPU_MEMORY = ("PSHMEM_SIM_GPU_MEMORY", "0", Kind::Bool, ANY, "transport",
+        "Simulated fabric: 1 takes GPU memory (its NIC threads copy through CUDA), so a GPU heap is registered as with DMA-BUF instead of going through host staging (the only GPU path on the efa profile).");
     SIM_PROFILE = ("PSHMEM_SIM_PROFILE", "", Kind::Choice(&["", "efa"]), ANY, "transport",
         "Capabilities of the simulated fabric: default, or efa (EFA's: 4-byte remote CQ data (the immediate), 32-byte inject, 8 KiB sends; unordered unless PSHMEM_SIM_REORDER=0).");
     SYMMETRIC_SIZE = ("PSHMEM_SYMMETRIC_SIZE", "1073741824", Kind::Size, between(65536.0, 17592186044416.0), "runtime",

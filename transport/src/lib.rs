@@ -57,6 +57,16 @@ pub enum MemKind {
     },
 }
 
+/// Copies between host memory and device memory at device addresses, for a transport whose
+/// "NIC" is host threads (the simulated fabric with `PSHMEM_SIM_GPU_MEMORY=1`). Called from
+/// several threads at once.
+pub trait DeviceCopy: Send + Sync + std::fmt::Debug {
+    /// Copies `dst.len()` bytes from device address `src`.
+    fn read(&self, src: u64, dst: &mut [u8]) -> std::result::Result<(), String>;
+    /// Copies `src` to device address `dst`.
+    fn write(&self, dst: u64, src: &[u8]) -> std::result::Result<(), String>;
+}
+
 /// Memory to register.
 #[derive(Debug, Clone, Copy)]
 pub struct LocalMem {
@@ -303,6 +313,14 @@ pub trait Transport: Send {
     /// (`PSHMEM_OFI_MORE`) is posted now. The proxy calls it at the end of each batch; polls
     /// and waits do it too.
     fn flush(&mut self) {}
+
+    /// Lets a transport that cannot reach device memory itself (the simulated fabric) take
+    /// `MemKind::Cuda` registrations, copying through `copy`; false where the transport does
+    /// not use it (a NIC reaches device memory through DMA-BUF or HMEM instead).
+    fn attach_device_copy(&mut self, copy: std::sync::Arc<dyn DeviceCopy>) -> bool {
+        let _ = copy;
+        false
+    }
 
     /// Bytes written and read through each rail so far (the proxy trace reports them, to
     /// show how traffic spreads over a PE's NICs); empty where the transport does not count.

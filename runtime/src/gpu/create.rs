@@ -473,6 +473,7 @@ fn register(
 ) -> Result<Registration> {
     let me = s.me;
     let terr = |what| crate::proxies::transport_error(me, what);
+    super::sim_copy::offer(s, ctx, t)?;
     let gpu_dmabuf = ctx
         .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
         .is_ok_and(|v| v == 1);

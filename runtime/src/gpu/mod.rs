@@ -18,6 +18,7 @@ pub mod host_ops;
 mod kargs;
 mod mem;
 pub mod mps;
+mod sim_copy;
 mod teams;
 
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -44,6 +44,7 @@ impl SimTransport {
         let shared = Arc::new(Shared {
             me,
             regions: RwLock::new(Vec::new()),
+            device: std::sync::OnceLock::new(),
             events: Mutex::new(VecDeque::new()),
             pending: Mutex::new(HashMap::new()),
             groups: Mutex::new(HashMap::new()),
@@ -76,6 +77,7 @@ impl SimTransport {
             me,
             n,
             caps,
+            gpu_memory: cfg.gpu_memory,
             shared,
             name: unique.into_bytes(),
             conns: (0..n).map(|_| Vec::new()).collect(),
@@ -106,13 +108,20 @@ impl SimTransport {
         Ok(())
     }
 
-    fn local(&self, l: LocalRef, len: usize, pe: Pe, op: &'static str) -> Result<usize, PostError> {
+    /// The address of `len` bytes at `l`, and whether they are device memory.
+    fn local(
+        &self,
+        l: LocalRef,
+        len: usize,
+        pe: Pe,
+        op: &'static str,
+    ) -> Result<(usize, bool), PostError> {
         let regions = self
             .shared
             .regions
             .read()
             .unwrap_or_else(|p| p.into_inner());
-        let (addr, rlen) = regions
+        let r = regions
             .get(l.mr.0 as usize)
             .copied()
             .flatten()
@@ -120,8 +129,8 @@ impl SimTransport {
                 op,
                 reason: format!("unknown local registration {:?}", l.mr),
             })?;
-        check_bounds(pe, op, "local", l.offset as u64, len, rlen as u64)?;
-        Ok(addr + l.offset)
+        check_bounds(pe, op, "local", l.offset as u64, len, r.len as u64)?;
+        Ok((r.addr + l.offset, r.device))
     }
 
     fn remote(&self, r: RemoteRef, len: usize, pe: Pe, op: &'static str) -> Result<u32, PostError> {
@@ -226,7 +235,7 @@ impl SimTransport {
             _ => "write",
         };
         self.check_peer(pe, op)?;
-        let addr = self.local(local, len, pe, op)?;
+        let (addr, device) = self.local(local, len, pe, op)?;
         let region = self.remote(remote, len, pe, op)?;
         let rails = self.rail_bytes.len();
         let parts = if kind != Kind::WriteData && len >= self.caps.stripe_min {
@@ -250,9 +259,11 @@ impl SimTransport {
             let payload = if kind == Kind::Read {
                 Vec::new()
             } else {
-                // SAFETY: addr..addr+len lies in a registration the caller keeps valid
-                // (mr_reg), and off+this <= len.
-                unsafe { std::slice::from_raw_parts((addr + off) as *const u8, this) }.to_vec()
+                // addr..addr+len lies in a registration the caller keeps valid (mr_reg), and
+                // off+this <= len.
+                self.shared
+                    .load((addr + off, this, device))
+                    .map_err(|message| TransportError::Io { op, message })?
             };
             let msg = Msg {
                 kind: kind as u8,
@@ -267,7 +278,7 @@ impl SimTransport {
                 ctx,
                 pe,
                 op,
-                read_into: (kind == Kind::Read).then_some((addr + off, this)),
+                read_into: (kind == Kind::Read).then_some((addr + off, this, device)),
                 group,
             };
             if let Err(e) = self.post(pe, (home + k) % rails, msg, p) {

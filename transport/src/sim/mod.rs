@@ -20,6 +20,11 @@
 //! - **Duplicated completions** (`duplicate`): a local completion reported twice, with the
 //!   given probability — what the proxy must ignore rather than count twice. Deliveries are
 //!   never duplicated: EFA's SRD and RC deliver exactly once.
+//! - **Device memory** (`PSHMEM_SIM_GPU_MEMORY=1`, through
+//!   [`crate::Transport::attach_device_copy`]): registrations of GPU memory, which the NIC
+//!   threads read and write through the runtime's CUDA copies, so that a GPU heap is served as
+//!   a DMA-BUF registration would be (on the `efa` profile too, where the host-staged path is
+//!   refused).
 //! - **Lost peers**: a peer whose connection ends fails every outstanding operation to it with
 //!   [`TransportError::PeerLost`]; [`Transport::fail_peer`] does the same on request.
 //!
@@ -31,6 +36,8 @@
 
 mod initiator;
 mod nic;
+#[cfg(test)]
+mod tests;
 mod transport;
 
 use std::{
@@ -63,6 +70,8 @@ pub struct SimConfig {
     pub rails: usize,
     /// Probability that a local completion is reported twice.
     pub duplicate: f64,
+    /// Take GPU memory through a device copy (`PSHMEM_SIM_GPU_MEMORY`).
+    pub gpu_memory: bool,
 }
 
 /// Writes and reads of at least this many bytes are striped over every rail (as the libfabric
@@ -82,7 +91,7 @@ pub enum SimProfile {
 
 impl SimConfig {
     /// From `PSHMEM_SIM_REORDER`, `PSHMEM_SIM_DELAY_US`, `PSHMEM_SIM_BANDWIDTH_GBPS`,
-    /// `PSHMEM_SIM_PROFILE`, `PSHMEM_SIM_DUPLICATE` and `PSHMEM_RAILS`.
+    /// `PSHMEM_SIM_PROFILE`, `PSHMEM_SIM_DUPLICATE`, `PSHMEM_SIM_GPU_MEMORY` and `PSHMEM_RAILS`.
     pub fn from_env() -> std::result::Result<Self, env::EnvError> {
         let gbps = env::SIM_BANDWIDTH_GBPS.number_value()?;
         Ok(Self {
@@ -95,6 +104,7 @@ impl SimConfig {
             },
             rails: env::RAILS.opt_usize()?.unwrap_or(1).max(1),
             duplicate: env::SIM_DUPLICATE.number_value()?,
+            gpu_memory: env::SIM_GPU_MEMORY.bool()?,
         })
     }
 }
@@ -108,6 +118,7 @@ impl Default for SimConfig {
             profile: SimProfile::Full,
             rails: 1,
             duplicate: 0.0,
+            gpu_memory: false,
         }
     }
 }
@@ -211,8 +222,8 @@ struct Pending {
     ctx: u64,
     pe: Pe,
     op: &'static str,
-    /// Where read data goes.
-    read_into: Option<(usize, usize)>,
+    /// Where read data goes: address, length, device memory.
+    read_into: Option<(usize, usize, bool)>,
     /// A stripe of a striped operation: the id of its [`Shared::groups`] entry (0: not one).
     group: u64,
 }
@@ -224,12 +235,23 @@ struct Group {
     failed: bool,
 }
 
+/// A local registration open to remote access.
+#[derive(Debug, Clone, Copy)]
+struct Region {
+    addr: usize,
+    len: usize,
+    /// Device memory, reached through [`Shared::device`].
+    device: bool,
+}
+
 /// State shared by the application thread and the NIC threads.
 #[derive(Debug)]
 struct Shared {
     me: Pe,
-    /// Local registrations open to remote access: (address, length).
-    regions: RwLock<Vec<Option<(usize, usize)>>>,
+    /// Local registrations open to remote access.
+    regions: RwLock<Vec<Option<Region>>>,
+    /// How device memory is reached, once attached.
+    device: std::sync::OnceLock<Arc<dyn crate::DeviceCopy>>,
     events: Mutex<VecDeque<Ev>>,
     pending: Mutex<HashMap<u64, Pending>>,
     /// Striped operations in flight, by the id of their first stripe.
@@ -279,6 +301,37 @@ impl Shared {
         }
     }
 
+    /// `len` bytes at `addr`, in device memory when `device`.
+    fn load(
+        &self,
+        (addr, len, device): (usize, usize, bool),
+    ) -> std::result::Result<Vec<u8>, String> {
+        if !device {
+            // SAFETY: callers pass a range inside a live registration (bounds-checked), which
+            // its owner keeps valid while registered.
+            return Ok(unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec());
+        }
+        let mut v = vec![0u8; len];
+        self.device_copy()?.read(addr as u64, &mut v)?;
+        Ok(v)
+    }
+
+    /// Writes `bytes` at `addr`, in device memory when `device`.
+    fn store(&self, addr: usize, device: bool, bytes: &[u8]) -> std::result::Result<(), String> {
+        if device {
+            return self.device_copy()?.write(addr as u64, bytes);
+        }
+        // SAFETY: as in `load`, for writing: the owner gave access to the range.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) };
+        Ok(())
+    }
+
+    fn device_copy(&self) -> std::result::Result<&Arc<dyn crate::DeviceCopy>, String> {
+        self.device
+            .get()
+            .ok_or_else(|| "device memory without a device copy attached".to_string())
+    }
+
     /// Fails every outstanding operation to `pe` and refuses later ones.
     fn lose(&self, pe: Pe, reason: &str) {
         {
@@ -326,6 +379,8 @@ pub struct SimTransport {
     me: Pe,
     n: usize,
     caps: Caps,
+    /// Whether a device copy may be attached (`SimConfig::gpu_memory`).
+    gpu_memory: bool,
     shared: Arc<Shared>,
     name: Vec<u8>,
     /// Request streams to each peer, one per rail (written by this thread only; empty until

@@ -142,6 +142,26 @@ pub(super) fn engine(shared: Arc<Shared>, cfg: SimConfig, rx: mpsc::Receiver<Inc
     }
 }
 
+/// Why request `m` of `kind` from `from` may not touch a region of `rlen` bytes at `me`, if
+/// it may not: a write whose payload differs from its length, or a range outside the region.
+fn check_access(m: &Msg, kind: Option<Kind>, rlen: usize, from: Pe, me: Pe) -> Result<(), String> {
+    let len = m.len;
+    if matches!(kind, Some(Kind::Write | Kind::WriteData)) && m.payload.len() as u64 != len {
+        return Err(format!(
+            "PE {from} sent {} bytes for {len}",
+            m.payload.len()
+        ));
+    }
+    if kind != Some(Kind::Send) && m.offset.checked_add(len).is_none_or(|e| e > rlen as u64) {
+        return Err(format!(
+            "remote access error: bytes {}..{} from PE {from} outside PE {me}'s region of {rlen} bytes",
+            m.offset,
+            m.offset.saturating_add(len),
+        ));
+    }
+    Ok(())
+}
+
 /// Applies one request to local memory and builds the answer.
 fn apply(shared: &Shared, m: &Msg, from: Pe) -> Msg {
     let fail = |why: String| Msg {
@@ -151,7 +171,7 @@ fn apply(shared: &Shared, m: &Msg, from: Pe) -> Msg {
         ..Msg::default()
     };
     let regions = shared.regions.read().unwrap_or_else(|p| p.into_inner());
-    let Some(Some((base, rlen))) = regions.get(m.region as usize).copied() else {
+    let Some(Some(region)) = regions.get(m.region as usize).copied() else {
         if m.kind == Kind::Send as u8 {
             drop(regions);
             shared.push(Ev::Recv(m.payload.clone()));
@@ -167,23 +187,17 @@ fn apply(shared: &Shared, m: &Msg, from: Pe) -> Msg {
         ));
     };
     let kind = Kind::from_u8(m.kind);
-    let len = m.len;
-    if kind != Some(Kind::Send) && m.offset.checked_add(len).is_none_or(|e| e > rlen as u64) {
-        return fail(format!(
-            "remote access error: bytes {}..{} from PE {from} outside PE {}'s region of {rlen} bytes",
-            m.offset,
-            m.offset.saturating_add(len),
-            shared.me
-        ));
+    if let Err(why) = check_access(m, kind, region.len, from, shared.me) {
+        return fail(why);
     }
-    let at = base + m.offset as usize;
+    // The target range was bounds-checked against a live registration, which cannot be removed
+    // while we hold the read lock; the owner gave peers access to it.
+    let at = region.addr + m.offset as usize;
     match kind {
         Some(Kind::Write | Kind::WriteData) => {
-            // SAFETY: the target range was bounds-checked against a live registration, which
-            // cannot be removed while we hold the read lock; the owner gave peers write access.
-            unsafe {
-                std::ptr::copy_nonoverlapping(m.payload.as_ptr(), at as *mut u8, m.payload.len())
-            };
+            if let Err(why) = shared.store(at, region.device, &m.payload) {
+                return fail(why);
+            }
             drop(regions);
             if kind == Some(Kind::WriteData) {
                 shared.push(Ev::RemoteWrite(m.data));
@@ -195,9 +209,10 @@ fn apply(shared: &Shared, m: &Msg, from: Pe) -> Msg {
             }
         }
         Some(Kind::Read) => {
-            // SAFETY: as above, for reading.
-            let payload =
-                unsafe { std::slice::from_raw_parts(at as *const u8, m.len as usize) }.to_vec();
+            let payload = match shared.load((at, m.len as usize, region.device)) {
+                Ok(p) => p,
+                Err(why) => return fail(why),
+            };
             Msg {
                 kind: Kind::ReadData as u8,
                 id: m.id,
@@ -246,15 +261,23 @@ pub(super) fn answers(
         let res = match Kind::from_u8(m.kind) {
             Some(Kind::Ack) => Ok(()),
             Some(Kind::ReadData) => {
-                if let Some((addr, len)) = p.read_into {
-                    let n = len.min(m.payload.len());
-                    // SAFETY: the destination is the caller's registered local range, reserved
-                    // for this read until its completion (Transport::read's contract).
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(m.payload.as_ptr(), addr as *mut u8, n)
-                    };
+                // The destination is the caller's registered local range, reserved for this
+                // read until its completion (Transport::read's contract).
+                match p.read_into {
+                    Some((addr, len, device)) => {
+                        let n = len.min(m.payload.len());
+                        shared.store(addr, device, &m.payload[..n])
+                    }
+                    None => Ok(()),
                 }
-                Ok(())
+                .map_err(|text| TransportError::Completion {
+                    pe,
+                    rail,
+                    op: p.op,
+                    code: 0,
+                    prov_errno: 0,
+                    text,
+                })
             }
             _ => Err(TransportError::Completion {
                 pe,

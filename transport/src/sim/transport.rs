@@ -10,7 +10,7 @@ use std::{
     thread,
 };
 
-use super::{Ev, Kind, Msg, Pending, SimTransport, io_err, nic::answers};
+use super::{Ev, Kind, Msg, Pending, Region, SimTransport, io_err, nic::answers};
 use crate::{
     Caps, Event, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId, RemoteRef, Result, Transport,
     TransportError,
@@ -74,9 +74,10 @@ impl Transport for SimTransport {
     }
 
     unsafe fn mr_reg(&mut self, mem: LocalMem) -> Result<MrId> {
-        if !matches!(mem.kind, crate::MemKind::Host) {
+        let device = !matches!(mem.kind, crate::MemKind::Host);
+        if device && self.shared.device.get().is_none() {
             return Err(TransportError::Unsupported {
-                op: "registering GPU memory",
+                op: "registering GPU memory (without PSHMEM_SIM_GPU_MEMORY=1)",
                 transport: self.caps.name.clone(),
             });
         }
@@ -89,7 +90,11 @@ impl Transport for SimTransport {
             .iter()
             .position(Option::is_none)
             .unwrap_or(regions.len());
-        let entry = Some((mem.ptr as usize, mem.len));
+        let entry = Some(Region {
+            addr: mem.ptr as usize,
+            len: mem.len,
+            device,
+        });
         if id == regions.len() {
             regions.push(entry);
         } else {
@@ -124,7 +129,7 @@ impl Transport for SimTransport {
             .get(mr.0 as usize)
             .copied()
             .flatten()
-            .map_or(0, |(_, l)| l);
+            .map_or(0, |r| r.len);
         let mut b = mr.0.to_le_bytes().to_vec();
         b.extend_from_slice(&(len as u64).to_le_bytes());
         b
@@ -222,6 +227,18 @@ impl Transport for SimTransport {
             }
         }
         Ok(n)
+    }
+
+    fn attach_device_copy(&mut self, copy: std::sync::Arc<dyn crate::DeviceCopy>) -> bool {
+        if !self.gpu_memory {
+            return false;
+        }
+        // The first copy attached stays (one per process is all the runtime makes).
+        let _ = self.shared.device.set(copy);
+        // Served as a DMA-BUF registration would be: the heap is registered, not staged.
+        self.caps.gpu_memory = true;
+        self.caps.dmabuf = true;
+        true
     }
 
     fn rail_bytes(&self) -> Vec<u64> {

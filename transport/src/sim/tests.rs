@@ -1,0 +1,116 @@
+//! The simulated fabric's device memory (`SimConfig::gpu_memory`): refused until a device copy
+//! is attached; then registrations of device memory are reached only through the copy, from
+//! both sides of a write and a read.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use super::{SimConfig, SimTransport};
+use crate::{DeviceCopy, Event, LocalMem, LocalRef, MemKind, Pe, RemoteRef, Transport};
+
+/// "Device" memory that is host memory, counting the copies made through it.
+#[derive(Debug, Default)]
+struct HostAsDevice {
+    copies: AtomicUsize,
+}
+
+impl DeviceCopy for HostAsDevice {
+    fn read(&self, src: u64, dst: &mut [u8]) -> Result<(), String> {
+        self.copies.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the test's registrations are live host buffers and the sim checked bounds.
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    fn write(&self, dst: u64, src: &[u8]) -> Result<(), String> {
+        self.copies.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
+        Ok(())
+    }
+}
+
+fn device(buf: &mut [u8]) -> LocalMem {
+    LocalMem {
+        ptr: buf.as_mut_ptr(),
+        len: buf.len(),
+        kind: MemKind::Cuda {
+            device: 0,
+            dmabuf_fd: None,
+            dmabuf_offset: 0,
+        },
+    }
+}
+
+/// Polls `t` until the operation with context `ctx` completed (at most 5 s).
+fn wait_done(t: &mut SimTransport, ctx: u64) {
+    let end = Instant::now() + Duration::from_secs(5);
+    let mut done = false;
+    while !done {
+        assert!(Instant::now() < end, "operation {ctx} did not complete");
+        t.poll(&mut |e| match e {
+            Event::Done { ctx: c } if c == ctx => done = true,
+            Event::Failed { error, .. } => panic!("failed: {error}"),
+            _ => {}
+        })
+        .unwrap();
+    }
+}
+
+#[test]
+fn device_memory_goes_through_the_attached_copy() {
+    let cfg = SimConfig {
+        gpu_memory: true,
+        reorder: false,
+        ..SimConfig::default()
+    };
+    let (p0, p1) = (Pe::new(0), Pe::new(1));
+    let mut a = SimTransport::open_raw(p0, 2, cfg.clone()).unwrap();
+    let mut b = SimTransport::open_raw(p1, 2, cfg).unwrap();
+    let (mut buf_a, mut buf_b) = (vec![0u8; 4096], vec![0u8; 4096]);
+    // SAFETY: the buffer outlives the transport's use of it (here: none, refused).
+    let refused = unsafe { a.mr_reg(device(&mut buf_a)) };
+    assert!(refused.is_err(), "no copy attached yet");
+    let copy = Arc::new(HostAsDevice::default());
+    assert!(a.attach_device_copy(copy.clone()) && b.attach_device_copy(copy.clone()));
+    assert!(
+        a.caps().gpu_memory && a.caps().dmabuf,
+        "served as DMA-BUF would be"
+    );
+    let addrs = vec![a.address(), b.address()];
+    a.connect(&addrs).unwrap();
+    b.connect(&addrs).unwrap();
+    // SAFETY: the buffers outlive the transports' use of them (the test's end).
+    let ma = unsafe { a.mr_reg(device(&mut buf_a)) }.unwrap();
+    // SAFETY: as above.
+    let mb = unsafe { b.mr_reg(device(&mut buf_b)) }.unwrap();
+    let rb = a.mr_import(p1, &b.mr_export(mb)).unwrap();
+    // Written before posting, as a kernel would (the registration keeps only the address).
+    buf_a[..5].copy_from_slice(b"hello");
+    let (l, r) = (
+        LocalRef { mr: ma, offset: 0 },
+        RemoteRef {
+            mr: rb,
+            offset: 100,
+        },
+    );
+    // SAFETY: both ranges lie in live registrations, untouched until completion.
+    unsafe { a.write(p1, l, r, 5, 7) }.unwrap();
+    wait_done(&mut a, 7);
+    assert_eq!(&buf_b[100..105], b"hello");
+    let back = LocalRef {
+        mr: ma,
+        offset: 200,
+    };
+    // SAFETY: as above.
+    unsafe { a.read(p1, back, r, 5, 8) }.unwrap();
+    wait_done(&mut a, 8);
+    assert_eq!(&buf_a[200..205], b"hello");
+    // The write's source and target, the read's source and destination.
+    assert!(copy.copies.load(Ordering::Relaxed) >= 4);
+}
