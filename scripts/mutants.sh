@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 # name | file | text | replacement | test command
 MUTANTS=(
   "early-signal|proxy/src/engine/target.rs|st.arrived >= expect|st.arrived + 1 >= expect|cargo test --release -q -p pshmem-tests --test efa the_proxy_paths"
-  "counted-rounds-unordered|proxy/src/engine/accept.rs|                self.mode == SignalMode::Tagged|                false|cargo test --release -q -p pshmem-tests --test efa the_proxy_paths"
+  "signals-unordered|proxy/src/engine/accept.rs|            sequenced: self.mode == SignalMode::Tagged,|            sequenced: false,|cargo test --release -q -p pshmem-tests --test efa the_proxy_paths"
   "tag-reuse-before-ack|proxy/src/engine/tags.rs|        self.writes.remove(&id);|        self.writes.remove(&id);\n        self.live.remove(&id);|cargo test --release -q -p pshmem-proxy --lib tags"
   "count-duplicates|proxy/src/engine/complete.rs|if !ring.done.is_pending(seq) {|if false \&\& !ring.done.is_pending(seq) {|cargo test --release -q -p pshmem-tests --test efa the_proxy_paths"
   "held-payload-not-copied|transport/src/ofi/more.rs|        if len > self.caps.inject_size {|        if len > 0 {|cargo test --release -q -p pshmem-tests --test runtime doorbell"

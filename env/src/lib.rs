@@ -148,7 +148,7 @@ vars! {
     PROXY_MAX_INFLIGHT_PER_PE = ("PSHMEM_PROXY_MAX_INFLIGHT_PER_PE", "256", Kind::Count, between(1.0, 65536.0), "proxy",
         "Most transport operations one proxy thread keeps in flight to one destination PE (a burst to one peer waits in the proxy, traffic to the others moves on).");
     STRONG_SIGNALS = ("PSHMEM_STRONG_SIGNALS", "0", Kind::Bool, ANY, "proxy",
-        "On unordered fabrics with remote CQ data (EFA, shm, several rails): 1 makes every signal (signal, put-with-signal) from one PE to another apply only after every put and p that the same ring issued to that PE before it landed, and in the order issued (a sequence number, held at the target). 0: a put-with-signal's signal waits only for its own data (the NVSHMEM rule; order other puts with a fence).");
+        "On unordered fabrics with remote CQ data (EFA, shm, several rails): 1 makes every signal (signal, put-with-signal) from one PE to another apply only after every put and p that the same ring issued to that PE before it landed. 0: a put-with-signal's signal waits only for its own data (the NVSHMEM rule; order other puts with a fence). Either way signals apply in the order issued (a sequence number, held at the target).");
     TRACE = ("PSHMEM_TRACE", "", Kind::Path, ANY, "proxy",
         "Path prefix of the proxy trace: each proxy thread keeps every operation's arrival, posts and finish, and writes PATH.<thread>.json (Chrome trace; opens in Perfetto) and PATH.<thread>.summary.json (with the thread's CPU profile: time per phase of its loop, inside transport calls and GPU copy calls) when it stops. Empty: no trace.");
     PROXY_CPU = ("PSHMEM_PROXY_CPU", "", Kind::CpuList, ANY, "proxy",

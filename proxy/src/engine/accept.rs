@@ -317,13 +317,9 @@ impl Initiator {
             value,
             sop,
             tag,
-            // Counted rounds to one word apply in order (their counts add up to what landed);
-            // in gated mode each hold already waits for every earlier part of its queue.
-            sequenced: if counted {
-                self.mode == SignalMode::Tagged
-            } else {
-                self.strong
-            },
+            // Signals apply in issue order (counts and additions add up to what landed); in
+            // gated mode each gate or hold already waits for every earlier part of its queue.
+            sequenced: self.mode == SignalMode::Tagged,
         };
         self.enqueue(io, ring, pe, w);
     }
@@ -476,7 +472,7 @@ impl Initiator {
             value,
             sop,
             tag: sig_tag,
-            sequenced: self.strong,
+            sequenced: self.mode == SignalMode::Tagged,
         };
         self.enqueue(io, ring, pe, w);
         true

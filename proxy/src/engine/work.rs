@@ -124,9 +124,9 @@ pub(super) enum Work {
         sop: SignalOp,
         /// The tag of the writes it waits for (tagged mode), if any.
         tag: Option<Tag>,
-        /// Applied in issue order at the target (a sequence number): strong signals, and in
-        /// tagged mode counted signals (a later round's count must not show before an earlier
-        /// round's data, e.g. a ring's tail advanced by additions).
+        /// Applied in issue order at the target (a sequence number): every signal in tagged
+        /// mode, so that a later signal never shows before an earlier one — whose own data it
+        /// may count on (a counter or ring tail advanced by additions).
         sequenced: bool,
     },
     /// Passes once everything issued before it to this PE has completed.
