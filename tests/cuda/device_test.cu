@@ -182,8 +182,8 @@ extern "C" __global__ void t_amo_semantics(const t_amo_semantics_args_t a) {
     bad += pshmem_uint32_atomic_compare_swap(v, 3u, 4u, pe) != 3u;
     bad += pshmem_int_atomic_fetch((const int *)v, pe) != 4;
     /* A signal through signal_op, and wait_until on the peer's view of it. Two signal
-     * operations are ordered by a fence (NVSHMEM's rule): on an unordered fabric through the
-     * proxy, without PSHMEM_STRONG_SIGNALS, the ADD may otherwise be applied first. */
+     * operations are ordered by a fence (NVSHMEM's rule): on the host-staged path over an
+     * unordered fabric (gated mode), the ADD may otherwise be applied first. */
     pshmemx_signal_op(&x64[8 + me], 40, PSHMEM_SIGNAL_SET, pe);
     pshmem_fence();
     pshmemx_signal_op(&x64[8 + me], 2, PSHMEM_SIGNAL_ADD, pe);

@@ -564,7 +564,6 @@ impl Initiator {
         }
         match w {
             Work::Gate { fence: false } => self.gated.gates += 1,
-            Work::Gate { fence: true } => self.gated.fences += 1,
             Work::Hold => self.gated.holds += 1,
             _ => {}
         }

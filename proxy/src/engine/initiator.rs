@@ -46,17 +46,12 @@ pub(super) struct Initiator {
     pub n: usize,
     /// Round trips taken for ordering: gates and holds that had to wait for completions.
     pub gated: Gated,
-    /// Completions for nothing in flight (see `duplicate` in `complete`).
-    pub duplicates: u64,
 }
 
 /// Ordering that waited for completions (a round trip each): what the tagged mode exists to
 /// avoid, counted for the trace and the tests.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Gated {
-    /// [`super::work::Work::Gate`]s of fences that waited (what follows the fence waited for
-    /// everything before it to that PE).
-    pub fences: u64,
     /// [`super::work::Work::Gate`]s of signals (a signal waited for everything
     /// before it to that PE).
     pub gates: u64,
@@ -92,7 +87,6 @@ impl Initiator {
             me,
             n,
             gated: Gated::default(),
-            duplicates: 0,
         }
     }
 
