@@ -52,7 +52,7 @@ out = sys.argv[1]
 runs = {}
 for d in sorted(glob.glob(os.path.join(out, "sim-ops-*")) + glob.glob(os.path.join(out, "rails-*"))):
     sums = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(d, "*.summary.json")))]
-    keys = ("messages", "gates", "fence_gates", "holds", "duplicates")
+    keys = ("messages", "gates", "fence_gates", "fence_marks", "holds", "duplicates")
     runs[os.path.basename(d)] = {
         "threads": len(sums),
         **{k: sum(s.get(k, 0) for s in sums) for k in keys},
@@ -113,7 +113,7 @@ for d in sorted(glob.glob(os.path.join(out, "trace-ep*"))):
     sums = [json.load(open(f)) for f in glob.glob(os.path.join(d, "*.summary.json"))]
     if not sums:
         continue
-    keys = ("operations", "messages", "bytes", "gates", "fence_gates", "holds", "duplicates")
+    keys = ("operations", "messages", "bytes", "gates", "fence_gates", "fence_marks", "holds", "duplicates")
     row = {k: sum(s.get(k, 0) for s in sums) for k in keys}
     row["busy_us_per_message"] = sorted(s.get("busy_us_per_message") for s in sums)
     print(os.path.basename(d), json.dumps(row))

@@ -7,7 +7,8 @@
 //! - `path.<thread>.summary.json`: operations and messages (posts) per kind, bytes, the time
 //!   the thread spent in turns that did work (in all and per message), the gates and holds that
 //!   waited for completions (`gates` of signals, `fence_gates`, `holds`: ordering by a round
-//!   trip), the completions the
+//!   trip), the fences' marks (`fence_marks`: fences by sequence, no round trip), the
+//!   completions the
 //!   transport reported twice and the proxy ignored (`duplicates`), the bytes each rail
 //!   of the transport carried (`rail_bytes`, where it counts them), and the medians and
 //!   99th percentiles of ring → first post, first post → finish and arrival → finish.
@@ -151,6 +152,8 @@ pub struct Trace {
     gates: u64,
     fence_gates: u64,
     holds: u64,
+    /// Fences' marks sent (tagged mode: a fence by sequence).
+    fence_marks: u64,
     /// Completions reported twice by the transport (and ignored).
     duplicates: u64,
     /// Bytes per rail of the transport, when it counts them (set before writing).
@@ -185,6 +188,7 @@ impl Trace {
             gates: 0,
             fence_gates: 0,
             holds: 0,
+            fence_marks: 0,
             duplicates: 0,
             rail_bytes: Vec::new(),
         }
@@ -204,6 +208,11 @@ impl Trace {
             Waited::Fence => self.fence_gates += 1,
             Waited::Hold => self.holds += 1,
         }
+    }
+
+    /// A fence went by sequence: `n` marks (one per PE it orders) instead of gates.
+    pub fn marked(&mut self, n: u64) {
+        self.fence_marks += n;
     }
 
     /// A completion came for nothing in flight (a duplicate), and was ignored.
@@ -418,7 +427,7 @@ impl Trace {
             "{{\"pe\":{pe},\"thread\":\"{thread}\",\"operations\":{},\"messages\":{messages},\
              \"bytes\":{},\"unfinished\":{unfinished},\"events_dropped\":{},\"span_us\":{:.3},\
              \"busy_us\":{:.3},\"busy_us_per_message\":{:.4},\"gates\":{},\"fence_gates\":{},\"holds\":{},\
-             \"duplicates\":{},\"rail_bytes\":{:?},",
+             \"fence_marks\":{},\"duplicates\":{},\"rail_bytes\":{:?},",
             ops.len(),
             per_kind.iter().map(|k| k.2).sum::<u64>(),
             self.dropped,
@@ -428,6 +437,7 @@ impl Trace {
             self.gates,
             self.fence_gates,
             self.holds,
+            self.fence_marks,
             self.duplicates,
             self.rail_bytes
         );

@@ -1,6 +1,6 @@
 //! Messages between proxies (sent with the transport's `send`): requests that the target's
-//! proxy applies to its heap (AMOs, signal updates; on GPU heaps reached through staging also
-//! stores and gets), and the acknowledgements it returns.
+//! proxy applies to its heap (AMOs, signal updates, stores, fence marks; on GPU heaps reached
+//! through staging also gets), and the acknowledgements it returns.
 //!
 //! Little-endian, fixed layout, versioned: `magic u16 | version u8 | kind u8 | src_pe u32`, then
 //! the body. A request's `id` is the initiator's context for the operation; the ack carries it
@@ -12,8 +12,8 @@ use pshmem_transport::Pe;
 /// Header magic ("PX").
 pub const MAGIC: u16 = 0x5850;
 /// Wire version (2: signal operations carry the ABI's codes, 9 and 10, where version 1 had
-/// numbers of its own).
-pub const VERSION: u8 = 2;
+/// numbers of its own; 3: fence marks, and stores on registered heaps).
+pub const VERSION: u8 = 3;
 const HEADER: usize = 8;
 const KIND_REQUEST: u8 = 1;
 const KIND_ACKS: u8 = 2;
@@ -37,7 +37,8 @@ pub enum RequestKind {
         /// Tagged writes to wait for (0: apply at once).
         expect: u32,
     },
-    /// Store the low `width` bytes of `operand` (the staged path's `p`, on a GPU heap).
+    /// Store the low `width` bytes of `operand`: the staged path's `p` (on a GPU heap), or in
+    /// tagged mode a `p` after a fence, applied in its source's order.
     Store {
         /// 1, 2, 4 or 8.
         width: u8,
@@ -49,6 +50,23 @@ pub enum RequestKind {
         /// Landing slot of the initiator's own group.
         slot: u32,
     },
+    /// A fence's mark (tagged mode): changes nothing; acked once `expect` tagged writes with
+    /// `tag` have landed and every earlier sequenced request from the source was applied, so
+    /// the sequenced requests after it apply after the writes before the fence.
+    Fence {
+        /// Tagged writes to wait for (0: none).
+        expect: u32,
+    },
+}
+
+impl RequestKind {
+    /// The tagged writes a signal or fence waits for (0 for the other kinds).
+    pub fn expect(&self) -> u32 {
+        match *self {
+            RequestKind::Signal { expect, .. } | RequestKind::Fence { expect } => expect,
+            _ => 0,
+        }
+    }
 }
 
 /// One request.
@@ -62,7 +80,8 @@ pub struct Request {
     pub operand: u64,
     /// Comparand (compare-swap).
     pub compare: u64,
-    /// Tag of the writes a signal waits for.
+    /// Tag of the writes a signal or fence waits for, and the request's place in its source's
+    /// order (the engine's `SignalTag` packs both).
     pub tag: u64,
     /// What to do.
     pub kind: RequestKind,
@@ -154,6 +173,7 @@ pub fn encode_request(src: Pe, r: &Request) -> Vec<u8> {
         RequestKind::Signal { op, expect } => (op.code(), 2, expect),
         RequestKind::Store { width } => (width, 4, 0),
         RequestKind::GetData { slot } => (0, 8, slot),
+        RequestKind::Fence { expect } => (0, 16, expect),
     };
     b.push(code);
     b.push(flags);
@@ -212,6 +232,8 @@ pub fn decode(b: &[u8]) -> Result<Message, WireError> {
                 RequestKind::Store { width: code }
             } else if flags & 8 != 0 {
                 RequestKind::GetData { slot: expect }
+            } else if flags & 16 != 0 {
+                RequestKind::Fence { expect }
             } else if flags & 2 != 0 {
                 let op = pshmem_ring::SignalOp::from_code(code)
                     .ok_or_else(|| bad("unknown signal op"))?;
@@ -310,6 +332,14 @@ mod tests {
                 compare: 0xdead_beef,
                 tag: 0,
                 kind: RequestKind::GetData { slot: 7 },
+            },
+            Request {
+                id: 6,
+                offset: 0,
+                operand: 0,
+                compare: 0,
+                tag: 3 << 32,
+                kind: RequestKind::Fence { expect: 40 },
             },
         ];
         for r in reqs {

@@ -15,8 +15,8 @@ use rt::{job, ops, proxied, proxied_efa};
 /// AMOs run in the target's proxy; the host heap and a registered GPU heap give the direct
 /// path's bytes at 2, 4 and 8 PEs, with and without strong signals, over 4 simulated NICs
 /// that delay and reorder delivery and report 5 % of completions twice — and no signal waits
-/// for a completion (the proxy traces count no signal gate or hold; fences still gate, and
-/// the duplicated completions were seen and ignored).
+/// for a completion (the proxy traces count no signal gate or hold, fences after each pair's
+/// first go by their marks, and the duplicated completions were seen and ignored).
 #[test]
 fn the_proxy_paths_match_the_direct_path_on_the_efa_profile() {
     for n in [2, 4, 8] {
@@ -66,12 +66,20 @@ fn traced_ops(n: usize, env: &[(&str, &str)]) -> (Vec<String>, Vec<serde_json::V
     (digests, sums)
 }
 
-/// No proxy thread's signal waited for a completion (`gates`, `holds`: 0), and the injected
-/// duplicated completions were seen (and, the job having passed, ignored).
+/// No proxy thread's signal waited for a completion (`gates`, `holds`: 0), fences went by
+/// sequence (`fence_marks`), and the injected duplicated completions were seen (and, the job
+/// having passed, ignored).
 fn no_signal_waited(sums: &[serde_json::Value]) {
     for s in sums {
         assert_eq!((&s["gates"], &s["holds"]), (&0.into(), &0.into()), "{s}");
     }
+    let count = |k: &str| sums.iter().map(|s| s[k].as_u64().unwrap()).sum::<u64>();
+    let (marks, fence_gates) = (count("fence_marks"), count("fence_gates"));
+    eprintln!("fences: {marks} marks, {fence_gates} gates");
+    assert!(
+        marks > fence_gates,
+        "{marks} fence marks, {fence_gates} fence gates"
+    );
     let dups: u64 = sums.iter().map(|s| s["duplicates"].as_u64().unwrap()).sum();
     assert!(dups > 0, "no duplicated completion was injected");
 }

@@ -153,8 +153,9 @@ impl Initiator {
                 local,
                 len,
             } => {
-                // Strong signals: every put carries its ring's epoch tag toward the PE, so the
-                // next signal there can wait for it.
+                self.after_fence(io, ring, pe);
+                // Strong signals (or fences by sequence): every put carries its ring's epoch
+                // tag toward the PE, so the next signal or fence mark there can wait for it.
                 let tag = self.epoch_tag(io, ring, pe);
                 return self.with_tag(tag, |s, tag| {
                     let x = (Dir::Put, remote, local, len, tag);
@@ -174,6 +175,7 @@ impl Initiator {
                 len,
                 sig,
             } => {
+                self.after_fence(io, ring, pe);
                 let tag = self.counted_tag(io, ring, pe, sig);
                 return self.with_tag(tag, |s, tag| {
                     let x = (Dir::Put, remote, local, len, tag);
@@ -228,6 +230,20 @@ impl Initiator {
                 width,
             } => {
                 if !self.strong && self.post_p_now(io, (ring, seq, pe), (remote, value, width)) {
+                    return true;
+                }
+                if self.peers[pe].queues[ring.idx()].fenced {
+                    // After a fence that went by sequence: a store request, which the target
+                    // applies after the fence's mark, instead of a write that would need a
+                    // gate. Its ack finishes it.
+                    let op = OpRef::Fast(seq);
+                    let w = Work::Store {
+                        op,
+                        remote,
+                        value,
+                        width,
+                    };
+                    self.enqueue(io, ring, pe, w);
                     return true;
                 }
                 let tag = match self.epoch_tag(io, ring, pe) {
@@ -324,20 +340,6 @@ impl Initiator {
         self.enqueue(io, ring, pe, w);
     }
 
-    /// A fence: on unordered paths, a gate in the queue of every PE with work in flight from
-    /// this ring (other PEs are not stalled).
-    fn fence(&mut self, io: &mut Io<'_>, ring: RingId, seq: u64) {
-        if self.mode != SignalMode::Ordered {
-            for pe in Pe::all(self.n) {
-                let q = &self.peers[pe].queues[ring.idx()];
-                if !q.drained() || !q.work.is_empty() {
-                    self.enqueue(io, ring, pe, Work::Gate { fence: true });
-                }
-            }
-        }
-        self.finish_op(io.tracer, ring, seq);
-    }
-
     /// In tagged mode, the tag of a counted put to the signal word `sig` on `pe` (its round's,
     /// opened by the first put of the round); `Ok(None)` in the other modes.
     fn counted_tag(&mut self, io: &mut Io<'_>, ring: RingId, pe: Pe, sig: u64) -> TagResult {
@@ -347,10 +349,10 @@ impl Initiator {
         self.shared_tag(io, ring, pe, Round::Counted(sig))
     }
 
-    /// With strong signals, the tag of ring `ring`'s current epoch toward `pe`; `Ok(None)`
-    /// without them.
+    /// The tag of ring `ring`'s current epoch toward `pe` for a write, with strong signals or
+    /// once a fence made that ring's writes to `pe` carry it; `Ok(None)` otherwise.
     fn epoch_tag(&mut self, io: &mut Io<'_>, ring: RingId, pe: Pe) -> TagResult {
-        if !self.strong {
+        if !self.strong && !self.peers[pe].queues[ring.idx()].epoch_writes {
             return Ok(None);
         }
         self.shared_tag(io, ring, pe, Round::Epoch)
@@ -451,6 +453,7 @@ impl Initiator {
             },
             _ => (None, None),
         };
+        self.after_fence(io, ring, pe);
         let op = self.new_op(ring, seq, 0);
         let x = Xfer {
             dir: Dir::Put,
@@ -524,7 +527,9 @@ impl Initiator {
             return false;
         }
         let peer = &mut self.peers[pe];
-        if !peer.queues[ring.idx()].work.is_empty() {
+        let q = &peer.queues[ring.idx()];
+        // Behind queued work, or (fences by sequence) a write that must carry the epoch tag.
+        if !q.work.is_empty() || q.epoch_writes {
             return false;
         }
         let ctx = Ctx::Part(PartRef::Fast(FastOp::new(ring, pe, seq))).encode();
@@ -564,6 +569,7 @@ impl Initiator {
         }
         match w {
             Work::Gate { fence: false } => self.gated.gates += 1,
+            Work::Gate { fence: true } => self.gated.fences += 1,
             Work::Hold => self.gated.holds += 1,
             _ => {}
         }

@@ -57,6 +57,10 @@ pub(crate) struct Gated {
     pub gates: u64,
     /// [`super::work::Work::Hold`]s (a counted signal waited aside).
     pub holds: u64,
+    /// Fences' gates (what followed a fence waited for everything before it to that PE).
+    pub fences: u64,
+    /// Fences' marks (tagged mode: a fence by sequence, no round trip).
+    pub marks: u64,
 }
 
 impl Initiator {
@@ -113,6 +117,18 @@ impl Initiator {
             result,
             data_parts: 0,
         }))
+    }
+
+    /// A new tracked operation issued as `items` work items, each of which gives one issuing
+    /// token back (a fence's marks to several PEs).
+    pub(super) fn new_op_of(&mut self, ring: RingId, seq: u64, items: u32) -> OpRef {
+        let op = self.new_op(ring, seq, 0);
+        if let OpRef::Slab(k) = op
+            && let Some(o) = self.ops.get_mut(k)
+        {
+            o.pending = items;
+        }
+        op
     }
 
     /// The reference of an operation that will be exactly one part without a result when

@@ -163,6 +163,13 @@ impl Tracer {
         }
     }
 
+    /// A fence went by sequence, with `n` marks.
+    pub(super) fn marked(&mut self, n: u64) {
+        if let Some(t) = &mut self.0 {
+            t.marked(n);
+        }
+    }
+
     /// A completion for nothing in flight was ignored.
     pub(super) fn duplicate(&mut self) {
         if let Some(t) = &mut self.0 {

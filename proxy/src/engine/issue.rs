@@ -7,6 +7,7 @@ use pshmem_ring::Local;
 use pshmem_transport::{LocalRef, Pe, PostError};
 
 use super::{
+    SignalMode,
     ctx::{Ctx, FastOp, PartRef, RingId, SignalTag, TagData},
     initiator::Initiator,
     io::{Io, Tracer},
@@ -152,8 +153,10 @@ impl Initiator {
                     op: *aop,
                     wide: *wide,
                 };
-                let mut req = Request::new(*remote, *operand, *compare, kind);
-                self.request(io, (r, pe, *op), &mut req)
+                let req = Request::new(*remote, *operand, *compare, kind);
+                // Sequenced in tagged mode, so that a fence's mark orders it.
+                let seq = self.mode == SignalMode::Tagged;
+                self.request_after(io, (r, pe, *op), req, (None, seq))
             }
             Work::Signal {
                 op,
@@ -166,36 +169,73 @@ impl Initiator {
                 // A tagged signal is applied once the target counted every data write: its
                 // put's parts, or the writes of its counted round or strong epoch (all
                 // issued: they were ahead of it in this queue).
-                let tags = &self.peers[pe].tags;
-                let expect = match (*tag, *op) {
-                    (Some(t), _) if t.shared => tags.written(t.id),
-                    (Some(_), OpRef::Slab(k)) => self.ops.get(k).map_or(0, |o| o.data_parts),
-                    _ => 0,
+                let kind = RequestKind::Signal {
+                    op: *sop,
+                    expect: self.expect(pe, *tag, *op),
                 };
-                // A sequenced signal's number is taken only if the request goes out: the
-                // target waits for every number in turn.
-                let seq = if *sequenced { tags.peek_seq() } else { 0 };
-                let kind = RequestKind::Signal { op: *sop, expect };
-                let mut req = Request::new(*remote, *value, 0, kind);
-                req.tag = SignalTag {
-                    tag: tag.map_or(0, |t| t.id),
-                    seq,
-                }
-                .encode();
-                let issued = self.request(io, (r, pe, *op), &mut req);
-                if issued == Issued::All {
-                    let tags = &mut self.peers[pe].tags;
-                    if *sequenced {
-                        tags.take_seq();
-                    }
-                    if let Some(t) = tag {
-                        tags.sent(t.id, req.id);
-                    }
-                }
-                issued
+                let req = Request::new(*remote, *value, 0, kind);
+                self.request_after(io, (r, pe, *op), req, (*tag, *sequenced))
+            }
+            Work::Store {
+                op,
+                remote,
+                value,
+                width,
+            } => {
+                let kind = RequestKind::Store { width: *width };
+                let req = Request::new(*remote, *value, 0, kind);
+                self.request_after(io, (r, pe, *op), req, (None, true))
+            }
+            Work::Mark { op, tag } => {
+                let kind = RequestKind::Fence {
+                    expect: self.expect(pe, *tag, *op),
+                };
+                let req = Request::new(0, 0, 0, kind);
+                self.request_after(io, (r, pe, *op), req, (*tag, true))
             }
             Work::Gate { .. } | Work::Hold => Issued::All,
         }
+    }
+
+    /// The tagged writes a signal or mark with `tag` waits for: its round's or epoch's count
+    /// (a shared tag), or its put-with-signal's data parts.
+    fn expect(&self, pe: Pe, tag: Option<Tag>, op: OpRef) -> u32 {
+        match (tag, op) {
+            (Some(t), _) if t.shared => self.peers[pe].tags.written(t.id),
+            (Some(_), OpRef::Slab(k)) => self.ops.get(k).map_or(0, |o| o.data_parts),
+            _ => 0,
+        }
+    }
+
+    /// Sends request `req`, waiting at the target for the writes of `tag` and (`sequenced`)
+    /// in its place among this PE's sequenced requests there. The sequence number is taken
+    /// only if the request goes out (the target waits for every number in turn); the tag
+    /// comes back with the ack.
+    fn request_after(
+        &mut self,
+        io: &mut Io<'_>,
+        (r, pe, op): (RingId, Pe, OpRef),
+        mut req: Request,
+        (tag, sequenced): (Option<Tag>, bool),
+    ) -> Issued {
+        let tags = &self.peers[pe].tags;
+        let seq = if sequenced { tags.peek_seq() } else { 0 };
+        req.tag = SignalTag {
+            tag: tag.map_or(0, |t| t.id),
+            seq,
+        }
+        .encode();
+        let issued = self.request(io, (r, pe, op), &mut req);
+        if issued == Issued::All {
+            let tags = &mut self.peers[pe].tags;
+            if sequenced {
+                tags.take_seq();
+            }
+            if let Some(t) = tag {
+                tags.sent(t.id, req.id);
+            }
+        }
+        issued
     }
 
     /// Issues a transfer part by part while flow control, staging and the transport allow.

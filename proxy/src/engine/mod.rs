@@ -7,8 +7,8 @@
 //! - `Initiator` (`initiator`): this PE's own operations — the rings, the operations and parts
 //!   in flight, and one `Peer` per destination (`peer`: in-flight count, queues per ring, tags,
 //!   landing slots);
-//! - `Target` (`target`): what peers ask of this PE — tagged writes and parked signals, strong
-//!   signals' order, the acks to send, waiting staged gets;
+//! - `Target` (`target`): what peers ask of this PE — tagged writes and parked signals and
+//!   marks, sequenced requests' order, the acks to send, waiting staged gets;
 //! - `Home` (`home`): this PE's memory and GPU, and the copies under way on its stream;
 //! - the staging buffers, the trace and the fault record, lent with the others as an `Io`
 //!   (`io`).
@@ -20,14 +20,16 @@
 //! One turn of the loop:
 //! 1. tell the transport about newly dead peers (here);
 //! 2. `accept`: drain up to `batch` operations from each ring into per-(ring, PE) FIFO queues
-//!    (operations on this PE itself are applied at once, in order, by `home`);
+//!    (operations on this PE itself are applied at once, in order, by `home`; fences by
+//!    `fence`: marks in tagged mode, gates in gated mode);
 //! 3. `issue`: issue queued work front first, until the transport pushes back (`Retry`),
 //!    staging runs out, or a fence gate closes; RMA parts, or host-staged chunks (`staged`);
 //! 4. `complete`: poll the transport and finish parts and operations; then issue the counted
 //!    signals held aside (gated mode) whose preceding parts all completed, ahead of their
 //!    queues (everything still queued there is later);
-//! 5. the target (`target`): peers' requests (AMOs, signals, staged stores and gets) and tagged
-//!    writes; the acks gathered this turn go out (one message per peer);
+//! 5. the target (`target`): peers' requests (AMOs, signals, fence marks, stores, staged gets)
+//!    and tagged writes, sequenced requests in their source's order; the acks gathered this
+//!    turn go out (one message per peer);
 //! 6. move each ring's `completed` counter past its finished prefix (here);
 //! 7. back off if nothing happened (here).
 //!
@@ -49,6 +51,7 @@ mod accept;
 mod complete;
 pub(crate) mod ctx;
 pub(crate) mod exclusive;
+mod fence;
 mod home;
 mod initiator;
 mod io;
@@ -83,7 +86,8 @@ pub enum SignalMode {
     /// Delivery is ordered per peer: nothing to do.
     Ordered,
     /// Unordered, with remote CQ data (8 bytes, or EFA's 4): data writes carry a tag; the
-    /// target applies the signal after every tagged write landed. Fence gates the PE's queue.
+    /// target applies the signal after every tagged write landed. Every request is sequenced;
+    /// a fence goes by a mark (a gate the first time, and before a write after it).
     Tagged,
     /// Unordered, without remote CQ data (or the host-staged path, where an operation finishes
     /// only when the target acked it): the signal, and anything after a fence, waits for the

@@ -152,6 +152,14 @@ impl PeerTags {
         self.strong_seq = self.peek_seq();
     }
 
+    /// Whether ring `ring` has a counted round open: writes whose signal comes later, which a
+    /// fence's mark cannot wait for.
+    pub(crate) fn counting_on(&self, ring: RingId) -> bool {
+        self.open
+            .keys()
+            .any(|(r, round)| *r == ring && matches!(round, Round::Counted(_)))
+    }
+
     /// Whether every tag in use is held by a round or epoch that ring `ring` has open: no
     /// signal in flight or queued will give one back, and that ring (whose later operations
     /// would close them) is the one waiting for a tag.

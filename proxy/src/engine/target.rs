@@ -1,7 +1,8 @@
 //! The target: what peers ask of this PE and what it answers. Requests (AMOs, signals, and on
 //! the host-staged path stores and gets) are applied to this PE's heap and acked; tagged writes
-//! are counted until the signal waiting for them can be applied; strong signals wait for the
-//! earlier ones from their source; the acks gathered in a turn go out as one message per peer.
+//! are counted until the signal or fence mark waiting for them can be applied; sequenced
+//! requests (tagged mode) wait for the earlier ones from their source; the acks gathered in a
+//! turn go out as one message per peer.
 //! It owns only that bookkeeping, keyed by source PE, and borrows the rest through an [`Io`].
 
 use std::collections::{HashMap, VecDeque};
@@ -26,9 +27,9 @@ use crate::{
 pub(super) struct Target {
     /// Tagged writes and parked signals per (source PE, tag).
     pub tags: HashMap<(Pe, u32), TagState>,
-    /// Strong signals ready but waiting for an earlier one from their source.
+    /// Sequenced requests ready but waiting for an earlier one from their source.
     pub order: Order<Request>,
-    /// Reused: the strong signals to apply now.
+    /// Reused: the sequenced requests to apply now.
     ready: Vec<Request>,
     /// The replies gathered this turn, per source.
     pub acks: HashMap<Pe, Vec<Ack>>,
@@ -42,23 +43,22 @@ impl Target {
         self.acks.is_empty() && self.waiting.is_empty()
     }
 
-    /// Applies a peer's request to this PE's heap (or parks a signal for its tagged writes).
-    /// `idle` runs while a GPU AMO is pending.
+    /// Applies a peer's request to this PE's heap (or parks a signal or fence mark for its
+    /// tagged writes). `idle` runs while a GPU AMO is pending.
     pub(super) fn serve(&mut self, io: &mut Io<'_>, idle: &mut dyn FnMut(), src: Pe, req: Request) {
+        let seq = SignalTag::decode(req.tag).seq;
         match req.kind {
-            RequestKind::Amo { op, wide } => {
-                let r = io
-                    .home
-                    .amo(req.offset, (wide, op, req.operand, req.compare), idle);
-                self.ack(io, src, req.id, r);
-            }
-            RequestKind::Signal { expect: 0, .. } => self.signal_ready(io, idle, src, req),
-            RequestKind::Signal { expect, .. } => {
+            RequestKind::Amo { .. } => self.in_order(io, idle, src, req),
+            RequestKind::Signal { .. } | RequestKind::Fence { .. } => {
+                let expect = req.kind.expect();
                 let key = (src, SignalTag::decode(req.tag).tag);
+                if expect == 0 {
+                    return self.in_order(io, idle, src, req);
+                }
                 let st = self.tags.entry(key).or_default();
                 if st.arrived >= expect {
                     self.tags.remove(&key);
-                    self.signal_ready(io, idle, src, req);
+                    self.in_order(io, idle, src, req);
                 } else {
                     st.signal = Some(req);
                 }
@@ -68,6 +68,8 @@ impl Target {
             {
                 self.serve_staged(io, src, req)
             }
+            // A `p` after a fence, in tagged mode: applied in its source's order.
+            RequestKind::Store { .. } if seq != 0 => self.in_order(io, idle, src, req),
             RequestKind::Store { .. } | RequestKind::GetData { .. } => io.faults.raise(
                 code::OP_FAILED,
                 Some(src),
@@ -80,29 +82,41 @@ impl Target {
         }
     }
 
-    /// A signal's writes have all landed: apply it, unless it is a strong signal and an earlier
-    /// one from its source has not been applied (then it waits for that one).
-    fn signal_ready(&mut self, io: &mut Io<'_>, idle: &mut dyn FnMut(), src: Pe, req: Request) {
+    /// A request's writes have all landed (or it waits for none): apply it, unless it is
+    /// sequenced and an earlier one from its source has not been applied (then it waits for
+    /// that one).
+    fn in_order(&mut self, io: &mut Io<'_>, idle: &mut dyn FnMut(), src: Pe, req: Request) {
         let seq = SignalTag::decode(req.tag).seq;
         if seq == 0 {
-            return self.apply_signal(io, idle, src, &req);
+            return self.apply(io, idle, src, &req);
         }
         let mut now = std::mem::take(&mut self.ready);
         self.order.ready(src, seq, req, &mut now);
         for r in now.drain(..) {
-            self.apply_signal(io, idle, src, &r);
+            self.apply(io, idle, src, &r);
         }
         self.ready = now;
     }
 
-    /// Applies a signal request and acks it.
-    fn apply_signal(&mut self, io: &mut Io<'_>, idle: &mut dyn FnMut(), src: Pe, req: &Request) {
-        if let RequestKind::Signal { op, .. } = req.kind {
-            let r = io
+    /// Applies a request on the common path and acks it: an AMO (the ack carries the old
+    /// value), a signal, a sequenced store, or a fence mark (nothing to do).
+    fn apply(&mut self, io: &mut Io<'_>, idle: &mut dyn FnMut(), src: Pe, req: &Request) {
+        let r = match req.kind {
+            RequestKind::Amo { op, wide } => {
+                io.home
+                    .amo(req.offset, (wide, op, req.operand, req.compare), idle)
+            }
+            RequestKind::Signal { op, .. } => io
                 .home
-                .amo(req.offset, (true, op.as_amo(), req.operand, 0), idle);
-            self.ack(io, src, req.id, r.map(|_| 0));
-        }
+                .amo(req.offset, (true, op.as_amo(), req.operand, 0), idle)
+                .map(|_| 0),
+            RequestKind::Store { width } => {
+                io.home.store(req.offset, req.operand, width).map(|()| 0)
+            }
+            RequestKind::Fence { .. } => Ok(0),
+            RequestKind::GetData { .. } => unreachable!("served by the staged path"),
+        };
+        self.ack(io, src, req.id, r);
     }
 
     /// A tagged write landed: apply its signal if it was the last one awaited.
@@ -118,12 +132,9 @@ impl Target {
         let key = (d.src, d.tag);
         let st = self.tags.entry(key).or_default();
         st.arrived += 1;
-        let ready = matches!(
-            st.signal,
-            Some(Request { kind: RequestKind::Signal { expect, .. }, .. }) if st.arrived >= expect
-        );
+        let ready = st.signal.is_some_and(|r| st.arrived >= r.kind.expect());
         if ready && let Some(req) = self.tags.remove(&key).and_then(|s| s.signal) {
-            self.signal_ready(io, idle, d.src, req);
+            self.in_order(io, idle, d.src, req);
         }
     }
 

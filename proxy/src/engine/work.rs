@@ -129,6 +129,22 @@ pub(super) enum Work {
         /// may count on (a counter or ring tail advanced by additions).
         sequenced: bool,
     },
+    /// A `p` after a fence (tagged mode): a store request applied at the target in its
+    /// source's order, so after the fence's mark, with no gate.
+    Store {
+        op: OpRef,
+        remote: u64,
+        value: u64,
+        width: u8,
+    },
+    /// A fence's mark (tagged mode): a sequenced request that the target applies (as nothing)
+    /// once the writes of the ring's epoch toward it landed; the sequenced requests after it
+    /// (signals, AMOs, stores) then apply after everything before the fence.
+    Mark {
+        op: OpRef,
+        /// The closed epoch's tag (`None`: no write since the last mark).
+        tag: Option<Tag>,
+    },
     /// Passes once everything issued before it to this PE has completed.
     Gate {
         /// Put there by a fence (else by a signal's ordering in gated mode).
@@ -158,7 +174,9 @@ impl Work {
             Work::Xfer(Xfer { op, .. })
             | Work::P { op, .. }
             | Work::Amo { op, .. }
-            | Work::Signal { op, .. } => Some(op),
+            | Work::Signal { op, .. }
+            | Work::Store { op, .. }
+            | Work::Mark { op, .. } => Some(op),
         }
     }
 }
@@ -209,6 +227,12 @@ pub(super) struct PeQueue {
     /// `segs[i]` those of operations after `held[i - 1]` and before `held[i]`, the last one
     /// those after every held signal (`held.len() + 1` entries, summing to `outstanding`).
     pub segs: VecDeque<u32>,
+    /// Tagged mode: the writes to this PE carry the ring's epoch tag (from the first fence
+    /// on), so that later fences go by sequence: a mark counts them at the target.
+    pub epoch_writes: bool,
+    /// Tagged mode: a fence went by sequence and no gate followed it yet; the next write (its
+    /// data is placed by the target's NIC, not its proxy) must take one.
+    pub fenced: bool,
 }
 
 impl PeQueue {

@@ -405,8 +405,8 @@ const LANDING_GROUP: Field = Field {
     shift: 32,
     bits: FAST_PE.bits,
 };
-/// A signal request's `tag` word: the tag of the writes it waits for, and (strong signals) its
-/// sequence number among the signals from its PE (0: applied in any order).
+/// A request's `tag` word: the tag of the writes it waits for, and (tagged mode) its sequence
+/// number among the sequenced requests from its PE (0: applied in any order).
 const SIGNAL_TAG: Field = Field { shift: 0, bits: 32 };
 const SIGNAL_SEQ: Field = Field {
     shift: 32,
@@ -473,13 +473,15 @@ impl TagData {
     }
 }
 
-/// A signal request's `tag` word: the writes it waits for and its place in its source's order.
+/// A request's `tag` word: the writes it waits for (a signal or fence mark) and its place in
+/// its source's order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SignalTag {
     /// The tag of the writes it waits for.
     pub tag: u32,
-    /// Its sequence number among the strong signals from its PE to this one, from 1; 0 for a
-    /// signal applied as soon as its writes landed.
+    /// Its sequence number among the sequenced requests (tagged mode: signals, AMOs, fence
+    /// marks, stores after a fence) from its PE's proxy thread to this one, from 1; 0 for a
+    /// request applied as soon as it (and its writes) arrived.
     pub seq: u32,
 }
 

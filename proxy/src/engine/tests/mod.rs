@@ -25,6 +25,7 @@ use crate::{Health, HeapMem, ProxyConfig, ProxySetup, slab::GenSlab};
 const HEAP: usize = 1 << 20;
 
 mod counted;
+mod fence;
 mod stash;
 mod strong;
 mod tags;
