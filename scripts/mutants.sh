@@ -9,7 +9,10 @@ cd "$(dirname "$0")/.."
 
 # name | file | text | replacement | test command
 MUTANTS=(
-  "early-signal|proxy/src/engine/target.rs|st.arrived >= expect|st.arrived + 1 >= expect|cargo test --release -q -p pshmem-tests --test efa the_proxy_paths"
+  "early-signal|proxy/src/wire.rs|RequestKind::Fence { expect } => expect,|RequestKind::Fence { expect } => expect.saturating_sub(1),|cargo test --release -q -p pshmem-tests --test efa the_proxy_paths"
+  "mark-waits-for-nothing|proxy/src/engine/fence.rs|marks.push((pe, peer.tags.close(ring, Round::Epoch)));|marks.push((pe, None));|cargo test --release -q -p pshmem-proxy --lib fence"
+  "amo-unsequenced|proxy/src/engine/issue.rs|let seq = self.mode == SignalMode::Tagged;|let seq = false;|cargo test --release -q -p pshmem-proxy --lib fence"
+  "write-passes-fence|proxy/src/engine/fence.rs|        if q.fenced {|        if false \&\& q.fenced {|cargo test --release -q -p pshmem-proxy --lib fence"
   "signals-unordered|proxy/src/engine/accept.rs|            sequenced: self.mode == SignalMode::Tagged,|            sequenced: false,|cargo test --release -q -p pshmem-tests --test efa the_proxy_paths"
   "tag-reuse-before-ack|proxy/src/engine/tags.rs|        self.writes.remove(&id);|        self.writes.remove(&id);\n        self.live.remove(&id);|cargo test --release -q -p pshmem-proxy --lib tags"
   "count-duplicates|proxy/src/engine/complete.rs|if !ring.done.is_pending(seq) {|if false \&\& !ring.done.is_pending(seq) {|cargo test --release -q -p pshmem-tests --test efa the_proxy_paths"
