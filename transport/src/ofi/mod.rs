@@ -2,7 +2,8 @@
 //!
 //! - **Rails**: `rails` endpoints per PE (one fabric/domain/CQ/AV each), on the NIC domains the
 //!   configuration names (topology picks them) or all on the first matching domain. Operations
-//!   to a peer use the peer's home rail (`pe % rails`, so PEs do not all start on one NIC);
+//!   to a peer use the pair's home rail (`(me + pe) % rails`: spread over the sender's NICs by
+//!   destination and over the target's by source);
 //!   writes and reads of at least [`OfiConfig::stripe_min`] bytes are split over every rail;
 //!   writes with remote CQ data (never split) take turns over the rails.
 //! - **Keys**: registrations ask for program-chosen keys (unique per domain) when the provider

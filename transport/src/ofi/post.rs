@@ -106,10 +106,13 @@ impl OfiTransport {
         Ok(r)
     }
 
+    /// The rail of `pe`'s traffic that nothing else places: `(me + pe) % rails`, so that a
+    /// PE's traffic spreads over its NICs by destination and what it receives over its NICs
+    /// by source (with `pe % rails`, everything sent to a PE would arrive on one of its NICs).
     pub(super) fn home_rail(&self, pe: Pe) -> usize {
         match self.rails.len() {
             1 => 0,
-            n => pe.idx() % n,
+            n => (self.me.idx() + pe.idx()) % n,
         }
     }
 

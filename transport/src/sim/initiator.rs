@@ -176,9 +176,10 @@ impl SimTransport {
         self.outstanding.load(Ordering::Relaxed) + parts as u64 > self.caps.max_outstanding as u64
     }
 
-    /// The rail that traffic to `pe` takes when nothing else decides (as libfabric's).
+    /// The rail that traffic to `pe` takes when nothing else decides (as libfabric's):
+    /// `(me + pe) % rails`, spread by destination at the sender and by source at the target.
     pub(super) fn home_rail(&self, pe: Pe) -> usize {
-        pe.idx() % self.rail_bytes.len()
+        (self.me.idx() + pe.idx()) % self.rail_bytes.len()
     }
 
     /// Sends `msg` to `pe` on rail `rail`, to be answered into `p` (the caller checked

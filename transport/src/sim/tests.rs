@@ -1,6 +1,6 @@
 //! The simulated fabric's device memory (`SimConfig::gpu_memory`): refused until a device copy
 //! is attached; then registrations of device memory are reached only through the copy, from
-//! both sides of a write and a read.
+//! both sides of a write and a read. And its rails: what one PE receives spreads over them.
 
 use std::{
     sync::{
@@ -113,4 +113,59 @@ fn device_memory_goes_through_the_attached_copy() {
     assert_eq!(&buf_a[200..205], b"hello");
     // The write's source and target, the read's source and destination.
     assert!(copy.copies.load(Ordering::Relaxed) >= 4);
+}
+
+fn host(buf: &mut [u8]) -> LocalMem {
+    LocalMem {
+        ptr: buf.as_mut_ptr(),
+        len: buf.len(),
+        kind: MemKind::Host,
+    }
+}
+
+/// Small writes (no CQ data, below the striping size) go on the pair's home rail, which
+/// spreads what one PE receives over its NICs: four PEs writing to PE 0 over 2 rails load both
+/// of PE 0's rails equally (with the destination alone deciding, all would take one rail).
+#[test]
+fn what_a_pe_receives_spreads_over_its_rails() {
+    let cfg = SimConfig {
+        rails: 2,
+        reorder: false,
+        ..SimConfig::default()
+    };
+    let n = 5;
+    let mut ts: Vec<SimTransport> = (0..n)
+        .map(|pe| SimTransport::open_raw(Pe::from_idx(pe), n, cfg.clone()).unwrap())
+        .collect();
+    let addrs: Vec<Vec<u8>> = ts.iter().map(|t| t.address()).collect();
+    let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; 64 * 1024]).collect();
+    let mut mrs = Vec::new();
+    for (t, b) in ts.iter_mut().zip(bufs.iter_mut()) {
+        t.connect(&addrs).unwrap();
+        // SAFETY: the buffers outlive the transports' use of them (the test's end).
+        mrs.push(unsafe { t.mr_reg(host(b)) }.unwrap());
+    }
+    let target = ts[0].mr_export(mrs[0]);
+    for (s, t) in ts.iter_mut().enumerate().skip(1) {
+        let r = RemoteRef {
+            mr: t.mr_import(Pe::new(0), &target).unwrap(),
+            offset: s as u64 * 4096,
+        };
+        for k in 0..4u64 {
+            let l = LocalRef {
+                mr: mrs[s],
+                offset: 0,
+            };
+            // SAFETY: both ranges lie in live registrations, untouched until completion.
+            unsafe { t.write(Pe::new(0), l, r, 4096, k) }.unwrap();
+            wait_done(t, k);
+        }
+    }
+    let mut per_rail = [0u64; 2];
+    for t in &ts[1..] {
+        for (r, b) in t.rail_bytes().iter().enumerate() {
+            per_rail[r] += b;
+        }
+    }
+    assert_eq!(per_rail, [2 * 4 * 4096, 2 * 4 * 4096]);
 }
