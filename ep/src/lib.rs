@@ -35,6 +35,8 @@ pub const MAX_TOKENS: usize = 1024;
 pub const MAX_TOPK: usize = 16;
 /// Most ranks (`PSHMEM_EP_MAX_RANKS`).
 pub const MAX_RANKS: usize = 512;
+/// Most experts (`PSHMEM_EP_MAX_EXPERTS`: the combine counts rows per expert in shared memory).
+pub const MAX_EXPERTS: usize = 4096;
 
 /// Flags of [`LlArgs::flags`] (`PSHMEM_EP_*` in `pshmem/ep/ll.h`).
 pub mod flags {
@@ -138,14 +140,16 @@ impl LlLayout {
         if ranks == 0 || ranks > MAX_RANKS {
             return Err(format!("{ranks} ranks: must be 1..={MAX_RANKS}"));
         }
-        if experts == 0 || experts % ranks != 0 {
+        if experts == 0 || experts % ranks != 0 || experts > MAX_EXPERTS {
             return Err(format!(
-                "num_experts={experts}: must be a positive multiple of the {ranks} ranks"
+                "num_experts={experts}: must be a positive multiple of the {ranks} ranks, at \
+                 most {MAX_EXPERTS}"
             ));
         }
         let msg = (16 + (2 * hidden).max(hidden + hidden / 128 * 4)).next_multiple_of(16);
         let local = experts / ranks;
-        let sig_bytes = ((3 * experts + local + 1) * 8).next_multiple_of(128);
+        // ll.h: counts, flags, receive and dispatch-send done counters, combine-send ones.
+        let sig_bytes = ((3 * experts + local + 1 + ranks) * 8).next_multiple_of(128);
         let area_bytes = (experts * max_tokens * msg.max(2 * hidden)).next_multiple_of(128);
         Ok(Self {
             max_tokens,
@@ -319,6 +323,7 @@ mod tests {
             ("PSHMEM_EP_MAX_RANKS", MAX_RANKS as u64),
             ("PSHMEM_EP_THREADS", u64::from(THREADS)),
             ("PSHMEM_EP_MAX_TOPK", MAX_TOPK as u64),
+            ("PSHMEM_EP_MAX_EXPERTS", MAX_EXPERTS as u64),
             ("PSHMEM_EP_FP8", u64::from(flags::FP8)),
             ("PSHMEM_EP_ROUND_SCALE", u64::from(flags::ROUND_SCALE)),
             ("PSHMEM_EP_PER_TOKEN", u64::from(flags::PER_TOKEN)),
@@ -339,7 +344,7 @@ mod tests {
         assert_eq!(l.area_bytes, 64 * 128 * (16 + 2 * 7168));
         assert_eq!(
             l.sig_bytes,
-            ((3 * 64 + 8 + 1) * 8usize).next_multiple_of(128)
+            ((3 * 64 + 8 + 1 + 8) * 8usize).next_multiple_of(128)
         );
         assert_eq!(l.size_hint(), 2 * (l.sig_bytes + 2 * l.area_bytes));
         let (s1, send1, recv1) = l.offsets(1);
@@ -349,5 +354,9 @@ mod tests {
         assert!(LlLayout::new(2048, 7168, 8, 64).is_err());
         assert!(LlLayout::new(128, 7000, 8, 64).is_err());
         assert!(LlLayout::new(128, 7168, 8, 60).is_err());
+        assert!(
+            LlLayout::new(128, 7168, 8, 8 * 513).is_err(),
+            "over MAX_EXPERTS"
+        );
     }
 }

@@ -19,6 +19,7 @@ pub fn uccl() -> System {
     System {
         name: "UCCL-EP (per-token)".into(),
         pattern: Pattern::PerToken,
+        combine_pattern: None,
         signalling: Signalling::ReceiverCount,
         threads: 4,
         post_us: 0.3,
@@ -47,6 +48,7 @@ pub fn pplx() -> System {
     System {
         name: "pplx-garden (per-peer bulk)".into(),
         pattern: Pattern::PerPeer { shard_peers: true },
+        combine_pattern: None,
         signalling: Signalling::ReceiverCount,
         threads: 1,
         post_us: 0.3,
@@ -93,8 +95,9 @@ pub const OURS_COMBINE: Kernels = Kernels {
     unpack_us: 32.5,
 };
 
-/// pshmem.ep's LL kernels: batched (one counted put per (remote expert, peer)) or per-token, a
-/// counted signal per (remote expert, peer), counted at the receiver's proxy; 4 proxy threads
+/// pshmem.ep's LL kernels: batched (dispatch: one counted put and count per (remote expert,
+/// peer); combine: one counted put of every row and one flag per peer) or per-token (a row a
+/// write, a count or flag per (remote expert, peer)), counted at the receiver's proxy; 4 proxy threads
 /// (`PSHMEM_GPU_PROXY_THREADS=4`) posting at UCCL's cost (0.3 µs; the registered path was not
 /// measured on EFA).
 pub fn ours(per_token: bool) -> System {
@@ -109,6 +112,9 @@ pub fn ours(per_token: bool) -> System {
         } else {
             Pattern::PerExpert
         },
+        // Batched, the combine sends one put and one flag per peer (its rows are packed by
+        // sending rank at the receiver: ep/include/pshmem/ep/ll.h).
+        combine_pattern: (!per_token).then_some(Pattern::PerPeer { shard_peers: false }),
         signalling: Signalling::ReceiverCount,
         threads: 4,
         post_us: 0.3,
@@ -154,6 +160,7 @@ fn normal(name: &str, tail_msgs: bool, dispatch_us: f64, combine_us: f64) -> Sys
     System {
         name: name.into(),
         pattern: Pattern::NodeRing(rings),
+        combine_pattern: None,
         signalling: Signalling::ReceiverCount,
         threads: 4,
         post_us: 0.3,

@@ -149,6 +149,8 @@ pub struct System {
     pub name: String,
     /// Its message pattern.
     pub pattern: Pattern,
+    /// Its combine's, where it differs (pshmem.ep batched: one put per peer).
+    pub combine_pattern: Option<Pattern>,
     /// Its ordering mechanism.
     pub signalling: Signalling,
     /// Proxy threads per GPU.
@@ -264,9 +266,13 @@ pub fn messages(sys: &System, r: &Routing, op: Op, per_node: usize, nics: usize)
         Op::Combine => sh.combine_row(),
     };
     let thr = |key: usize| (key % sys.threads.max(1)) as u32;
+    let pattern = match op {
+        Op::Dispatch => sys.pattern,
+        Op::Combine => sys.combine_pattern.unwrap_or(sys.pattern),
+    };
     // (source GPU s, expert e, rows n): the traffic of s's tokens with expert e, before
     // choosing who sends (dispatch: s to e's GPU; combine: e's GPU back to s).
-    if let Pattern::NodeRing(rings) = sys.pattern {
+    if let Pattern::NodeRing(rings) = pattern {
         return node_ring(rings, sys, r, op, per_node);
     }
     let mut out = Vec::new();
@@ -294,7 +300,7 @@ pub fn messages(sys: &System, r: &Routing, op: Op, per_node: usize, nics: usize)
                 let g = r.gpu_of(e);
                 per_expert[e] += 1;
                 per_gpu_rows[g] += 1;
-                if sys.pattern == Pattern::PerToken && remote(s, g, per_node) {
+                if pattern == Pattern::PerToken && remote(s, g, per_node) {
                     let ready = k.pack_us * (t + 1) as f64 / sh.tokens as f64;
                     out.push(msg(s, g, row, ready, e, false));
                 }
@@ -305,7 +311,7 @@ pub fn messages(sys: &System, r: &Routing, op: Op, per_node: usize, nics: usize)
         // node write to different receivers.
         let first = s + per_node;
         let experts = (0..sh.experts).map(|i| (i + first * sh.experts / r.n) % sh.experts);
-        match sys.pattern {
+        match pattern {
             Pattern::PerToken | Pattern::NodeRing(_) => {}
             Pattern::PerExpert => {
                 for e in experts.clone() {
@@ -327,7 +333,10 @@ pub fn messages(sys: &System, r: &Routing, op: Op, per_node: usize, nics: usize)
                 let shard = peers.len().div_ceil(nics.max(1)).max(1);
                 for (i, &g) in peers.iter().enumerate() {
                     let rows = per_gpu_rows[g];
-                    let mut m = msg(s, g, rows.min(private) * row, k.pack_us, g, false);
+                    // Keyed (proxy thread) by the sending GPU: one thread per GPU posts them
+                    // (pplx-garden's worker; pshmem.ep's batched combine, on ring 0).
+                    let from = if op == Op::Dispatch { s } else { g };
+                    let mut m = msg(s, g, rows.min(private) * row, k.pack_us, from, false);
                     m.nic = (shard_peers && op == Op::Dispatch).then_some((i / shard) as u8);
                     if op == Op::Dispatch && rows > private {
                         out.push(m);
@@ -342,10 +351,16 @@ pub fn messages(sys: &System, r: &Routing, op: Op, per_node: usize, nics: usize)
             }
         }
         if sys.count_msgs {
-            for e in experts {
-                let g = r.gpu_of(e);
+            // One count or flag per (remote expert, peer), or per peer after a bulk write.
+            let keys: Vec<(usize, usize)> = match pattern {
+                Pattern::PerPeer { .. } => (0..r.n)
+                    .map(|g| (g, if op == Op::Dispatch { s } else { g }))
+                    .collect(),
+                _ => experts.map(|e| (r.gpu_of(e), e)).collect(),
+            };
+            for (g, key) in keys {
                 if remote(s, g, per_node) {
-                    out.push(msg(s, g, 8, k.pack_us, e, true));
+                    out.push(msg(s, g, 8, k.pack_us, key, true));
                 }
             }
         }

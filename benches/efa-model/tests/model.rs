@@ -10,6 +10,7 @@ fn tiny_system(pattern: Pattern) -> System {
     System {
         name: "t".into(),
         pattern,
+        combine_pattern: None,
         signalling: Signalling::ReceiverCount,
         threads: 1,
         post_us: 0.5,

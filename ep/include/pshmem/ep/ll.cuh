@@ -11,8 +11,12 @@
  * - Same-host peers (mapped) get the messages written straight into their receive area, then
  *   the count with a release store after __threadfence_system. Other peers get counted puts
  *   (pshmem/counted.cuh): per token or one per (expert, destination), then one counted signal;
- *   the proxy never exposes a count before the data it covers, on any fabric. The ring is
- *   chosen by the destination's local expert, so descriptors spread over rings and proxies.
+ *   the proxy never exposes a count before the data it covers, on any fabric. A dispatch's
+ *   ring is chosen by the destination's local expert, a combine's by the destination rank,
+ *   so descriptors spread over rings and proxies.
+ * - Combine rows go back packed by sending rank: at the receiver, rank r's rows for it lie
+ *   together (its experts one after another), so a batched combine sends one put and one flag
+ *   per destination rank, not one per (expert, destination): fewer, larger messages.
  * - Receive rows are packed by source rank (begin = the counts of the ranks before), so the
  *   output is the same whatever order the counts arrive in.
  * - The receivers clear the words they consumed (the last block to read them), so the buffer
@@ -38,6 +42,23 @@ struct Geo {
 __device__ __forceinline__ const pshmem_ring_device_t *ring_for(const pshmem_ep_ll_args_t &a,
                                                                 int local_expert) {
     return a.n_rings ? &a.rings[(uint32_t)local_expert % a.n_rings] : NULL;
+}
+
+/* The ring of everything a combine sends to `rank` (a counted signal covers only the counted
+ * puts of its own ring). Per token, spread by destination over the rings and proxy threads
+ * (thousands of puts); batched, ring 0 for every destination: one proxy thread posts the few
+ * large puts one after another, so each NIC serves them in turn and every receiver's data
+ * ends as early as the order allows, where several threads' queues would share each NIC and
+ * delay them all (benches/results/efa-model). */
+__device__ __forceinline__ const pshmem_ring_device_t *ring_to(const pshmem_ep_ll_args_t &a,
+                                                               int rank) {
+    if (!a.n_rings) return NULL;
+    return (a.flags & PSHMEM_EP_PER_TOKEN) ? &a.rings[(uint32_t)rank % a.n_rings] : &a.rings[0];
+}
+
+/* Rows of one (local expert dl, source) pair: the count in layout_range. */
+__device__ __forceinline__ uint64_t pair_rows(const pshmem_ep_ll_args_t &a, int dl, int src) {
+    return (uint64_t)(a.layout_range[(int64_t)dl * a.num_ranks + src] & 0xffffffff);
 }
 
 /* Bytes of a dispatch message as sent (the slot stride may be larger). */
@@ -135,7 +156,10 @@ __device__ inline void dispatch_send(const pshmem_ep_ll_args_t &a) {
     const int part = blockIdx.y, parts = gridDim.y;
     const uint64_t len = msg_len(a);
     const __nv_bfloat16 *x = (const __nv_bfloat16 *)a.x;
-    for (int e = blockIdx.x; e < g.E; e += gridDim.x) {
+    for (int e0 = blockIdx.x; e0 < g.E; e0 += gridDim.x) {
+        /* Staggered: each rank starts with the next rank's experts, so that the ranks' first
+         * messages do not all go to rank 0. */
+        const int e = (e0 + (g.me + 1) * g.El) % g.E;
         const int dst = e / g.El, dl = e % g.El;
         /* The tokens that chose e, in token order (a token names an expert at most once). */
         int count = 0;
@@ -271,28 +295,38 @@ __device__ inline void dispatch_recv(const pshmem_ep_ll_args_t &a) {
 }
 
 /* Combine, send phase. Grid: any number of blocks (they share the (local expert, source)
- * pairs). The rows of a pair go back to their source as rows 0..n of its receive area for this
- * rank's global expert, then one flag. */
+ * pairs). A pair's rows go to the source's receive area at this rank's region, after the rows
+ * of this rank's lower experts for that source. The last block to finish a source's El pairs
+ * (a done counter) sends the flag, and in batched mode first the one put of all the source's
+ * rows, staged together; per token, or zero-copy (the rows stay where the caller wrote
+ * them), each pair's rows go as their own counted puts. */
 __device__ inline void combine_send(const pshmem_ep_ll_args_t &a) {
     const Geo g(a);
     const int warp = threadIdx.x / 32, nw = blockDim.x / 32;
     const uint64_t row_bytes = 2 * (uint64_t)g.H;
     const bool per_token = (a.flags & PSHMEM_EP_PER_TOKEN) != 0;
     const bool zero_copy = (a.flags & PSHMEM_EP_ZERO_COPY) != 0;
+    const bool bulk = !per_token && !zero_copy;
     const uint8_t *x = (const uint8_t *)a.x;
     const uint64_t rows = (uint64_t)g.N * g.Tmax;
+    const uint64_t region = (uint64_t)g.El * g.Tmax; /* rows of one sending rank */
+    uint8_t *mine = a.recv + (uint64_t)g.me * region * row_bytes;
+    uint64_t *flag = a.sig + g.E + g.me;
     for (int p = blockIdx.x; p < g.E; p += gridDim.x) {
-        const int dl = p / g.N, src = p % g.N;
-        const int64_t range = a.layout_range[p];
+        /* Staggered: each rank starts with the next one, so that the ranks' first puts do
+         * not all go to rank 0. */
+        const int dl = p / g.N, src = (p % g.N + g.me + 1) % g.N;
+        const int64_t range = a.layout_range[(int64_t)dl * g.N + src];
         const uint64_t begin = (uint64_t)(range >> 32);
         const int n = (int)(range & 0xffffffff);
-        const uint64_t ge = (uint64_t)g.me * g.El + dl;
-        uint8_t *there = a.recv + ge * g.Tmax * row_bytes;
+        uint64_t before = 0;
+        for (int d = 0; d < dl; ++d) before += pair_rows(a, d, src);
+        uint8_t *there = mine + before * row_bytes;
         uint8_t *peer = (uint8_t *)pshmem_ptr(there, src);
-        uint64_t *flag = a.sig + g.E + ge;
-        const pshmem_ring_device_t *ring = ring_for(a, dl);
+        const pshmem_ring_device_t *ring = ring_to(a, src);
         const uint64_t first = dl * rows + begin; /* row index in [El][N * Tmax] */
-        uint8_t *staged = a.send + first * row_bytes;
+        uint8_t *staged =
+            a.send + (bulk ? (uint64_t)src * region + before : first) * row_bytes;
         for (int i = warp; i < n; i += nw) {
             const uint8_t *row = x + (first + i) * row_bytes;
             if (peer) {
@@ -308,29 +342,66 @@ __device__ inline void combine_send(const pshmem_ep_ll_args_t &a) {
                                                    row_bytes, flag, src);
             }
         }
+        /* Every thread's stores (rows, and the puts published) before the done count; the
+         * last block of the source then sees all of them. */
         __threadfence_system();
         __syncthreads();
         if (threadIdx.x == 0) {
-            if (!peer && !per_token && n > 0)
-                pshmem_i_put_counted(ring, there, staged, (uint64_t)n * row_bytes, flag, src, 0, 1);
-            pshmemx_signal_counted_on(ring, flag, 1, PSHMEM_SIGNAL_SET, src);
+            if (!peer && zero_copy && !per_token && n > 0)
+                pshmem_i_put_counted(ring, there, staged, (uint64_t)n * row_bytes, flag, src, 0,
+                                     1);
+            __threadfence_system(); /* that put's slot before the done count */
+            unsigned long long *done =
+                (unsigned long long *)(a.sig + 3 * (uint64_t)g.E + g.El + 1 + src);
+            const bool last =
+                g.El == 1 || atomicAdd(done, 1ull) == (unsigned long long)(g.El - 1);
+            if (last) {
+                if (g.El > 1) {
+                    *done = 0;
+                    __threadfence_system(); /* acquire side of the other blocks' fences */
+                }
+                uint64_t total = 0;
+                for (int d = 0; d < g.El; ++d) total += pair_rows(a, d, src);
+                if (!peer && bulk && total > 0)
+                    pshmem_i_put_counted(ring, mine, a.send + (uint64_t)src * region * row_bytes,
+                                         total * row_bytes, flag, src, 0, 1);
+                pshmemx_signal_counted_on(ring, flag, 1, PSHMEM_SIGNAL_SET, src);
+            }
         }
         __syncthreads();
     }
 }
 
-/* Combine, receive phase. Grid: any number of blocks; each waits for every expert's flag, then
- * warps reduce tokens: out[t] = sum_k w[t,k] * y[e_k][slot], in FP32, rounded once to bf16. */
+/* Combine, receive phase. Grid: any number of blocks; each counts this rank's tokens per
+ * expert (where each expert's rows start in its rank's region), waits for every rank's flag,
+ * then warps reduce tokens: out[t] = sum_k w[t,k] * y[e_k][slot], in FP32, rounded once to
+ * bf16. */
 __device__ inline void combine_recv(const pshmem_ep_ll_args_t &a) {
+    __shared__ int start[PSHMEM_EP_MAX_EXPERTS];
     const Geo g(a);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    for (int e = threadIdx.x; e < g.E; e += blockDim.x) start[e] = 0;
+    __syncthreads();
+    for (int j = threadIdx.x; j < g.T * g.K; j += blockDim.x) {
+        const int64_t e = a.topk_idx[j];
+        if (e >= 0) atomicAdd(&start[e], 1);
+    }
+    __syncthreads();
+    for (int r = threadIdx.x; r < g.N; r += blockDim.x) {
+        int run = 0;
+        for (int d = 0; d < g.El; ++d) {
+            const int c = start[r * g.El + d];
+            start[r * g.El + d] = run;
+            run += c;
+        }
+    }
     uint64_t *flags = a.sig + g.E;
-    for (int f = threadIdx.x; f < g.E; f += blockDim.x) wait_nonzero(&flags[f]);
+    for (int r = threadIdx.x; r < g.N; r += blockDim.x) wait_nonzero(&flags[r]);
     __syncthreads();
     if (threadIdx.x == 0) {
         unsigned long long *done = (unsigned long long *)(a.sig + 2 * (uint64_t)g.E + g.El);
         if (atomicAdd(done, 1ull) == (unsigned long long)(gridDim.x - 1)) {
-            for (int f = 0; f < g.E; ++f) flags[f] = 0;
+            for (int r = 0; r < g.N; ++r) flags[r] = 0;
             *done = 0;
         }
     }
@@ -349,8 +420,10 @@ __device__ inline void combine_recv(const pshmem_ep_ll_args_t &a) {
             for (int k = 0; k < g.K; ++k) {
                 int64_t e = a.topk_idx[(int64_t)t * g.K + k];
                 if (e < 0) continue;
-                rows[n] = a.recv + ((uint64_t)e * g.Tmax + a.slot_map[(int64_t)t * g.K + k]) *
-                                       row_bytes;
+                /* Rank e / El's region, then its expert's start, then the token's slot. */
+                const uint64_t r = (uint64_t)(e - e % g.El) * g.Tmax + start[e] +
+                                   a.slot_map[(int64_t)t * g.K + k];
+                rows[n] = a.recv + r * row_bytes;
                 ws[n++] = a.topk_weights[(int64_t)t * g.K + k];
             }
         n = __shfl_sync(0xffffffffu, n, 0);

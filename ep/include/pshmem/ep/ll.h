@@ -7,18 +7,23 @@
  *
  * One LL buffer (there are two, used alternately; every dispatch and every combine flips):
  *   sig   u64 words: [0, E)            dispatch counts, word (dl * N + src) = -n-1 from src
- *                    [E, 2E)           combine flags, word E + g = 1 once global expert g's
- *                                      outputs for this rank have landed
+ *                    [E, E + N)        combine flags, word E + r = 1 once rank r's expert
+ *                                      outputs for this rank have landed ([E + N, 2E) unused)
  *                    [2E, 2E + El)     this rank's own: recv blocks done per local expert
  *                    [2E + El]         this rank's own: combine recv blocks done
  *                    [2E + El + 1, 3E + El + 1)  this rank's own: dispatch send blocks done
  *                                      per destination expert
+ *                    [3E + El + 1, 3E + El + 1 + N)  this rank's own: combine send pairs done
+ *                                      per destination rank
  *   send  E * Tmax * msg bytes         dispatch: the message of the i-th token sent to expert e
  *                                      at (e * Tmax + i) * msg; combine: rows of 2H bytes,
- *                                      [El][N * Tmax][H] bf16 (the zero-copy view)
+ *                                      [El][N * Tmax][H] bf16 (the zero-copy view), or (batched,
+ *                                      staged) [N][El * Tmax] packed as at the receiver
  *   recv  E * Tmax * msg bytes         dispatch: [El][N][Tmax] messages of msg bytes; combine:
- *                                      [E][Tmax] rows of 2H bytes (row i of expert g is the
- *                                      i-th token this rank sent to g)
+ *                                      [N][El * Tmax] rows of 2H bytes: rank r's region holds
+ *                                      its experts' rows for this rank packed, expert r * El
+ *                                      first; row i of expert g is the i-th token this rank
+ *                                      sent to g (so one put per rank carries them all)
  * A dispatch message: 16-byte header (int32 source token index, 3 reserved), then H FP8 e4m3
  * bytes and H/128 float scales (1/scale: x ~= fp8 * scale_inv), or 2H bytes of bf16.
  * A slot holds one message rounded up to 16 bytes (FP8 slots are packed tighter than BF16
@@ -37,6 +42,8 @@
 #define PSHMEM_EP_MAX_RANKS 512   /* N limit (one polling thread per source) */
 #define PSHMEM_EP_THREADS 512     /* threads per block of every LL kernel */
 #define PSHMEM_EP_MAX_TOPK 16     /* top-k limit (combine keeps a token's rows in shared memory) */
+#define PSHMEM_EP_MAX_EXPERTS 4096 /* E limit (combine counts a rank's rows per expert in shared
+                                      memory) */
 
 /* flags */
 #define PSHMEM_EP_FP8 0x1u         /* dispatch: FP8 e4m3 + per-128-channel scales (else bf16) */
