@@ -301,8 +301,9 @@ __device__ inline void dispatch_recv(const pshmem_ep_ll_args_t &a) {
  * rows, staged together; per token, or zero-copy (the rows stay where the caller wrote
  * them), each pair's rows go as their own counted puts. */
 __device__ inline void combine_send(const pshmem_ep_ll_args_t &a) {
+    __shared__ uint64_t before_s, total_s;
     const Geo g(a);
-    const int warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
     const uint64_t row_bytes = 2 * (uint64_t)g.H;
     const bool per_token = (a.flags & PSHMEM_EP_PER_TOKEN) != 0;
     const bool zero_copy = (a.flags & PSHMEM_EP_ZERO_COPY) != 0;
@@ -319,8 +320,26 @@ __device__ inline void combine_send(const pshmem_ep_ll_args_t &a) {
         const int64_t range = a.layout_range[(int64_t)dl * g.N + src];
         const uint64_t begin = (uint64_t)(range >> 32);
         const int n = (int)(range & 0xffffffff);
-        uint64_t before = 0;
-        for (int d = 0; d < dl; ++d) before += pair_rows(a, d, src);
+        /* The source's rows of this rank's lower experts (where this pair's go) and of all of
+         * them: warp 0 loads the counts side by side rather than one after another. */
+        if (warp == 0) {
+            uint64_t b = 0, t = 0;
+            for (int d = lane; d < g.El; d += 32) {
+                const uint64_t c = pair_rows(a, d, src);
+                t += c;
+                if (d < dl) b += c;
+            }
+            for (int o = 16; o >= 1; o >>= 1) {
+                b += __shfl_xor_sync(0xffffffffu, b, o);
+                t += __shfl_xor_sync(0xffffffffu, t, o);
+            }
+            if (lane == 0) {
+                before_s = b;
+                total_s = t;
+            }
+        }
+        __syncthreads();
+        const uint64_t before = before_s, total = total_s;
         uint8_t *there = mine + before * row_bytes;
         uint8_t *peer = (uint8_t *)pshmem_ptr(there, src);
         const pshmem_ring_device_t *ring = ring_to(a, src);
@@ -347,10 +366,11 @@ __device__ inline void combine_send(const pshmem_ep_ll_args_t &a) {
         __threadfence_system();
         __syncthreads();
         if (threadIdx.x == 0) {
-            if (!peer && zero_copy && !per_token && n > 0)
+            if (!peer && zero_copy && !per_token && n > 0) {
                 pshmem_i_put_counted(ring, there, staged, (uint64_t)n * row_bytes, flag, src, 0,
                                      1);
-            __threadfence_system(); /* that put's slot before the done count */
+                __threadfence_system(); /* that put's slot before the done count */
+            }
             unsigned long long *done =
                 (unsigned long long *)(a.sig + 3 * (uint64_t)g.E + g.El + 1 + src);
             const bool last =
@@ -360,15 +380,13 @@ __device__ inline void combine_send(const pshmem_ep_ll_args_t &a) {
                     *done = 0;
                     __threadfence_system(); /* acquire side of the other blocks' fences */
                 }
-                uint64_t total = 0;
-                for (int d = 0; d < g.El; ++d) total += pair_rows(a, d, src);
                 if (!peer && bulk && total > 0)
                     pshmem_i_put_counted(ring, mine, a.send + (uint64_t)src * region * row_bytes,
                                          total * row_bytes, flag, src, 0, 1);
                 pshmemx_signal_counted_on(ring, flag, 1, PSHMEM_SIGNAL_SET, src);
             }
         }
-        __syncthreads();
+        __syncthreads(); /* before_s and total_s are rewritten for the next pair */
     }
 }
 
