@@ -151,6 +151,9 @@ pub struct System {
     pub pattern: Pattern,
     /// Its combine's, where it differs (pshmem.ep batched: one put per peer).
     pub combine_pattern: Option<Pattern>,
+    /// The combine's flags (with `count_msgs`) are one per peer, not one per (expert, peer)
+    /// (pshmem.ep: the rows come back packed by sending rank).
+    pub combine_flag_per_peer: bool,
     /// Its ordering mechanism.
     pub signalling: Signalling,
     /// Proxy threads per GPU.
@@ -352,11 +355,13 @@ pub fn messages(sys: &System, r: &Routing, op: Op, per_node: usize, nics: usize)
         }
         if sys.count_msgs {
             // One count or flag per (remote expert, peer), or per peer after a bulk write.
-            let keys: Vec<(usize, usize)> = match pattern {
-                Pattern::PerPeer { .. } => (0..r.n)
+            let per_peer = matches!(pattern, Pattern::PerPeer { .. })
+                || (op == Op::Combine && sys.combine_flag_per_peer);
+            let keys: Vec<(usize, usize)> = match per_peer {
+                true => (0..r.n)
                     .map(|g| (g, if op == Op::Dispatch { s } else { g }))
                     .collect(),
-                _ => experts.map(|e| (r.gpu_of(e), e)).collect(),
+                false => experts.map(|e| (r.gpu_of(e), e)).collect(),
             };
             for (g, key) in keys {
                 if remote(s, g, per_node) {

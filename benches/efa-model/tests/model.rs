@@ -11,6 +11,7 @@ fn tiny_system(pattern: Pattern) -> System {
         name: "t".into(),
         pattern,
         combine_pattern: None,
+        combine_flag_per_peer: false,
         signalling: Signalling::ReceiverCount,
         threads: 1,
         post_us: 0.5,
