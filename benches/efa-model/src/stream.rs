@@ -172,6 +172,16 @@ pub struct System {
     pub private_rows: Option<usize>,
 }
 
+impl System {
+    /// Its message pattern for `op`.
+    pub fn pattern_of(&self, op: Op) -> Pattern {
+        match op {
+            Op::Dispatch => self.pattern,
+            Op::Combine => self.combine_pattern.unwrap_or(self.pattern),
+        }
+    }
+}
+
 /// One network message.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Msg {
@@ -269,10 +279,7 @@ pub fn messages(sys: &System, r: &Routing, op: Op, per_node: usize, nics: usize)
         Op::Combine => sh.combine_row(),
     };
     let thr = |key: usize| (key % sys.threads.max(1)) as u32;
-    let pattern = match op {
-        Op::Dispatch => sys.pattern,
-        Op::Combine => sys.combine_pattern.unwrap_or(sys.pattern),
-    };
+    let pattern = sys.pattern_of(op);
     // (source GPU s, expert e, rows n): the traffic of s's tokens with expert e, before
     // choosing who sends (dispatch: s to e's GPU; combine: e's GPU back to s).
     if let Pattern::NodeRing(rings) = pattern {
@@ -354,23 +361,46 @@ pub fn messages(sys: &System, r: &Routing, op: Op, per_node: usize, nics: usize)
             }
         }
         if sys.count_msgs {
-            // One count or flag per (remote expert, peer), or per peer after a bulk write.
-            let per_peer = matches!(pattern, Pattern::PerPeer { .. })
-                || (op == Op::Combine && sys.combine_flag_per_peer);
-            let keys: Vec<(usize, usize)> = match per_peer {
-                true => (0..r.n)
-                    .map(|g| (g, if op == Op::Dispatch { s } else { g }))
-                    .collect(),
-                false => experts.map(|e| (r.gpu_of(e), e)).collect(),
-            };
-            for (g, key) in keys {
-                if remote(s, g, per_node) {
-                    out.push(msg(s, g, 8, k.pack_us, key, true));
-                }
-            }
+            counts(&mut out, sys, r, op, s, experts, per_node, &msg);
         }
     }
     out
+}
+
+/// The count or flag messages of token GPU `s` (after the data they cover): one per (remote
+/// expert, peer), or one per peer after a bulk write or where the system's combine flags are
+/// per peer. `experts` in the staggered order; `msg` builds a message as [`messages`] does.
+#[allow(clippy::too_many_arguments)]
+fn counts(
+    out: &mut Vec<Msg>,
+    sys: &System,
+    r: &Routing,
+    op: Op,
+    s: usize,
+    experts: impl Iterator<Item = usize>,
+    per_node: usize,
+    msg: &dyn Fn(usize, usize, u64, f64, usize, bool) -> Msg,
+) {
+    let k = match op {
+        Op::Dispatch => sys.dispatch,
+        Op::Combine => sys.combine,
+    };
+    let pattern = sys.pattern_of(op);
+    let per_peer = matches!(pattern, Pattern::PerPeer { .. })
+        || (op == Op::Combine && sys.combine_flag_per_peer);
+    let keys: Vec<(usize, usize)> = if per_peer {
+        // Keyed (proxy thread) by the sending GPU, as the bulk writes they follow.
+        (0..r.n)
+            .map(|g| (g, if op == Op::Dispatch { s } else { g }))
+            .collect()
+    } else {
+        experts.map(|e| (r.gpu_of(e), e)).collect()
+    };
+    for (g, key) in keys {
+        if remote(s, g, per_node) {
+            out.push(msg(s, g, 8, k.pack_us, key, true));
+        }
+    }
 }
 
 /// The messages of [`Pattern::NodeRing`]: for each (source GPU, channel, remote node), one

@@ -232,18 +232,7 @@ impl Initiator {
                 if !self.strong && self.post_p_now(io, (ring, seq, pe), (remote, value, width)) {
                     return true;
                 }
-                if self.peers[pe].queues[ring.idx()].fenced {
-                    // After a fence that went by sequence: a store request, which the target
-                    // applies after the fence's mark, instead of a write that would need a
-                    // gate. Its ack finishes it.
-                    let op = OpRef::Fast(seq);
-                    let w = Work::Store {
-                        op,
-                        remote,
-                        value,
-                        width,
-                    };
-                    self.enqueue(io, ring, pe, w);
+                if self.store_after_fence(io, (ring, seq, pe), (remote, value, width)) {
                     return true;
                 }
                 let tag = match self.epoch_tag(io, ring, pe) {

@@ -6,7 +6,14 @@
 
 use pshmem_transport::Pe;
 
-use super::{SignalMode, ctx::RingId, initiator::Initiator, io::Io, tags::Round, work::Work};
+use super::{
+    SignalMode,
+    ctx::RingId,
+    initiator::Initiator,
+    io::Io,
+    tags::Round,
+    work::{OpRef, Work},
+};
 
 impl Initiator {
     /// A fence: nothing on ordered paths; else for each PE with work in flight or queued from
@@ -46,6 +53,28 @@ impl Initiator {
         for (pe, tag) in marks {
             self.enqueue(io, ring, pe, Work::Mark { op, tag });
         }
+    }
+
+    /// A `p` right after a fence that went by sequence (and no gate since): queued as a store
+    /// request, which the target applies after the fence's mark, instead of a write that would
+    /// need a gate; its ack finishes it. False (nothing done) otherwise.
+    pub(super) fn store_after_fence(
+        &mut self,
+        io: &mut Io<'_>,
+        (ring, seq, pe): (RingId, u64, Pe),
+        (remote, value, width): (u64, u64, u8),
+    ) -> bool {
+        if !self.peers[pe].queues[ring.idx()].fenced {
+            return false;
+        }
+        let w = Work::Store {
+            op: OpRef::Fast(seq),
+            remote,
+            value,
+            width,
+        };
+        self.enqueue(io, ring, pe, w);
+        true
     }
 
     /// Before a write to `pe` from `ring`: if a fence went by sequence and no gate followed
