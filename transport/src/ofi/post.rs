@@ -1,7 +1,10 @@
 //! Posting: receive buffers, the checks every operation makes (peer, local and remote bounds),
 //! operation slots, and writes and reads, striped over the rails when long enough.
 
-use std::ffi::c_void;
+use std::{
+    ffi::c_void,
+    time::{Duration, Instant},
+};
 
 use pshmem_libfabric_sys as sys;
 
@@ -11,6 +14,10 @@ use super::{
     more::{Held, Src},
 };
 use crate::{LocalRef, Pe, PostError, RemoteRef, Result, TransportError, check_bounds};
+
+/// Longest a stripe after the first may meet back-pressure before its operation fails (the
+/// earlier stripes are in flight, so it cannot be retried later as a whole).
+const STRIPE_WAIT: Duration = Duration::from_secs(30);
 
 impl OfiTransport {
     pub(super) fn send_off(&self, slot: u32) -> usize {
@@ -355,15 +362,39 @@ impl OfiTransport {
                     self.ops.remove(slot);
                     return Err(PostError::Retry);
                 }
-                // A later stripe hit back-pressure: finish it synchronously by progressing this
-                // rail's CQ until it goes (the earlier stripes are already in flight).
-                Ok(false) => loop {
-                    self.progress_rail_into_deferred(rail)?;
-                    // SAFETY: as above.
-                    if unsafe { self.post_rma(rail, slot, write, pe, l, r, this, data) }? {
-                        break;
+                // A later stripe hit back-pressure: finish it synchronously (the earlier stripes
+                // are already in flight) by progressing every rail's CQ until it goes — not
+                // only this rail's: a peer stuck the same way on another rail may need our
+                // progress there (rxm's rendezvous over tcp) before its own frees this one, and
+                // the two would wait for each other. Bounded: past STRIPE_WAIT the stripe and
+                // the ones after it fail the operation.
+                Ok(false) => {
+                    let start = Instant::now();
+                    loop {
+                        for other in 0..nrails {
+                            self.progress_rail_into_deferred(other)?;
+                        }
+                        // SAFETY: as above.
+                        if unsafe { self.post_rma(rail, slot, write, pe, l, r, this, data) }? {
+                            break;
+                        }
+                        if start.elapsed() > STRIPE_WAIT {
+                            let rec = self.ops.get_mut(slot).expect("live");
+                            rec.remaining -= (parts - p) as u32;
+                            rec.error.get_or_insert(Box::new(TransportError::Ofi {
+                                op: if write { "fi_write" } else { "fi_read" },
+                                code: sys::FI_EAGAIN as i32,
+                                text: format!(
+                                    "stripe {p} of {parts} to PE {pe} on rail {rail}: pushed \
+                                     back for {} s",
+                                    STRIPE_WAIT.as_secs()
+                                ),
+                            }));
+                            return Ok(());
+                        }
+                        std::thread::yield_now();
                     }
-                },
+                }
                 Err(e) => {
                     if p == 0 {
                         self.ops.remove(slot);
