@@ -363,36 +363,25 @@ impl OfiTransport {
                     return Err(PostError::Retry);
                 }
                 // A later stripe hit back-pressure: finish it synchronously (the earlier stripes
-                // are already in flight) by progressing every rail's CQ until it goes — not
-                // only this rail's: a peer stuck the same way on another rail may need our
-                // progress there (rxm's rendezvous over tcp) before its own frees this one, and
-                // the two would wait for each other. Bounded: past STRIPE_WAIT the stripe and
-                // the ones after it fail the operation.
+                // are already in flight).
                 Ok(false) => {
-                    let start = Instant::now();
-                    loop {
-                        for other in 0..nrails {
-                            self.progress_rail_into_deferred(other)?;
-                        }
-                        // SAFETY: as above.
-                        if unsafe { self.post_rma(rail, slot, write, pe, l, r, this, data) }? {
-                            break;
-                        }
-                        if start.elapsed() > STRIPE_WAIT {
-                            let rec = self.ops.get_mut(slot).expect("live");
-                            rec.remaining -= (parts - p) as u32;
-                            rec.error.get_or_insert(Box::new(TransportError::Ofi {
-                                op: if write { "fi_write" } else { "fi_read" },
-                                code: sys::FI_EAGAIN as i32,
-                                text: format!(
-                                    "stripe {p} of {parts} to PE {pe} on rail {rail}: pushed \
-                                     back for {} s",
-                                    STRIPE_WAIT.as_secs()
-                                ),
-                            }));
-                            return Ok(());
-                        }
-                        std::thread::yield_now();
+                    // SAFETY: forwarded from the caller.
+                    let go = unsafe {
+                        self.post_stripe_waiting(rail, slot, write, pe, l, r, this, data)
+                    };
+                    if !go? {
+                        let rec = self.ops.get_mut(slot).expect("live");
+                        rec.remaining -= (parts - p) as u32;
+                        rec.error.get_or_insert(Box::new(TransportError::Ofi {
+                            op: if write { "fi_write" } else { "fi_read" },
+                            code: sys::FI_EAGAIN as i32,
+                            text: format!(
+                                "stripe {p} of {parts} to PE {pe} on rail {rail}: pushed back \
+                                 for {} s",
+                                STRIPE_WAIT.as_secs()
+                            ),
+                        }));
+                        return Ok(());
                     }
                 }
                 Err(e) => {
@@ -408,5 +397,40 @@ impl OfiTransport {
             }
         }
         Ok(())
+    }
+
+    /// Posts a stripe that met back-pressure, progressing every rail's CQ until it goes — not
+    /// only its own rail's: a peer stuck the same way on another rail may need our progress
+    /// there (rxm's rendezvous over tcp) before its own frees this one, and the two would wait
+    /// for each other. False once STRIPE_WAIT passed without it going.
+    ///
+    /// # Safety
+    /// As for [`Self::rma`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn post_stripe_waiting(
+        &mut self,
+        rail: usize,
+        slot: u32,
+        write: bool,
+        pe: Pe,
+        l: LocalRef,
+        r: RemoteRef,
+        len: usize,
+        data: Option<u64>,
+    ) -> Result<bool> {
+        let start = Instant::now();
+        loop {
+            for other in 0..self.rails.len() {
+                self.progress_rail_into_deferred(other)?;
+            }
+            // SAFETY: forwarded from the caller.
+            if unsafe { self.post_rma(rail, slot, write, pe, l, r, len, data) }? {
+                return Ok(true);
+            }
+            if start.elapsed() > STRIPE_WAIT {
+                return Ok(false);
+            }
+            std::thread::yield_now();
+        }
     }
 }
