@@ -8,7 +8,9 @@ use clap::Parser;
 use pshmem::placement::{HostPlan, Sources, host_plan};
 use pshmem_env as env;
 use pshmem_topology::{DeviceKind, Machine};
-use pshmem_transport::ofi::{DEFAULT_PROVIDERS, fabric::runtime_version, list_domains};
+use pshmem_transport::ofi::{
+    DEFAULT_PROVIDERS, EFA_DIRECT, fabric, fabrics_of, list_domains, providers,
+};
 
 #[derive(Parser)]
 #[command(about = "Topology, devices, providers and placement as proxyshmem sees them")]
@@ -103,8 +105,7 @@ fn devices(p: &HostPlan) {
         Err(why) => println!("no CUDA devices: {why}"),
     }
     println!("CUDA MPS: {}", pshmem::gpu::mps::status().describe());
-    let v = runtime_version();
-    println!("\n== libfabric {}.{}", v >> 16, v & 0xffff);
+    libfabric();
     for prov in DEFAULT_PROVIDERS {
         match list_domains(prov) {
             Ok(d) if !d.is_empty() => {
@@ -127,6 +128,54 @@ fn devices(p: &HostPlan) {
             .as_deref()
             .unwrap_or("none (sim, instant, or no provider)")
     );
+}
+
+/// "1.17" for `FI_VERSION(1, 17)`.
+fn version(v: u32) -> String {
+    format!("{}.{}", v >> 16, v & 0xffff)
+}
+
+/// The libfabric in use: its version and file, the headers this build used, its providers, and
+/// whether EFA (and its efa-direct fabric) is there, and if not why.
+fn libfabric() {
+    let (run, built) = (fabric::runtime_version(), fabric::built_version());
+    let file = fabric::library_path().unwrap_or_else(|| "file unknown".into());
+    println!(
+        "\n== libfabric {} ({file}; built against {})",
+        version(run),
+        version(built)
+    );
+    if run < built {
+        println!("warning: older than the headers this build used (LD_LIBRARY_PATH?)");
+    }
+    let provs = match providers() {
+        Ok(p) => p,
+        Err(e) => {
+            println!("providers: unknown ({e})");
+            Vec::new()
+        }
+    };
+    let names: Vec<String> = provs
+        .iter()
+        .map(|(n, v)| format!("{n} {}", version(*v)))
+        .collect();
+    println!("providers: {}", names.join(", "));
+    let efa = if !provs.iter().any(|(n, _)| n == "efa") {
+        "not in this libfabric (built without the efa provider)".to_string()
+    } else {
+        match fabrics_of("efa") {
+            Ok(f) if f.iter().any(|x| x == EFA_DIRECT) => {
+                format!("present, with a device; fabrics {}", f.join(", "))
+            }
+            Ok(f) if !f.is_empty() => format!(
+                "present, with a device; fabrics {} (no {EFA_DIRECT}: libfabric before 2.x)",
+                f.join(", ")
+            ),
+            Ok(_) => "present, no EFA device on this host".into(),
+            Err(_) => "present, no EFA device on this host".into(),
+        }
+    };
+    println!("efa: {efa}");
 }
 
 fn mapping(p: &HostPlan, threads: usize) {

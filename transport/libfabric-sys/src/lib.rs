@@ -74,6 +74,33 @@ pub const FI_ADDR_NOTAVAIL: fi_addr_t = u64::MAX;
 /// `FI_KEY_NOTAVAIL`.
 pub const FI_KEY_NOTAVAIL: u64 = u64::MAX;
 
+/// Sets the iovec pointer of `attr` (a member of its own in 1.x's headers, of an anonymous union
+/// with the DMA-BUF pointer in 2.x's).
+pub fn fi_mr_attr_set_iov(attr: &mut fi_mr_attr, iov: *const iovec) {
+    #[cfg(fi_headers_v2)]
+    {
+        attr.__bindgen_anon_1.mr_iov = iov;
+    }
+    #[cfg(not(fi_headers_v2))]
+    {
+        attr.mr_iov = iov;
+    }
+}
+
+/// The data progress model of a domain (`data_progress`, in 2.x's headers a union with its new
+/// name `progress`, which has the same type).
+pub fn fi_domain_attr_data_progress(d: &fi_domain_attr) -> fi_progress {
+    #[cfg(fi_headers_v2)]
+    {
+        // SAFETY: both members of the union are an `enum fi_progress`; either reads the value.
+        unsafe { d.__bindgen_anon_1.data_progress }
+    }
+    #[cfg(not(fi_headers_v2))]
+    {
+        d.data_progress
+    }
+}
+
 /// `FI_MR_DMABUF` (libfabric 1.20): the registration attribute points to a [`fi_mr_dmabuf`].
 pub const FI_MR_DMABUF: u64 = 1 << 40;
 

@@ -110,3 +110,22 @@ pub fn list_domains(provider: &str) -> Result<Vec<DomainInfo>> {
     }
     Ok(out)
 }
+
+/// The fabric names `provider` offers for what proxyshmem needs (for EFA: "efa" and, from
+/// libfabric 2.x with a device, "efa-direct"), each once, in the provider's order.
+pub fn fabrics_of(provider: &str) -> Result<Vec<String>> {
+    let (list, _) = discover(provider, None, api_version())?;
+    let mut out: Vec<String> = Vec::new();
+    for i in list.iter() {
+        let f = i.fabric();
+        if !out.contains(&f) {
+            out.push(f);
+        }
+    }
+    Ok(out)
+}
+
+/// Every provider the loaded libfabric has, with its version, devices or not (`fi_info -l`).
+pub fn providers() -> Result<Vec<(String, u32)>> {
+    InfoList::providers(api_version())
+}

@@ -36,7 +36,7 @@ mod transport;
 #[cfg(test)]
 mod entry_tests;
 
-pub use self::discover::{DomainInfo, list_domains};
+pub use self::discover::{DomainInfo, fabrics_of, list_domains, providers};
 
 /// Removes the shm provider's region files that this user's dead processes left in /dev/shm
 /// (a SIGKILLed endpoint never removes its own); returns how many. Every transport open runs it.

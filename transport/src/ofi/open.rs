@@ -212,7 +212,8 @@ impl OfiTransport {
             max_msg_size: i.ep_attr().max_msg_size,
             max_send_size: cfg.max_send,
             max_outstanding: cfg.max_outstanding,
-            manual_progress: i.domain_attr().data_progress == sys::fi_progress_FI_PROGRESS_MANUAL,
+            manual_progress: sys::fi_domain_attr_data_progress(i.domain_attr())
+                == sys::fi_progress_FI_PROGRESS_MANUAL,
             rails: cfg.rails,
             stripe_min: cfg.stripe_min,
         }

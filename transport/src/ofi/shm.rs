@@ -2,11 +2,13 @@
 //! (16 MiB) that its peers map when they insert its address, and unlinks it only when the
 //! endpoint is closed, so a SIGKILLed process leaves it behind for good.
 //!
-//! Two measures keep the host clean: once every PE of a job has connected (so has mapped every
-//! region it will ever map), each PE unlinks its own regions ([`unlink_own`]); the mappings
-//! stay valid and nothing is left behind however the job ends. And a process opening the
-//! transport removes the regions of dead processes of its user ([`sweep_stale`]), for jobs
-//! killed during their start, before the unlink.
+//! Two measures keep the host clean: with libfabric 1.x, once every PE of a job has connected
+//! (so has mapped every region it will ever map), each PE unlinks its own regions
+//! ([`unlink_own`]); the mappings stay valid and nothing is left behind however the job ends.
+//! (2.x maps a region at the first message instead, so there the files stay until the
+//! endpoint closes: [`mapped_at_insert`].) And a process opening the transport removes the
+//! regions of dead processes of its user ([`sweep_stale`]), for jobs killed during their start,
+//! before the unlink, or on 2.x.
 
 use std::{ffi::CString, path::Path};
 
@@ -30,6 +32,14 @@ fn parse_region(name: &str) -> Option<i32> {
     (rest.len() == 2 && digits(pid) && rest.iter().all(|p| digits(p)))
         .then(|| pid.parse().ok())
         .flatten()
+}
+
+/// Whether the shm provider of libfabric `version` maps a peer's region when its address is
+/// inserted (1.x), so that the region files can go once every peer connected. 2.1's maps it at
+/// the first message (unlinked earlier, the peer's `shm_open` fails with ENOENT and the first
+/// operation never completes: found running our tests against 2.1.0).
+pub(crate) fn mapped_at_insert(version: u32) -> bool {
+    version < pshmem_libfabric_sys::FI_VERSION(2, 0)
 }
 
 /// Unlinks this process's own region files (after every peer has mapped them).

@@ -90,9 +90,14 @@ impl Transport for OfiTransport {
     }
 
     fn all_connected(&mut self) {
-        // Every peer mapped our shm regions when it inserted our address (it has connected):
-        // the files are no longer needed, and a SIGKILL can no longer leave them behind.
-        shm::unlink_own(&std::mem::take(&mut self.shm_regions));
+        // Up to libfabric 1.x every peer mapped our shm regions when it inserted our address
+        // (it has connected): the files are no longer needed, and a SIGKILL can no longer leave
+        // them behind. From 2.0 the shm provider maps a peer's region at the first message to
+        // it, so the files must stay (the provider unlinks them when the endpoint closes; the
+        // next start on this host sweeps those of killed processes, `shm::sweep_stale`).
+        if shm::mapped_at_insert(fabric::runtime_version()) {
+            shm::unlink_own(&std::mem::take(&mut self.shm_regions));
+        }
     }
 
     unsafe fn mr_reg(&mut self, mem: LocalMem) -> Result<MrId> {

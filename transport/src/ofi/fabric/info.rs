@@ -119,6 +119,44 @@ impl InfoList {
         Ok(Self { head: info })
     }
 
+    /// Every provider this libfabric has, with its version, whether or not it has a device
+    /// (`fi_getinfo` with `FI_PROV_ATTR_ONLY`, as `fi_info -l`).
+    pub fn providers(version: u32) -> Result<Vec<(String, u32)>> {
+        let mut info = ptr::null_mut();
+        // SAFETY: no node, service or hints; info is an out pointer that receives a chain we
+        // own and free with fi_freeinfo (through the InfoList below).
+        let rc = unsafe {
+            sys::fi_getinfo(
+                version,
+                ptr::null(),
+                ptr::null(),
+                bits!(FI_PROV_ATTR_ONLY),
+                ptr::null(),
+                &mut info,
+            )
+        };
+        // SAFETY: as in `get`.
+        unsafe { sys::pshmem_fabric_reset_provider_signals() };
+        check(rc as isize, "fi_getinfo")?;
+        let list = Self { head: info };
+        let mut out: Vec<(String, u32)> = Vec::new();
+        for e in list.iter() {
+            // SAFETY: a FI_PROV_ATTR_ONLY entry has its fabric attributes allocated.
+            let fa = unsafe { &*e.info.fabric_attr };
+            if fa.prov_name.is_null() {
+                continue;
+            }
+            // SAFETY: prov_name is a NUL-terminated string owned by the chain.
+            let name = unsafe { CStr::from_ptr(fa.prov_name) }
+                .to_string_lossy()
+                .into_owned();
+            if !out.iter().any(|(n, _)| *n == name) {
+                out.push((name, fa.prov_version));
+            }
+        }
+        Ok(out)
+    }
+
     /// The entries.
     pub fn iter(&self) -> impl Iterator<Item = InfoRef<'_>> {
         let mut cur = self.head;

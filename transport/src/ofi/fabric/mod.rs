@@ -52,6 +52,27 @@ pub fn runtime_version() -> u32 {
     unsafe { sys::fi_version() }
 }
 
+/// The libfabric version whose headers this build was compiled against.
+pub fn built_version() -> u32 {
+    sys::FI_VERSION(sys::FI_MAJOR_VERSION as u32, sys::FI_MINOR_VERSION as u32)
+}
+
+/// The file of the libfabric library loaded at run time (the loader's choice: a libfabric built
+/// elsewhere runs only if LD_LIBRARY_PATH or the cache finds it first); `None` if unknown.
+pub fn library_path() -> Option<String> {
+    // SAFETY: Dl_info is plain data (pointers and integers): all zeroes is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables for the address of a libfabric function;
+    // `info` is a valid out structure.
+    let found = unsafe { libc::dladdr(sys::fi_version as *const std::ffi::c_void, &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
+    let path = unsafe { CStr::from_ptr(info.dli_fname) };
+    Some(path.to_string_lossy().into_owned())
+}
+
 /// Bits of `FI_*` constants, whatever integer type bindgen gave them.
 macro_rules! bits {
     ($($c:ident)|+) => { 0u64 $(| (sys::$c as u64))+ };

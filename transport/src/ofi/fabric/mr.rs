@@ -75,7 +75,6 @@ impl Mr {
                     iov_len: len,
                 };
                 let mut attr = sys::fi_mr_attr {
-                    mr_iov: (&iov as *const libc::iovec).cast(),
                     iov_count: 1,
                     access,
                     requested_key,
@@ -83,6 +82,7 @@ impl Mr {
                     ..Default::default()
                 };
                 attr.device.cuda = device;
+                sys::fi_mr_attr_set_iov(&mut attr, (&iov as *const libc::iovec).cast());
                 // SAFETY: attr and iov are valid for the call; the caller keeps the memory alive.
                 unsafe { sys::fi_mr_regattr(domain.fid, &attr, 0, &mut fid) }
             }
