@@ -2,7 +2,8 @@
 # Runs the whole test suite (installing what it needs first): every crate's unit and
 # multi-process tests, the Python package's tests, the NVSHMEM compatibility builds, a scan of
 # the kernels' machine code (scripts/sass-check.sh), a short run of random faults on running
-# jobs (scripts/chaos.sh), then the
+# jobs (scripts/chaos.sh), the transport and multi-process suites again against libfabric 2.x
+# (built from source once, scripts/setup-libfabric.sh), then the
 # loom model checks of the command ring (a separate build with --cfg loom, in its own target
 # folder so the main build stays cached).
 set -euo pipefail
@@ -64,5 +65,23 @@ bash examples/nvshmem/packaging/check.sh "$tree" .tools/cuda/nvidia/cu13/include
 # kernels), scanned for a ptxas miscompile of 16-bit float byte stores (scripts/sass-check.sh).
 bash scripts/sass-check.sh
 bash scripts/chaos.sh 24
+# libfabric 2.x, what EFA hosts run (scripts/setup-libfabric.sh: Debian trixie's 2.1.0 built
+# into .tools/libfabric, about a minute once): the transport, runtime, collectives and EFA
+# profile suites again, compiled against its headers and run against it (their own target
+# folder, so the main build stays cached; its binaries need 2.x's symbols, so they cannot load
+# the system's 1.17 by mistake). pshmem-info then shows which library ran and that its efa
+# provider is there without a device.
+lf="$(bash scripts/setup-libfabric.sh)"
+(
+  export PSHMEM_LIBFABRIC_PREFIX="$lf" CARGO_TARGET_DIR=target/libfabric2 LD_LIBRARY_PATH="$lf/lib"
+  cargo test --release --quiet -p pshmem-transport -p pshmem-tests \
+    --test transport --test runtime --test collectives --test efa
+  PSHMEM_SIM_PROFILE=efa cargo test --release --quiet -p pshmem-tests --test runtime \
+    --test collectives -- --skip the_host_staged_gpu_path_matches_the_direct_path
+  cargo build --release --quiet -p pshmem-tools
+  target/libfabric2/release/pshmem-info | sed -n '/== libfabric/,/^efa:/p' | tee target/libfabric2/info.txt
+  grep -q "^== libfabric 2\." target/libfabric2/info.txt
+  grep -q "^efa: present" target/libfabric2/info.txt
+)
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test --release --quiet -p pshmem-ring --test loom
