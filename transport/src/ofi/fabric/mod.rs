@@ -54,7 +54,7 @@ pub fn runtime_version() -> u32 {
 
 /// The libfabric version whose headers this build was compiled against.
 pub fn built_version() -> u32 {
-    sys::FI_VERSION(sys::FI_MAJOR_VERSION as u32, sys::FI_MINOR_VERSION as u32)
+    sys::FI_VERSION(sys::FI_MAJOR_VERSION, sys::FI_MINOR_VERSION)
 }
 
 /// The file of the libfabric library loaded at run time (the loader's choice: a libfabric built
