@@ -24,7 +24,9 @@ if [ -f "$PREFIX/lib/pkgconfig/libfabric.pc" ] && [ "$(cat "$PREFIX/.stamp" 2>/d
 fi
 t0=$(date +%s)
 need=()
-for p in autoconf automake libtool make gcc pkg-config libibverbs-dev; do
+# (debian-archive-keyring: Debian has it; on Ubuntu it comes from universe, and verifies the
+# Debian source index below.)
+for p in autoconf automake libtool make gcc pkg-config libibverbs-dev debian-archive-keyring; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if ((${#need[@]})); then
