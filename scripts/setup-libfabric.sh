@@ -10,6 +10,8 @@
 #        PKG_CONFIG_PATH=PREFIX/lib/pkgconfig, run with LD_LIBRARY_PATH=PREFIX/lib)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Standard output carries the prefix only (callers capture it): everything else goes to stderr.
+exec 3>&1 1>&2
 VERSION=2.1.0
 PREFIX="$PWD/.tools/libfabric"
 APT="$PWD/.tools/libfabric-apt"
@@ -19,7 +21,7 @@ OPTS="--disable-static --enable-efa --enable-shm --enable-tcp --enable-rxm --dis
   --enable-cuda-dlopen"
 STAMP="$VERSION $(echo $OPTS)"
 if [ -f "$PREFIX/lib/pkgconfig/libfabric.pc" ] && [ "$(cat "$PREFIX/.stamp" 2>/dev/null)" = "$STAMP" ]; then
-  echo "$PREFIX"
+  echo "$PREFIX" >&3
   exit 0
 fi
 t0=$(date +%s)
@@ -71,7 +73,7 @@ fi
 name="$(echo "$line" | awk '{print $2}')"
 sha="$(echo "$line" | awk '{print $4}' | sed 's/^SHA256://')"
 orig="$APT/src/$name"
-if ! echo "$sha  $orig" | sha256sum -c --quiet - 2>/dev/null; then
+if ! echo "$sha  $orig" | sha256sum -c --quiet - >/dev/null 2>&1; then
   (cd "$APT/src" && apt_priv source --download-only libfabric >/dev/null 2>&1) || true
   echo "$sha  $orig" | sha256sum -c --quiet - || {
     echo "setup-libfabric: could not fetch $name (or its SHA-256 differs from the index)" >&2
@@ -105,4 +107,4 @@ echo "$STAMP" >"$PREFIX/.stamp"
 secs=$(($(date +%s) - t0))
 echo "$secs" >"$PREFIX/.build-seconds"
 echo "setup-libfabric: libfabric $VERSION built in $secs s" >&2
-echo "$PREFIX"
+echo "$PREFIX" >&3

@@ -15,7 +15,12 @@ fn main() {
         if let Some(old) = env::var_os("PKG_CONFIG_PATH") {
             dirs.extend(env::split_paths(&old));
         }
-        let joined = env::join_paths(dirs).expect("PSHMEM_LIBFABRIC_PREFIX: a usable path");
+        let joined = env::join_paths(dirs).unwrap_or_else(|_| {
+            panic!(
+                "PSHMEM_LIBFABRIC_PREFIX={}: a path with ':' cannot go on PKG_CONFIG_PATH",
+                prefix.display()
+            )
+        });
         // SAFETY: a build script is single-threaded here; nothing reads the environment
         // concurrently.
         unsafe { env::set_var("PKG_CONFIG_PATH", joined) };
