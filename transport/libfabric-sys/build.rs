@@ -4,27 +4,7 @@
 use std::{env, path::PathBuf};
 
 fn main() {
-    // Another libfabric than the system's: PSHMEM_LIBFABRIC_PREFIX names its prefix (an EFA
-    // installer's /opt/amazon/efa, or scripts/setup-libfabric.sh's .tools/libfabric), whose
-    // pkg-config file is then found first. (PKG_CONFIG_PATH alone works too.) The programs load
-    // whichever libfabric.so.1 the loader finds: run them with LD_LIBRARY_PATH=PREFIX/lib.
-    println!("cargo:rerun-if-env-changed=PSHMEM_LIBFABRIC_PREFIX");
-    if let Some(prefix) = env::var_os("PSHMEM_LIBFABRIC_PREFIX") {
-        let prefix = PathBuf::from(prefix);
-        let mut dirs = vec![prefix.join("lib/pkgconfig"), prefix.join("lib64/pkgconfig")];
-        if let Some(old) = env::var_os("PKG_CONFIG_PATH") {
-            dirs.extend(env::split_paths(&old));
-        }
-        let joined = env::join_paths(dirs).unwrap_or_else(|_| {
-            panic!(
-                "PSHMEM_LIBFABRIC_PREFIX={}: a path with ':' cannot go on PKG_CONFIG_PATH",
-                prefix.display()
-            )
-        });
-        // SAFETY: a build script is single-threaded here; nothing reads the environment
-        // concurrently.
-        unsafe { env::set_var("PKG_CONFIG_PATH", joined) };
-    }
+    use_prefix();
     let lib = pkg_config::Config::new()
         .atleast_version("1.17")
         .probe("libfabric")
@@ -83,4 +63,28 @@ fn main() {
         cc.include(p);
     }
     cc.compile("pshmem_fabric_static_fns");
+}
+
+/// Another libfabric than the system's: PSHMEM_LIBFABRIC_PREFIX names its prefix (an EFA
+/// installer's /opt/amazon/efa, or scripts/setup-libfabric.sh's .tools/libfabric), whose
+/// pkg-config file is then found first. (PKG_CONFIG_PATH alone works too.) The programs load
+/// whichever libfabric.so.1 the loader finds: run them with LD_LIBRARY_PATH=PREFIX/lib.
+fn use_prefix() {
+    println!("cargo:rerun-if-env-changed=PSHMEM_LIBFABRIC_PREFIX");
+    if let Some(prefix) = env::var_os("PSHMEM_LIBFABRIC_PREFIX") {
+        let prefix = PathBuf::from(prefix);
+        let mut dirs = vec![prefix.join("lib/pkgconfig"), prefix.join("lib64/pkgconfig")];
+        if let Some(old) = env::var_os("PKG_CONFIG_PATH") {
+            dirs.extend(env::split_paths(&old));
+        }
+        let joined = env::join_paths(dirs).unwrap_or_else(|_| {
+            panic!(
+                "PSHMEM_LIBFABRIC_PREFIX={}: a path with ':' cannot go on PKG_CONFIG_PATH",
+                prefix.display()
+            )
+        });
+        // SAFETY: a build script is single-threaded here; nothing reads the environment
+        // concurrently.
+        unsafe { env::set_var("PKG_CONFIG_PATH", joined) };
+    }
 }
