@@ -8,11 +8,23 @@
 # Then on the GPU machine: bash scripts/multi-gpu.sh .device/bin OUT (or gpu-test.sh, bench-*.sh).
 # Stripped, the folder is about 35 MB; the tool carries 64 MiB with the working tree, so the
 # script fails above BUNDLE_MAX_MB (default 48).
+# With BUNDLE_LIBFABRIC=2: the programs of the registered-GPU-heap runs only (pshmrun,
+# pshmem-info, pshmem-gpu-tests, pshmem-perf, fabric-bench, the wheel), built against the
+# CUDA-enabled libfabric 2.x of scripts/setup-libfabric.sh (in target/libfabric2), with that
+# library in DIR/lib (about 22 MB; gpu-test.sh's `registered` part puts DIR/lib first).
 # Usage: scripts/device-bundle.sh [DIR]   (default .device)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR="${1:-.device}"
 bash scripts/setup.sh
+PROGRAMS="pshmrun pshmem-info pshmem-gpu-tests pshmem-perf fabric-bench datapath-bench pshmem-testbin libpshmem.so"
+RELEASE=target/release
+if [ "${BUNDLE_LIBFABRIC:-}" = 2 ]; then
+  PREFIX="$(bash scripts/setup-libfabric.sh)"
+  export PSHMEM_LIBFABRIC_PREFIX="$PREFIX" CARGO_TARGET_DIR=target/libfabric2
+  PROGRAMS="pshmrun pshmem-info pshmem-gpu-tests pshmem-perf fabric-bench"
+  RELEASE=target/libfabric2/release
+fi
 cargo build --release --quiet -p pshmem-tests -p pshmem-tools -p pshmem-benches -p pshmem-capi
 # The wheel needs maturin only: the project's environment has it when scripts/python-env.sh ran;
 # otherwise a small environment of its own (no torch).
@@ -28,13 +40,19 @@ WHEELS="$(mktemp -d)"
 "$MATURIN" build --release --quiet -m python/Cargo.toml -o "$WHEELS" >&2
 rm -rf "$DIR"
 mkdir -p "$DIR/bin" "$DIR/wheels"
-for f in pshmrun pshmem-info pshmem-gpu-tests pshmem-perf fabric-bench datapath-bench pshmem-testbin libpshmem.so; do
-  strip -o "$DIR/bin/$f" "target/release/$f"
+for f in $PROGRAMS; do
+  strip -o "$DIR/bin/$f" "$RELEASE/$f"
 done
 cp "$WHEELS"/pshmem-*.whl "$DIR/wheels/"
 rm -rf "$WHEELS"
-PSHMEM_SKIP_BUILD=1 bash scripts/nvshmem-home.sh "$DIR/nvshmem-home" > /dev/null
-cp "$DIR/bin/libpshmem.so" "$DIR/nvshmem-home/lib/libpshmem.so"
+if [ "${BUNDLE_LIBFABRIC:-}" = 2 ]; then
+  mkdir -p "$DIR/lib"
+  cp -a "$PREFIX"/lib/libfabric.so* "$DIR/lib/"
+  echo "libfabric $(cat "$PREFIX/.stamp")" > "$DIR/libfabric.txt"
+else
+  PSHMEM_SKIP_BUILD=1 bash scripts/nvshmem-home.sh "$DIR/nvshmem-home" > /dev/null
+  cp "$DIR/bin/libpshmem.so" "$DIR/nvshmem-home/lib/libpshmem.so"
+fi
 commit="$(git rev-parse --short HEAD)"
 git diff --quiet HEAD -- . ':!benches/results' || commit="$commit-dirty"
 echo "$commit" > "$DIR/commit.txt"

@@ -3,8 +3,8 @@
 # each test prints a SKIP line saying why. Builds first when run from a checkout with cargo;
 # on a GPU machine without Rust, pass the folder of prebuilt binaries.
 # Usage: scripts/gpu-test.sh [BIN_DIR] [OUT_DIR]    (defaults: target/release, gpu-test-out)
-# GPU_TEST_PARTS selects parts (default all: "ring ops perf nvshmem mpi python ep ht"), so that a run
-# can be split across machines' time limits; the MPS checks always run.
+# GPU_TEST_PARTS selects parts (default all: "ring ops perf nvshmem mpi python ep ht registered"),
+# so that a run can be split across machines' time limits; the MPS checks always run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN="${1:-target/release}"
@@ -21,7 +21,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 fail=0
 # The simulated fabric with EFA's capabilities, taking GPU memory (every peer through the proxy).
 SIM_EFA_GPU="PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=sim PSHMEM_SIM_PROFILE=efa PSHMEM_SIM_GPU_MEMORY=1 PSHMEM_SIM_DELAY_US=100 PSHMEM_RAILS=2"
-PARTS=" ${GPU_TEST_PARTS:-ring ops perf nvshmem mpi python ep ht} "
+PARTS=" ${GPU_TEST_PARTS:-ring ops perf nvshmem mpi python ep ht registered} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 run() {
   echo "== $*" | tee -a "$LOG"
@@ -159,7 +159,7 @@ if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want python; then
 fi
 # The MoE jobs run up to 8 EP ranks: with 2 to 7 GPUs some share one, so under MPS for these
 # parts (one GPU has had it from the start).
-if [ "$NGPU" -ge 2 ] && [ -n "$PYBIN" ] && { want ep || want ht; } && mps_needed "$NGPU" 8 && mps_start; then
+if [ "$NGPU" -ge 2 ] && [ -n "$PYBIN" ] && { want ep || want ht || want registered; } && mps_needed "$NGPU" 8 && mps_start; then
   echo "== $NGPU GPUs for up to 8 EP ranks: CUDA MPS started for the MoE parts" | tee -a "$LOG"
 fi
 if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want ep; then
@@ -204,6 +204,30 @@ if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want ht; then
   # The normal mode's rings (counted tails) on EFA's capabilities, GPU heap registered.
   run env $SIM_EFA_GPU PSHMEM_GPU_RINGS=3 PSHMEM_GPU_PROXY_THREADS=2 \
     "$BIN/pshmrun" -n 4 --hosts 2 -- "$PYBIN" ep/tests/workers/ep_ht.py --quick
+fi
+# The registered GPU heap through a provider that takes GPU memory itself: the CUDA-enabled
+# libfabric 2.x of scripts/setup-libfabric.sh next to BIN_DIR (BIN_DIR/../lib, from
+# BUNDLE_LIBFABRIC=2 scripts/device-bundle.sh) and its shm provider, every peer through the
+# proxy, the heap registered by address (FI_HMEM_CUDA; forced, so that a fall-back to host
+# staging fails instead of passing unseen). Under MPS wherever PEs share a GPU.
+LF2="$(cd "$BIN/.." && pwd)/lib"
+if want registered && [ "$NGPU" -ge 1 ] && [ -f "$LF2/libfabric.so.1" ]; then
+  # libfabric dlopens libcudart.so (unversioned: the toolkit's).
+  CUDA_LIB="$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")/lib64"
+  REG="LD_LIBRARY_PATH=$LF2:$CUDA_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=shm PSHMEM_GPU_REGISTRATION=hmem"
+  run env $REG bash -c '"$0" | tee /dev/stderr | grep -q "^local PE 0: GPU 0: hmem"' "$BIN/pshmem-info"
+  run env $REG "$BIN/pshmem-gpu-tests" gpu-ops --pes 2
+  run env $REG "$BIN/pshmem-gpu-tests" gpu-ops --pes 4 --same-gpu
+  if [ -n "$PYBIN" ]; then
+    run env $REG "$BIN/pshmrun" -n 2 -- "$PYBIN" python/tests/workers/ops.py --device cuda
+    for n in 2 4; do
+      run env $REG PSHMEM_GPU_RINGS=3 PSHMEM_GPU_PROXY_THREADS=2 "$BIN/pshmrun" -n $n -- "$PYBIN" ep/tests/workers/ep_ll.py --quick
+      run env $REG "$BIN/pshmrun" -n $n -- "$PYBIN" ep/tests/workers/ep_ht.py --quick
+    done
+    run env $REG "$BIN/pshmrun" -n 4 --hosts 2 -- "$PYBIN" ep/tests/workers/ep_ht.py --quick
+  fi
+elif want registered; then
+  echo "SKIP the registered GPU heap: need a GPU ($NGPU) and a CUDA-enabled libfabric 2.x in $LF2 (BUNDLE_LIBFABRIC=2 scripts/device-bundle.sh)" | tee -a "$LOG"
 fi
 mps_stop
 if { want python || want ep || want ht; } && ! { [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ]; }; then

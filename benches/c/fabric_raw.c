@@ -43,6 +43,8 @@ struct craw {
 	size_t bw_off;
 	/* The endpoint belongs to the Rust layer (craw_attach): never closed here. */
 	int borrowed;
+	/* buf is CUDA memory the caller owns (registered as FI_HMEM_CUDA, never freed here). */
+	int gpu;
 	char err[256];
 };
 
@@ -54,17 +56,32 @@ static int fail(struct craw *c, const char *what, int rc)
 
 const char *craw_error(struct craw *c) { return c->err; }
 
+/* Registers c->buf (c->len bytes): host memory, or CUDA memory of device `dev` (c->gpu). */
+static int register_buf(struct craw *c, int dev)
+{
+	uint64_t access = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND | FI_RECV;
+	struct iovec iov = { .iov_base = c->buf, .iov_len = c->len };
+	struct fi_mr_attr attr = { .mr_iov = &iov, .iov_count = 1, .access = access, .requested_key = 1,
+				   .iface = c->gpu ? FI_HMEM_CUDA : FI_HMEM_SYSTEM };
+	attr.device.cuda = dev;
+	return fi_mr_regattr(c->domain, &attr, 0, &c->mr);
+}
+
 /* Opens provider `prov` bound to `node` (NULL for shm), registers `len` bytes and connects to
- * the peer (2 ranks). Returns NULL with the reason in *err on failure. */
+ * the peer (2 ranks). `gpu_buf`: CUDA memory of device `dev` to register instead of a host
+ * buffer (FI_HMEM asked; the caller owns it). Returns NULL with the reason in *err on failure. */
 struct craw *craw_open(const char *prov, const char *node, int rank, int nranks, size_t len,
-		       allgather_fn allgather, void *actx, char *errbuf, size_t errlen)
+		       void *gpu_buf, int dev, allgather_fn allgather, void *actx, char *errbuf,
+		       size_t errlen)
 {
 	struct craw *c = calloc(1, sizeof *c);
 	struct fi_info *hints = fi_allocinfo();
 	int rc;
 	c->rank = rank;
 	c->nranks = nranks;
+	c->gpu = gpu_buf != NULL;
 	hints->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND | FI_RECV;
+	if (c->gpu) hints->caps |= FI_HMEM;
 	hints->mode = FI_CONTEXT | FI_CONTEXT2;
 	hints->ep_attr->type = FI_EP_RDM;
 	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_HMEM | FI_MR_ENDPOINT;
@@ -94,11 +111,13 @@ struct craw *craw_open(const char *prov, const char *node, int rank, int nranks,
 	if ((rc = fi_ep_bind(c->ep, &c->av->fid, 0))) { fail(c, "fi_ep_bind", rc); goto out; }
 	if ((rc = fi_enable(c->ep))) { fail(c, "fi_enable", rc); goto out; }
 	c->len = len;
-	if (posix_memalign((void **)&c->buf, 4096, len)) { fail(c, "posix_memalign", FI_ENOMEM); goto out; }
-	memset(c->buf, 0, len);
-	rc = fi_mr_reg(c->domain, c->buf, len, FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND | FI_RECV,
-		       0, 1, 0, &c->mr, NULL);
-	if (rc) { fail(c, "fi_mr_reg", rc); goto out; }
+	if (c->gpu) {
+		c->buf = gpu_buf;
+	} else {
+		if (posix_memalign((void **)&c->buf, 4096, len)) { fail(c, "posix_memalign", FI_ENOMEM); goto out; }
+		memset(c->buf, 0, len);
+	}
+	if ((rc = register_buf(c, dev))) { fail(c, "fi_mr_regattr", rc); goto out; }
 	if (c->info->domain_attr->mr_mode & FI_MR_ENDPOINT) {
 		if ((rc = fi_mr_bind(c->mr, &c->ep->fid, 0)) || (rc = fi_mr_enable(c->mr))) { fail(c, "fi_mr_bind", rc); goto out; }
 	}
@@ -216,6 +235,20 @@ double craw_bw(struct craw *c, size_t size, size_t count, size_t window)
 	return now_s() - t0;
 }
 
+/* Rank 0: `iters` 8-byte writes one at a time, each waited for (its completion: with delivery
+ * complete, the data placed at the peer); the mean time of one (s), or < 0. Works on GPU
+ * buffers, which the CPU cannot poll; the peer progresses its endpoint meanwhile. */
+double craw_wlat(struct craw *c, size_t iters)
+{
+	double t0 = 0;
+	for (size_t i = 0; i < iters + 10; i++) {
+		if (i == 10) t0 = now_s();
+		if (post_write_at(c, 64, 0, 8, i)) return -1;
+		while (c->completed < c->posted) if (craw_progress(c) < 0) return -1;
+	}
+	return (now_s() - t0) / (double)iters;
+}
+
 /* Ping-pong of 8-byte writes into the peer's first word; returns the half round trip (s). */
 double craw_lat(struct craw *c, size_t iters)
 {
@@ -255,7 +288,7 @@ void craw_close(struct craw *c)
 	fi_close(&c->domain->fid);
 	fi_close(&c->fabric->fid);
 	fi_freeinfo(c->info);
-	free(c->buf);
+	if (!c->gpu) free(c->buf);
 	free(c->ctxs);
 	free(c);
 }

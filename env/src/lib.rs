@@ -169,6 +169,8 @@ vars! {
         "1 runs in host mode even where a CUDA driver and GPU are present.");
     GPU_SYMMETRIC_SIZE = ("PSHMEM_GPU_SYMMETRIC_SIZE", "1073741824", Kind::Size, between(65536.0, 4398046511104.0), "runtime",
         "Bytes of GPU symmetric heap (device memory) per PE, allocated by gpu_init (suffixes K, M, G accepted).");
+    GPU_REGISTRATION = ("PSHMEM_GPU_REGISTRATION", "auto", Kind::Choice(&["auto", "dmabuf", "hmem", "staged"]), ANY, "runtime",
+        "How the proxy's transport reaches the GPU heap: auto takes the first this PE's provider and GPU offer of dmabuf (the heap registered through a DMA-BUF fd), hmem (registered by address as CUDA memory, FI_HMEM) and staged (a pinned host landing area, copies by the proxy); naming one forces it, and gpu_init fails on every PE where a PE cannot have it. pshmem-info shows the choice and why.");
     EMULATE_GPU_HEAP = ("PSHMEM_EMULATE_GPU_HEAP", "0", Kind::Choice(&["0", "1", "staged", "registered"]), ANY, "runtime",
         "Tests the GPU paths' protocols without a GPU (use with PSHMEM_DISABLE_P2P=1): 1 (or staged) runs the host heap through the host-staged path (landing area, target-side copies and AMOs); registered treats it as a registered GPU heap (RMA into it, AMOs and copies through the device interface), as DMA-BUF registration would.");
     MAX_TEAMS = ("PSHMEM_MAX_TEAMS", "32", Kind::Count, between(4.0, 64.0), "runtime",

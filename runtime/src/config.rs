@@ -62,6 +62,8 @@ pub struct GpuConfig {
     /// Whether `CUDA_DEVICE_MAX_CONNECTIONS` was set when the configuration was read: CUDA
     /// reads it itself; unset, the runtime warns when some peers are reached through the proxy.
     pub cuda_connections_set: bool,
+    /// How the proxy's transport reaches the heap (`PSHMEM_GPU_REGISTRATION`).
+    pub registration: crate::gpu::registration::Want,
 }
 
 /// How a host heap stands in for a GPU heap, to test the GPU path's network protocols without
@@ -114,6 +116,7 @@ impl GpuConfig {
             landing_slots: env::GPU_LANDING_SLOTS.usize()?.max(1),
             copy_engine_min: env::COPY_ENGINE_MIN.usize()?,
             cuda_connections_set: std::env::var_os(env::CUDA_DEVICE_MAX_CONNECTIONS).is_some(),
+            registration: crate::gpu::registration::Want::from_env()?,
         })
     }
 }

@@ -25,6 +25,10 @@ fn main() {
     if major >= 2 {
         println!("cargo:rustc-cfg=fi_headers_v2");
     }
+    // For dependents' C code (DEP_FABRIC_INCLUDE): the headers of the very libfabric linked,
+    // whichever prefix chose it (C built against other headers would mismatch its structs).
+    let dirs = env::join_paths(&lib.include_paths).expect("include paths without ':'");
+    println!("cargo:include={}", dirs.to_string_lossy());
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     let here = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     println!("cargo:rerun-if-changed=wrapper.h");

@@ -37,6 +37,8 @@ unsafe extern "C" {
         rank: c_int,
         nranks: c_int,
         len: usize,
+        gpu_buf: *mut c_void,
+        dev: c_int,
         allgather: AllgatherFn,
         ctx: *mut c_void,
         err: *mut c_char,
@@ -60,6 +62,7 @@ unsafe extern "C" {
     fn craw_progress(c: *mut Craw) -> c_int;
     fn craw_bw(c: *mut Craw, size: usize, count: usize, window: usize) -> f64;
     fn craw_lat(c: *mut Craw, iters: usize) -> f64;
+    fn craw_wlat(c: *mut Craw, iters: usize) -> f64;
     fn craw_error(c: *mut Craw) -> *const c_char;
     fn craw_close(c: *mut Craw);
 }
@@ -125,6 +128,15 @@ struct Args {
     /// `shared`: the C code posts on the safe layer's endpoint; `separate`: it opens its own.
     #[arg(long, value_enum, default_value_t = Baseline::Shared)]
     baseline: Baseline,
+    /// The provider's own ceiling: the C program alone (its own endpoint, no safe layer in the
+    /// process): write bandwidth and the time of one 8-byte write to its completion.
+    #[arg(long)]
+    c_only: bool,
+    /// As --c-only on GPU memory: the buffer is CUDA memory (rank r on device r mod the
+    /// devices) registered as FI_HMEM_CUDA (the CPU cannot poll it for a ping-pong, hence the
+    /// write-to-completion time).
+    #[arg(long)]
+    gpu: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -147,6 +159,147 @@ fn barrier(bs: &Bootstrap, r: &mut RawPair, c: *mut Craw, shared: bool) {
         }
         h.join().expect("barrier thread").expect("barrier");
     });
+}
+
+/// Device memory for the C program's registration (`--gpu`), freed on drop.
+struct GpuBuf {
+    _ctx: std::sync::Arc<cudarc::driver::CudaContext>,
+    _mem: cudarc::driver::CudaSlice<u8>,
+    ptr: u64,
+}
+
+impl GpuBuf {
+    fn new(dev: usize, len: usize) -> Self {
+        use cudarc::driver::DevicePtr;
+        let ctx = cudarc::driver::CudaContext::new(dev).expect("CUDA device");
+        let stream = ctx.default_stream();
+        let mem = stream.alloc_zeros::<u8>(len).expect("device buffer");
+        let ptr = mem.device_ptr(&stream).0;
+        Self {
+            _ctx: ctx,
+            _mem: mem,
+            ptr,
+        }
+    }
+}
+
+/// A barrier during which this rank progresses the C endpoint alone.
+fn c_barrier(bs: &Bootstrap, c: *mut Craw) {
+    std::thread::scope(|s| {
+        let h = s.spawn(|| bs.barrier());
+        while !h.is_finished() {
+            // SAFETY: c is the open C endpoint.
+            unsafe { craw_progress(c) };
+        }
+        h.join().expect("barrier thread").expect("barrier");
+    });
+}
+
+/// `--c-only`, `--gpu`: the C program alone, on host or GPU memory: write bandwidth (rank 0
+/// writes) and the time of one 8-byte write to its completion (rank 1 progresses its endpoint
+/// in the barriers).
+fn c_alone(a: &Args, bs: &Bootstrap, (prov, node): (&str, Option<&str>), len: usize) {
+    let rank = bs.rank();
+    // (cudarc loads the driver library on first use: only with --gpu.)
+    let dev = if a.gpu {
+        rank % cudarc::driver::CudaContext::device_count().map_or(1, |n| n.max(1) as usize)
+    } else {
+        0
+    };
+    let gpu = a.gpu.then(|| GpuBuf::new(dev, len));
+    let cprov = CString::new(prov).expect("name");
+    let cnode = node.map(|n| CString::new(n).expect("node"));
+    let mut err = [0 as c_char; 256];
+    // SAFETY: all pointers are valid for the call; the bootstrap outlives the endpoint; the
+    // GPU buffer outlives it (closed below first).
+    let c = unsafe {
+        craw_open(
+            cprov.as_ptr(),
+            cnode.as_ref().map_or(std::ptr::null(), |n| n.as_ptr()),
+            rank as c_int,
+            2,
+            len,
+            gpu.as_ref()
+                .map_or(std::ptr::null_mut(), |g| g.ptr as *mut c_void),
+            dev as c_int,
+            allgather,
+            (bs as *const Bootstrap).cast_mut().cast(),
+            err.as_mut_ptr(),
+            err.len(),
+        )
+    };
+    if c.is_null() {
+        // SAFETY: err is NUL-terminated by craw_open.
+        let why = unsafe { CStr::from_ptr(err.as_ptr()) };
+        panic!("C baseline: {}", why.to_string_lossy());
+    }
+    let fail = |c: *mut Craw| -> ! {
+        // SAFETY: c is open; the error text is NUL-terminated.
+        let why = unsafe { CStr::from_ptr(craw_error(c)) };
+        panic!("C baseline: {}", why.to_string_lossy())
+    };
+    let memory = if a.gpu {
+        format!("GPU buffers (FI_HMEM_CUDA, rank 0 on device {dev})")
+    } else {
+        "host buffers".into()
+    };
+    if rank == 0 {
+        println!(
+            "# {prov}, C API alone, {memory} — write bandwidth, window {}, median of {}\n\
+             | size | C API GB/s |\n| --- | --- |",
+            a.window, a.reps
+        );
+    }
+    let mut rows = Vec::new();
+    for size in pow2_sizes(a.min, a.max) {
+        let count = (256usize << 20).div_ceil(size).clamp(8, 20_000);
+        let mut cs = Vec::new();
+        for _ in 0..a.reps {
+            c_barrier(bs, c);
+            if rank == 0 {
+                // SAFETY: c is open.
+                let t = unsafe { craw_bw(c, size, count, a.window) };
+                if t <= 0.0 {
+                    fail(c);
+                }
+                cs.push((size * count) as f64 / t / 1e9);
+            }
+        }
+        if rank == 0 {
+            let cm = median(&cs);
+            println!("| {} | {cm:.3} |", size_label(size));
+            rows.push(serde_json::json!({"size": size, "c_gbps": cm, "c_runs": cs, "writes": count}));
+        }
+    }
+    let mut lat = Vec::new();
+    for _ in 0..a.reps {
+        c_barrier(bs, c);
+        if rank == 0 {
+            // SAFETY: c is open.
+            let t = unsafe { craw_wlat(c, a.lat_iters) };
+            if t <= 0.0 {
+                fail(c);
+            }
+            lat.push(t * 1e6);
+        }
+    }
+    c_barrier(bs, c);
+    if rank == 0 {
+        let m = median(&lat);
+        println!("\n8-byte write to its completion ({memory}): {m:.2} µs");
+        if let Some(path) = &a.json {
+            let doc = serde_json::json!({
+                "benchmark": "fabric-bench --c-only", "machine": machine(), "provider": prov,
+                "memory": memory, "window": a.window, "reps": a.reps, "bandwidth": rows,
+                "write_completion_us": m, "write_completion_runs": lat, "iters": a.lat_iters,
+            });
+            std::fs::write(path, serde_json::to_string_pretty(&doc).expect("json"))
+                .expect("write json");
+        }
+    }
+    // SAFETY: closed once, before the GPU buffer it registered is freed.
+    unsafe { craw_close(c) };
+    drop(gpu);
 }
 
 pshmem_transport::hold_signals_through_load!();
@@ -172,8 +325,13 @@ fn main() {
         Some("127.0.0.1".to_string())
     };
 
-    // Our safe layer.
     let len = a.max.max(4096);
+    if a.c_only || a.gpu {
+        c_alone(&a, &bs, (&prov, node.as_deref()), len);
+        bs.finalize().expect("finalize");
+        return;
+    }
+    // Our safe layer.
     let mut r = RawPair::open(&bs, &prov, node.as_deref(), len).expect("raw transport");
     let caps = r.caps().clone();
 
@@ -183,6 +341,7 @@ fn main() {
     let cnode = node.as_deref().map(|n| CString::new(n).expect("node"));
     let mut err = [0 as c_char; 256];
     let h = r.handles().expect("raw handles");
+
     // SAFETY: all pointers are valid for the call; the bootstrap outlives the C endpoint; a
     // shared endpoint's handles stay valid while `r` lives, which outlives `c`.
     let c = unsafe {
@@ -208,6 +367,8 @@ fn main() {
                 rank as c_int,
                 2,
                 len,
+                std::ptr::null_mut(),
+                0,
                 allgather,
                 (&bs as *const Bootstrap).cast_mut().cast(),
                 err.as_mut_ptr(),

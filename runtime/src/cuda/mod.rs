@@ -87,6 +87,8 @@ pub struct CudaDevice {
     pub name: String,
     /// PCI address (matches the topology's GPU).
     pub pci: PciAddr,
+    /// It exports DMA-BUFs of its memory (`CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`).
+    pub dmabuf: bool,
 }
 
 /// Whether the driver library can be loaded (cudarc panics when it cannot).
@@ -122,6 +124,7 @@ pub fn devices() -> Result<Vec<CudaDevice>, CudaError> {
                     dev: get(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)? as u8,
                     func: 0,
                 },
+                dmabuf: attr(A::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED).is_ok_and(|v| v == 1),
             })
         })
         .collect()

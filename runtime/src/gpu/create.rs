@@ -61,7 +61,7 @@ impl Gpu {
             ring_table: (rings.table.ptr, shape.rings),
             rings: rings.heads(),
             ring: rings.rings[0].clone(),
-            registered: !started.dmabuf.is_empty(),
+            registration: started.registration,
             res: Mutex::new(Some(Resources {
                 _ipc: ipc,
                 _landing: started.landing,
@@ -174,10 +174,12 @@ struct Started {
     proxies: Vec<Proxy>,
     landing: Vec<HostAlloc>,
     dmabuf: Vec<std::os::fd::OwnedFd>,
+    /// The first thread's registration of the heap, and why (every thread chooses alike).
+    registration: (HeapRegistration, String),
 }
 
-/// The GPU's proxy threads (to every PE not mapped: RMA into a DMA-BUF registration where the
-/// provider offers it, else the host-staged path): ring r drained by thread r mod threads,
+/// The GPU's proxy threads (to every PE not mapped: RMA into the registered GPU heap where the
+/// provider takes GPU memory, else the host-staged path): ring r drained by thread r mod threads,
 /// thread t of every PE talking to thread t; each with its own AMO kernel and result cell.
 fn start_proxies(
     s: &GpuSetup<'_>,
@@ -195,9 +197,12 @@ fn start_proxies(
         ordinal,
         me,
     );
+    // Providers answer FI_HMEM only when asked: ask unless the heap is to be staged anyway.
+    let mut transport = s.cfg.transport.clone();
+    transport.ofi.gpu_memory = s.cfg.gpu.registration != Want::Only(HeapRegistration::Staged);
     let start = crate::proxies::Start {
         bs: s.bs,
-        transport: &s.cfg.transport,
+        transport: &transport,
         rails: &rails,
         proxy: &s.cfg.proxy,
         cpus: &[],
@@ -209,6 +214,7 @@ fn start_proxies(
         proxies: Vec::with_capacity(threads),
         landing: Vec::new(),
         dmabuf: Vec::new(),
+        registration: (HeapRegistration::Staged, String::new()),
     };
     for t in 0..threads {
         // Fetched here, once: with CUDA's lazy loading, fetching a function while a kernel
@@ -216,13 +222,16 @@ fn start_proxies(
         let amo = Kernel::load(ctx, runtime, "pshmem_k_amo")
             .map_err(cu(me, "loading the runtime kernels"))?;
         out.proxies.push(start.thread(t, threads, rings, |tr| {
-            let reg = register(s, ctx, heap, ordinal, tr)?;
+            let reg = super::register::register(s, ctx, (heap, ordinal), tr)?;
             let result =
                 HostAlloc::pinned(ctx, 64).map_err(cu(me, "allocating the AMO result cell"))?;
             let heap_range = (heap.ptr, s.cfg.gpu.heap_size as u64);
             let dev = CudaDeviceMem::new(ctx.clone(), amo, heap_range, result)
                 .map_err(cu(me, "preparing the proxy's stream and AMO kernel"))?;
-            let registered = reg.dmabuf.is_some();
+            let registered = reg.kind.registered();
+            if t == 0 {
+                out.registration = (reg.kind, reg.why);
+            }
             out.landing.extend(reg.landing);
             out.dmabuf.extend(reg.dmabuf);
             Ok(crate::proxies::Served {
@@ -459,96 +468,4 @@ fn warn_about_proxy_settings(me: usize, peers: &[u64], cfg: &GpuConfig) {
             pshmem_env::CUDA_DEVICE_MAX_CONNECTIONS
         );
     }
-}
-
-/// Where the provider registers GPU memory by DMA-BUF (and every PE's GPU exports it), the heap
-/// itself is registered and data moves by RMA; otherwise the pinned landing area of the
-/// host-staged path is. Collective.
-fn register(
-    s: &GpuSetup<'_>,
-    ctx: &Arc<CudaContext>,
-    heap: &DevAlloc,
-    ordinal: usize,
-    t: &mut dyn Transport,
-) -> Result<Registration> {
-    let me = s.me;
-    let terr = |what| crate::proxies::transport_error(me, what);
-    super::sim_copy::offer(s, ctx, t)?;
-    let gpu_dmabuf = ctx
-        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
-        .is_ok_and(|v| v == 1);
-    let dmabuf = t.caps().gpu_memory && t.caps().dmabuf && gpu_dmabuf;
-    let votes = s.bs.allgather(&[u8::from(dmabuf)])?;
-    let everywhere = votes.iter().all(|v| v.first() == Some(&1));
-    if !everywhere && t.caps().gpu_memory {
-        // The fabric can take GPU memory, yet the heap goes through host staging: say why,
-        // loudly (a silent fallback costs an order of magnitude on the data path).
-        let refused: Vec<usize> = (0..votes.len())
-            .filter(|&p| votes[p].first() != Some(&1))
-            .collect();
-        tracing::warn!(
-            "PE {me}: the GPU heap is not registered with the NIC (DMA-BUF); every PE goes \
-             through host staging. Refused by PE(s) {refused:?}; here: DMA-BUF registration \
-             {} (libfabric ≥ 1.20 at run time), the GPU's DMA-BUF support {}",
-            if t.caps().dmabuf {
-                "offered"
-            } else {
-                "not offered"
-            },
-            if gpu_dmabuf { "present" } else { "absent" }
-        );
-    }
-    if everywhere {
-        let fd = export_dmabuf(heap.ptr, s.cfg.gpu.heap_size)
-            .map_err(cu(me, "exporting the GPU heap"))?;
-        // SAFETY: a view of the GPU heap for the transport's bookkeeping; the proxy never
-        // dereferences it in GPU mode (copies and AMOs go through the device), and the heap
-        // outlives the proxy (finalize stops the proxy first).
-        let region = unsafe { HeapMem::new(heap.ptr as *mut u8, s.cfg.gpu.heap_size) };
-        let kind = MemKind::Cuda {
-            device: ordinal as i32,
-            dmabuf_fd: Some(std::os::fd::AsRawFd::as_raw_fd(&fd)),
-            dmabuf_offset: 0,
-        };
-        let mem = LocalMem {
-            ptr: heap.ptr as *mut u8,
-            len: s.cfg.gpu.heap_size,
-            kind,
-        };
-        // SAFETY: the heap outlives the transport, owned by the proxy (stopped first).
-        let mr = unsafe { t.mr_reg(mem) }.map_err(terr("registering the GPU heap (DMA-BUF)"))?;
-        return Ok(Registration {
-            region,
-            mr,
-            landing: None,
-            dmabuf: Some(fd),
-        });
-    }
-    let slot = pshmem_proxy::landing_slot_bytes(s.cfg.proxy.staging_chunk);
-    let landing = HostAlloc::pinned(ctx, s.n * s.cfg.gpu.landing_slots.max(1) * slot)
-        .map_err(cu(me, "allocating the landing area"))?;
-    // SAFETY: a view of the landing area, which outlives the proxy (stopped first).
-    let region = unsafe { HeapMem::new(landing.ptr.cast(), landing.len) };
-    let mem = LocalMem {
-        ptr: landing.ptr.cast(),
-        len: landing.len,
-        kind: MemKind::Host,
-    };
-    // SAFETY: as above: registered memory outlives the transport, owned by the proxy.
-    let mr = unsafe { t.mr_reg(mem) }.map_err(terr("registering the GPU landing area"))?;
-    Ok(Registration {
-        region,
-        mr,
-        landing: Some(landing),
-        dmabuf: None,
-    })
-}
-
-/// The proxy's registration of this PE's heap: the GPU heap itself (DMA-BUF) or the landing
-/// area of the host-staged path.
-struct Registration {
-    region: HeapMem,
-    mr: MrId,
-    landing: Option<HostAlloc>,
-    dmabuf: Option<std::os::fd::OwnedFd>,
 }

@@ -18,6 +18,8 @@ pub mod host_ops;
 mod kargs;
 mod mem;
 pub mod mps;
+mod register;
+pub mod registration;
 mod sim_copy;
 mod teams;
 
@@ -33,6 +35,7 @@ use pshmem_transport::{LocalMem, MemKind, MrId, Transport};
 use self::{
     device::CudaDeviceMem,
     mem::{DevAlloc, HostAlloc, IpcMapping, export_dmabuf},
+    registration::{HeapRegistration, Want},
     teams::TeamTable,
 };
 use crate::{
@@ -94,8 +97,8 @@ fn cu(me: usize, what: &'static str) -> impl FnOnce(CudaError) -> Error {
 /// heaps before this PE's own memory).
 struct Resources {
     _ipc: Vec<IpcMapping>,
-    /// The host-staged path's landing areas, one per proxy thread (none when the heap is
-    /// registered by DMA-BUF).
+    /// The host-staged path's landing areas, one per proxy thread (none when the heap itself
+    /// is registered).
     _landing: Vec<HostAlloc>,
     /// The heap's DMA-BUFs (one per proxy thread's registration), while registered.
     _dmabuf: Vec<std::os::fd::OwnedFd>,
@@ -126,7 +129,8 @@ pub struct Gpu {
     teams: TeamTable,
     host: host_ops::HostKernels,
     pub(crate) alloc: Mutex<Allocator>,
-    registered: bool,
+    /// How the proxy's transport reaches the heap, and why.
+    registration: (HeapRegistration, String),
     ordinal: usize,
     me: usize,
     health: Arc<Health>,
@@ -201,14 +205,15 @@ impl Gpu {
         self.peers.get(pe).is_some_and(|&p| p != 0)
     }
 
-    /// How PEs that are not mapped are reached: "dmabuf" (RMA into the registered GPU heap) or
-    /// "host-staged".
+    /// How PEs that are not mapped are reached: "dmabuf" or "hmem" (RMA into the registered
+    /// GPU heap) or "host-staged".
     pub fn remote_path(&self) -> &'static str {
-        if self.registered {
-            "dmabuf"
-        } else {
-            "host-staged"
-        }
+        self.registration.0.name()
+    }
+
+    /// How the proxy's transport reaches the heap, and why (`PSHMEM_GPU_REGISTRATION`).
+    pub fn registration(&self) -> (HeapRegistration, &str) {
+        (self.registration.0, &self.registration.1)
     }
 
     /// The device address of this PE's copy of a symmetric object.

@@ -8,8 +8,9 @@ use clap::Parser;
 use pshmem::placement::{HostPlan, Sources, host_plan};
 use pshmem_env as env;
 use pshmem_topology::{DeviceKind, Machine};
+use pshmem::gpu::registration::{Offer, Want, plan};
 use pshmem_transport::ofi::{
-    DEFAULT_PROVIDERS, EFA_DIRECT, fabric, fabrics_of, list_domains, providers,
+    DEFAULT_PROVIDERS, EFA_DIRECT, fabric, fabrics_of, gpu_memory_offer, list_domains, providers,
 };
 
 #[derive(Parser)]
@@ -235,6 +236,59 @@ fn mapping(p: &HostPlan, threads: usize) {
     }
 }
 
+/// How each local PE's GPU heap would be registered with the proxy's transport
+/// (`PSHMEM_GPU_REGISTRATION`; the first choice of `gpu_init`'s order) and why.
+fn registration(p: &HostPlan, provider: Option<&str>) {
+    println!(
+        "\n== GPU heap registration ({}={})",
+        env::GPU_REGISTRATION.name,
+        env::GPU_REGISTRATION.value()
+    );
+    let devs = match &p.cuda {
+        Ok(d) if !d.is_empty() => d,
+        _ => {
+            println!("no GPU: host mode (the host heap is registered)");
+            return;
+        }
+    };
+    let want = match Want::from_env() {
+        Ok(w) => w,
+        Err(e) => {
+            println!("{e}");
+            return;
+        }
+    };
+    let (transport, (gpu_memory, dmabuf)) = match provider.or(p.provider.as_deref()) {
+        Some("sim") => {
+            let on = env::SIM_GPU_MEMORY.bool().unwrap_or(false);
+            ("the simulated fabric".to_string(), (on, on))
+        }
+        Some("instant") | None => ("no libfabric provider".to_string(), (false, false)),
+        Some(prov) => (format!("libfabric {prov}"), gpu_memory_offer(prov)),
+    };
+    for pe in &p.placement.pes {
+        let Some(g) = pe.gpu else { continue };
+        let offer = Offer {
+            transport: transport.clone(),
+            gpu_memory,
+            dmabuf,
+            gpu_dmabuf: devs.get(g).is_some_and(|d| d.dmabuf),
+        };
+        match plan(want, &offer) {
+            Ok((order, why)) => println!(
+                "local PE {}: GPU {g}: {} ({why})",
+                pe.local_rank,
+                order[0].name()
+            ),
+            Err(e) => println!("local PE {}: GPU {g}: gpu_init fails: {e}", pe.local_rank),
+        }
+    }
+    println!(
+        "(for PEs reached through the proxy; a registration that fails falls to the next, and \
+         where one PE of the job stages, every PE does)"
+    );
+}
+
 pshmem_transport::hold_signals_through_load!();
 
 fn main() {
@@ -266,6 +320,9 @@ fn main() {
     topology(&plan.machine);
     devices(&plan);
     mapping(&plan, threads);
+    if !a.host_mode {
+        registration(&plan, provider.as_deref());
+    }
     println!("\n== Environment (the table in docs/ENVIRONMENT.md)");
     print!("{}", env::render_table());
     let gpus = plan.cuda.as_ref().map_or(0, Vec::len);

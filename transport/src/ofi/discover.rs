@@ -24,7 +24,6 @@ fn required_caps() -> u64 {
     )
 }
 
-/// Finds providers: with delivery complete first, then without.
 /// Providers (with the API version asked) that offered no endpoint of the required
 /// capabilities at any address: the answer cannot change within a process (libfabric reads its
 /// providers and their devices once), and each `fi_getinfo` for an absent provider costs
@@ -32,11 +31,24 @@ fn required_caps() -> u64 {
 /// walking the preference order).
 static ABSENT: Mutex<Vec<(String, u32)>> = Mutex::new(Vec::new());
 
+/// What `fi_getinfo` answered for a provider, and with which of the optional asks.
+pub(super) struct Found {
+    pub list: InfoList,
+    /// Delivery complete was accepted.
+    pub dc: bool,
+    /// FI_HMEM (GPU memory) was asked and accepted.
+    pub hmem: bool,
+}
+
+/// Finds providers: for each of `hmem` in turn (FI_HMEM asked or not: a GPU heap asks for it
+/// first, as providers leave it out of their answer unless asked), with delivery complete
+/// first, then without.
 pub(super) fn discover(
     provider: &str,
     node: Option<&str>,
     version: u32,
-) -> Result<(InfoList, bool)> {
+    hmem: &[bool],
+) -> Result<Found> {
     let absent = |a: &Vec<(String, u32)>| a.iter().any(|(p, v)| p == provider && *v == version);
     if absent(&ABSENT.lock().unwrap_or_else(|p| p.into_inner())) {
         return Err(TransportError::NoProvider {
@@ -45,23 +57,27 @@ pub(super) fn discover(
         });
     }
     let mut last = None;
-    for dc in [true, false] {
-        let hints = Hints {
-            provider: Some(provider.to_string()),
-            node: node.map(str::to_string),
-            caps: required_caps(),
-            tx_op_flags: if dc { bits!(FI_DELIVERY_COMPLETE) } else { 0 },
-            version,
-        };
-        match InfoList::get(&hints) {
-            Ok(list) if list.iter().next().is_some() => return Ok((list, dc)),
-            Ok(_) => {}
-            Err(e) => last = Some(e),
+    for &h in hmem {
+        for dc in [true, false] {
+            let hints = Hints {
+                provider: Some(provider.to_string()),
+                node: node.map(str::to_string),
+                caps: required_caps() | if h { bits!(FI_HMEM) } else { 0 },
+                tx_op_flags: if dc { bits!(FI_DELIVERY_COMPLETE) } else { 0 },
+                version,
+            };
+            match InfoList::get(&hints) {
+                Ok(list) if list.iter().next().is_some() => {
+                    return Ok(Found { list, dc, hmem: h });
+                }
+                Ok(_) => {}
+                Err(e) => last = Some(e),
+            }
         }
     }
-    // The loosest hints (no address, no delivery-complete) found nothing: no
+    // The loosest hints (no address, no delivery-complete, no FI_HMEM) found nothing: no
     // narrower question can find anything either.
-    if node.is_none() {
+    if node.is_none() && hmem.contains(&false) {
         let mut a = ABSENT.lock().unwrap_or_else(|p| p.into_inner());
         if !absent(&a) {
             a.push((provider.to_string(), version));
@@ -73,6 +89,20 @@ pub(super) fn discover(
             .map(|e| e.to_string())
             .unwrap_or_else(|| "no matching endpoint".into()),
     })
+}
+
+/// Whether `provider` takes GPU memory here (answers FI_HMEM when asked), and by DMA-BUF too
+/// (libfabric ≥ 1.20 at run time): what the GPU path chooses its heap registration from (as
+/// the transport's capabilities say once open).
+pub fn gpu_memory_offer(provider: &str) -> (bool, bool) {
+    let version = api_version();
+    let hmem = discover(provider, None, version, &[true]).is_ok_and(|f| {
+        f.list
+            .iter()
+            .next()
+            .is_some_and(|i| i.caps() & bits!(FI_HMEM) != 0)
+    });
+    (hmem, hmem && version >= sys::FI_VERSION(1, 20))
 }
 
 /// A libfabric domain (NIC or interface) that offers what proxyshmem needs.
@@ -92,7 +122,7 @@ pub struct DomainInfo {
 /// order (one entry per domain; the same domain may be offered several times by fi_getinfo).
 pub fn list_domains(provider: &str) -> Result<Vec<DomainInfo>> {
     let version = api_version();
-    let (list, _) = discover(provider, None, version)?;
+    let list = discover(provider, None, version, &[false])?.list;
     let mut out: Vec<DomainInfo> = Vec::new();
     for i in list.iter() {
         let d = DomainInfo {
@@ -114,7 +144,7 @@ pub fn list_domains(provider: &str) -> Result<Vec<DomainInfo>> {
 /// The fabric names `provider` offers for what proxyshmem needs (for EFA: "efa" and, from
 /// libfabric 2.x with a device, "efa-direct"), each once, in the provider's order.
 pub fn fabrics_of(provider: &str) -> Result<Vec<String>> {
-    let (list, _) = discover(provider, None, api_version())?;
+    let list = discover(provider, None, api_version(), &[false])?.list;
     let mut out: Vec<String> = Vec::new();
     for i in list.iter() {
         let f = i.fabric();

@@ -36,7 +36,7 @@ mod transport;
 #[cfg(test)]
 mod entry_tests;
 
-pub use self::discover::{DomainInfo, fabrics_of, list_domains, providers};
+pub use self::discover::{DomainInfo, fabrics_of, gpu_memory_offer, list_domains, providers};
 
 /// Removes the shm provider's region files that this user's dead processes left in /dev/shm
 /// (a SIGKILLed endpoint never removes its own); returns how many. Every transport open runs it.
@@ -84,6 +84,9 @@ pub struct OfiConfig {
     /// per-destination limit): completion queues are sized for all peers' (see
     /// [`cq_entries`]).
     pub incoming_per_peer: usize,
+    /// Ask for FI_HMEM first, so that GPU memory can be registered (set by the GPU path, not
+    /// from the environment; providers leave GPU memory out of their answer unless asked).
+    pub gpu_memory: bool,
 }
 
 impl OfiConfig {
@@ -106,6 +109,7 @@ impl OfiConfig {
             incoming_per_peer: env::PROXY_MAX_INFLIGHT_PER_PE
                 .opt_usize()?
                 .unwrap_or(DEFAULT_INCOMING_PER_PEER),
+            gpu_memory: false,
         })
     }
 }

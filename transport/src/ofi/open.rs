@@ -99,10 +99,16 @@ impl OfiTransport {
         node: Option<&str>,
         version: u32,
     ) -> Result<Self> {
-        let (probe, dc) = discover(prov, node, version)?;
-        let rails = Self::rails_open(n, cfg, prov, node, version, &probe)?;
+        // A GPU heap asks for FI_HMEM first; the rails then ask what the probe was given.
+        let hmem: &[bool] = if cfg.gpu_memory {
+            &[true, false]
+        } else {
+            &[false]
+        };
+        let probe = discover(prov, node, version, hmem)?;
+        let rails = Self::rails_open(n, cfg, prov, (node, version, probe.hmem), &probe.list)?;
         let i = rails[0].info.iter().next().expect("non-empty");
-        let caps = Self::provider_caps(i, cfg, dc, version);
+        let caps = Self::provider_caps(i, cfg, probe.dc, version);
         let socket_errnos = over_sockets(&i.provider());
         let nrails = rails.len();
         let mut t = Self {
@@ -144,8 +150,7 @@ impl OfiTransport {
         n: usize,
         cfg: &OfiConfig,
         prov: &str,
-        node: Option<&str>,
-        version: u32,
+        (node, version, hmem): (Option<&str>, u32, bool),
         probe: &InfoList,
     ) -> Result<Vec<Rail>> {
         let first = probe.iter().next().expect("non-empty");
@@ -161,7 +166,7 @@ impl OfiTransport {
         let mut rails = Vec::with_capacity(cfg.rails);
         for r in 0..cfg.rails {
             let want = &domain_names[r % domain_names.len()];
-            let (info, _) = discover(prov, node, version)?;
+            let info = discover(prov, node, version, &[hmem])?.list;
             let rail = match Rail::open(info, want, cfg, cap, incoming) {
                 // shm names a region by pid, and pids are reused: a region file left by a
                 // killed process whose pid this one now has is refused with EBUSY, after
@@ -172,7 +177,7 @@ impl OfiTransport {
                         "shm: this pid's region name was taken by a file a dead process left \
                          (libfabric removed it); opening the endpoint again"
                     );
-                    let (info, _) = discover(prov, node, version)?;
+                    let info = discover(prov, node, version, &[hmem])?.list;
                     Rail::open(info, want, cfg, cap, incoming)?
                 }
                 r => r?,
