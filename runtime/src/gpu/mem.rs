@@ -142,3 +142,22 @@ pub(super) fn export_dmabuf(ptr: u64, len: usize) -> Result<OwnedFd, CudaError> 
     // SAFETY: a fresh fd that the driver handed to us.
     Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
 }
+
+/// Makes every synchronous CUDA copy into or out of the allocation at `ptr` complete before the
+/// call returns (`CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`). A provider that takes GPU memory by
+/// copying it itself (libfabric's shm and tcp) uses `cudaMemcpy`, which may return before a
+/// device-to-device copy, or the DMA of a pageable host-to-device one, has landed: it would
+/// report the write complete and the signal after it could overtake the data.
+pub(super) fn set_sync_memops(ptr: u64) -> Result<(), CudaError> {
+    let on: std::ffi::c_uint = 1;
+    // SAFETY: `ptr` lies in a live cuMemAlloc allocation; the attribute's value is a c_uint,
+    // read by the call only.
+    let rc = unsafe {
+        sys::cuPointerSetAttribute(
+            (&on as *const std::ffi::c_uint).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+            ptr,
+        )
+    };
+    check(rc, "cuPointerSetAttribute (SYNC_MEMOPS)")
+}

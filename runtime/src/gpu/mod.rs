@@ -34,7 +34,7 @@ use pshmem_transport::{LocalMem, MemKind, MrId, Transport};
 
 use self::{
     device::CudaDeviceMem,
-    mem::{DevAlloc, HostAlloc, IpcMapping, export_dmabuf},
+    mem::{DevAlloc, HostAlloc, IpcMapping, export_dmabuf, set_sync_memops},
     registration::{HeapRegistration, Want},
     teams::TeamTable,
 };

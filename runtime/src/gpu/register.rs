@@ -144,6 +144,9 @@ fn register_heap(
     kind: HeapRegistration,
     t: &mut dyn Transport,
 ) -> std::result::Result<(MrId, Option<OwnedFd>), String> {
+    // The provider may copy into the heap with CUDA itself: such copies must have landed when
+    // it reports them done (see set_sync_memops).
+    set_sync_memops(heap.ptr).map_err(|e| e.to_string())?;
     let fd = match kind {
         HeapRegistration::DmaBuf => Some(
             export_dmabuf(heap.ptr, s.cfg.gpu.heap_size)
