@@ -5,7 +5,7 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use super::{
-    registration::{Offer, Want, plan},
+    registration::{Offer, Want, copies_in_software, plan},
     *,
 };
 
@@ -43,6 +43,7 @@ pub(super) fn register(
         gpu_dmabuf: ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
             .is_ok_and(|v| v == 1),
+        software: copies_in_software(&t.caps().fabric),
     };
     let forced = s.cfg.gpu.registration != Want::Auto;
     let mut why = String::new();

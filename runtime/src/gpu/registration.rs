@@ -11,9 +11,13 @@
 //!   between it and the heap (`pshmem_proxy::engine::staged`).
 //!
 //! `PSHMEM_GPU_REGISTRATION` picks: `auto` takes the first the provider and GPU offer, in the
-//! order above; `dmabuf`, `hmem` or `staged` forces one, and a forced registration that this
-//! PE cannot make fails `gpu_init` on every PE, naming why. Every PE must take the registered
-//! path for any to (the protocols differ): where one cannot, every PE stages, with a warning.
+//! order above — where a NIC reaches GPU memory itself (efa, verbs); a provider that copies GPU
+//! memory with CUDA in software (shm, tcp) is staged unless forced, as measured on an H100
+//! host with libfabric 2.1's shm: 10x slower than staging and wrong for MoE's flag protocols
+//! (see docs/LIBFABRIC2.md). `dmabuf`, `hmem` or `staged` forces one, and a forced registration
+//! that this PE cannot make fails `gpu_init` on every PE, naming why. Every PE must take the
+//! registered path for any to (the protocols differ): where one cannot, every PE stages, with a
+//! warning.
 
 use pshmem_env as env;
 
@@ -78,6 +82,18 @@ pub struct Offer {
     pub dmabuf: bool,
     /// The GPU exports DMA-BUFs (`CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`).
     pub gpu_dmabuf: bool,
+    /// The provider takes GPU memory by copying it with CUDA in software, not by a NIC's DMA
+    /// ([`copies_in_software`]).
+    pub software: bool,
+}
+
+/// Whether a transport of this fabric name ("libfabric shm", `Caps::fabric`) takes GPU
+/// memory by CUDA copies of its own: every libfabric provider but the RDMA NICs' (efa, verbs).
+/// The simulated fabric's device copies are its model of a NIC, not such a provider.
+pub fn copies_in_software(fabric: &str) -> bool {
+    fabric
+        .strip_prefix("libfabric ")
+        .is_some_and(|prov| !(prov.starts_with("efa") || prov.starts_with("verbs")))
 }
 
 /// The registrations to try, in order (each failing one falls to the next), and why; or why the
@@ -99,6 +115,15 @@ pub fn plan(want: Want, o: &Offer) -> Result<(Vec<HeapRegistration>, String), St
         }
         Want::Only(r) => Ok((vec![r], forced(r))),
         Want::Auto if !o.gpu_memory => Ok((vec![Staged], no_hmem())),
+        Want::Auto if o.software => Ok((
+            vec![Staged],
+            format!(
+                "{} takes GPU memory by CUDA copies of its own, slower than staging and unsafe \
+                 for signals: staged ({}=hmem forces it)",
+                o.transport,
+                env::GPU_REGISTRATION.name
+            ),
+        )),
         Want::Auto if o.dmabuf && o.gpu_dmabuf => Ok((
             vec![DmaBuf, Hmem, Staged],
             format!("{} takes GPU memory by DMA-BUF", o.transport),
@@ -120,11 +145,29 @@ mod tests {
 
     fn offer(gpu_memory: bool, dmabuf: bool, gpu_dmabuf: bool) -> Offer {
         Offer {
-            transport: "libfabric shm".into(),
+            transport: "libfabric efa".into(),
             gpu_memory,
             dmabuf,
             gpu_dmabuf,
+            software: false,
         }
+    }
+
+    #[test]
+    fn software_copies_are_staged_unless_forced() {
+        assert!(copies_in_software("libfabric shm"));
+        assert!(copies_in_software("libfabric tcp;ofi_rxm"));
+        assert!(!copies_in_software("libfabric efa (efa-direct)"));
+        assert!(!copies_in_software("libfabric verbs;ofi_rxm"));
+        assert!(!copies_in_software("sim"));
+        let shm = Offer {
+            software: true,
+            ..offer(true, true, true)
+        };
+        let (order, why) = plan(Want::Auto, &shm).unwrap();
+        assert_eq!(order, [Staged]);
+        assert!(why.contains("PSHMEM_GPU_REGISTRATION=hmem"), "{why}");
+        assert_eq!(plan(Want::Only(Hmem), &shm).unwrap().0, [Hmem]);
     }
 
     #[test]

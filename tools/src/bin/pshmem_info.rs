@@ -8,7 +8,7 @@ use clap::Parser;
 use pshmem::placement::{HostPlan, Sources, host_plan};
 use pshmem_env as env;
 use pshmem_topology::{DeviceKind, Machine};
-use pshmem::gpu::registration::{Offer, Want, plan};
+use pshmem::gpu::registration::{Offer, Want, copies_in_software, plan};
 use pshmem_transport::ofi::{
     DEFAULT_PROVIDERS, EFA_DIRECT, fabric, fabrics_of, gpu_memory_offer, list_domains, providers,
 };
@@ -273,6 +273,7 @@ fn registration(p: &HostPlan, provider: Option<&str>) {
             gpu_memory,
             dmabuf,
             gpu_dmabuf: devs.get(g).is_some_and(|d| d.dmabuf),
+            software: copies_in_software(&transport),
         };
         match plan(want, &offer) {
             Ok((order, why)) => println!(
