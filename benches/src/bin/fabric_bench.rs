@@ -195,32 +195,28 @@ fn c_barrier(bs: &Bootstrap, c: *mut Craw) {
     });
 }
 
-/// `--c-only`, `--gpu`: the C program alone, on host or GPU memory: write bandwidth (rank 0
-/// writes) and the time of one 8-byte write to its completion (rank 1 progresses its endpoint
-/// in the barriers).
-fn c_alone(a: &Args, bs: &Bootstrap, (prov, node): (&str, Option<&str>), len: usize) {
-    let rank = bs.rank();
-    // (cudarc loads the driver library on first use: only with --gpu.)
-    let dev = if a.gpu {
-        rank % cudarc::driver::CudaContext::device_count().map_or(1, |n| n.max(1) as usize)
-    } else {
-        0
-    };
-    let gpu = a.gpu.then(|| GpuBuf::new(dev, len));
+/// Opens the C program's own endpoint on host memory, or on the CUDA memory `(address,
+/// device)` given; panics with the provider's reason.
+fn open_own(
+    bs: &Bootstrap,
+    (prov, node): (&str, Option<&str>),
+    len: usize,
+    gpu: Option<(u64, usize)>,
+) -> *mut Craw {
     let cprov = CString::new(prov).expect("name");
     let cnode = node.map(|n| CString::new(n).expect("node"));
     let mut err = [0 as c_char; 256];
-    // SAFETY: all pointers are valid for the call; the bootstrap outlives the endpoint; the
-    // GPU buffer outlives it (closed below first).
+    let (buf, dev) = gpu.map_or((std::ptr::null_mut(), 0), |(p, d)| (p as *mut c_void, d));
+    // SAFETY: all pointers are valid for the call; the bootstrap outlives the endpoint; a GPU
+    // buffer outlives it (the caller closes the endpoint first).
     let c = unsafe {
         craw_open(
             cprov.as_ptr(),
             cnode.as_ref().map_or(std::ptr::null(), |n| n.as_ptr()),
-            rank as c_int,
+            bs.rank() as c_int,
             2,
             len,
-            gpu.as_ref()
-                .map_or(std::ptr::null_mut(), |g| g.ptr as *mut c_void),
+            buf,
             dev as c_int,
             allgather,
             (bs as *const Bootstrap).cast_mut().cast(),
@@ -233,11 +229,58 @@ fn c_alone(a: &Args, bs: &Bootstrap, (prov, node): (&str, Option<&str>), len: us
         let why = unsafe { CStr::from_ptr(err.as_ptr()) };
         panic!("C baseline: {}", why.to_string_lossy());
     }
-    let fail = |c: *mut Craw| -> ! {
-        // SAFETY: c is open; the error text is NUL-terminated.
-        let why = unsafe { CStr::from_ptr(craw_error(c)) };
-        panic!("C baseline: {}", why.to_string_lossy())
+    c
+}
+
+/// Panics with the C endpoint's last error.
+fn c_failed(c: *mut Craw) -> ! {
+    // SAFETY: c is open; the error text is NUL-terminated.
+    let why = unsafe { CStr::from_ptr(craw_error(c)) };
+    panic!("C baseline: {}", why.to_string_lossy())
+}
+
+/// `--c-only`: write bandwidth of the C program alone, size by size (rank 0 writes).
+fn c_bandwidth(a: &Args, bs: &Bootstrap, c: *mut Craw) -> Vec<serde_json::Value> {
+    let rank = bs.rank();
+    let mut rows = Vec::new();
+    for size in pow2_sizes(a.min, a.max) {
+        let count = (256usize << 20).div_ceil(size).clamp(8, 20_000);
+        let mut cs = Vec::new();
+        for _ in 0..a.reps {
+            c_barrier(bs, c);
+            if rank == 0 {
+                // SAFETY: c is open.
+                let t = unsafe { craw_bw(c, size, count, a.window) };
+                if t <= 0.0 {
+                    c_failed(c);
+                }
+                cs.push((size * count) as f64 / t / 1e9);
+            }
+        }
+        if rank == 0 {
+            let cm = median(&cs);
+            println!("| {} | {cm:.3} |", size_label(size));
+            rows.push(
+                serde_json::json!({"size": size, "c_gbps": cm, "c_runs": cs, "writes": count}),
+            );
+        }
+    }
+    rows
+}
+
+/// `--c-only`, `--gpu`: the C program alone, on host or GPU memory: write bandwidth (rank 0
+/// writes) and the time of one 8-byte write to its completion (rank 1 progresses its endpoint
+/// in the barriers).
+fn c_alone(a: &Args, bs: &Bootstrap, (prov, node): (&str, Option<&str>), len: usize) {
+    let rank = bs.rank();
+    // (cudarc loads the driver library on first use: only with --gpu.)
+    let dev = if a.gpu {
+        rank % cudarc::driver::CudaContext::device_count().map_or(1, |n| n.max(1) as usize)
+    } else {
+        0
     };
+    let gpu = a.gpu.then(|| GpuBuf::new(dev, len));
+    let c = open_own(bs, (prov, node), len, gpu.as_ref().map(|g| (g.ptr, dev)));
     let memory = if a.gpu {
         format!("GPU buffers (FI_HMEM_CUDA, rank 0 on device {dev})")
     } else {
@@ -250,27 +293,7 @@ fn c_alone(a: &Args, bs: &Bootstrap, (prov, node): (&str, Option<&str>), len: us
             a.window, a.reps
         );
     }
-    let mut rows = Vec::new();
-    for size in pow2_sizes(a.min, a.max) {
-        let count = (256usize << 20).div_ceil(size).clamp(8, 20_000);
-        let mut cs = Vec::new();
-        for _ in 0..a.reps {
-            c_barrier(bs, c);
-            if rank == 0 {
-                // SAFETY: c is open.
-                let t = unsafe { craw_bw(c, size, count, a.window) };
-                if t <= 0.0 {
-                    fail(c);
-                }
-                cs.push((size * count) as f64 / t / 1e9);
-            }
-        }
-        if rank == 0 {
-            let cm = median(&cs);
-            println!("| {} | {cm:.3} |", size_label(size));
-            rows.push(serde_json::json!({"size": size, "c_gbps": cm, "c_runs": cs, "writes": count}));
-        }
-    }
+    let rows = c_bandwidth(a, bs, c);
     let mut lat = Vec::new();
     for _ in 0..a.reps {
         c_barrier(bs, c);
@@ -278,7 +301,7 @@ fn c_alone(a: &Args, bs: &Bootstrap, (prov, node): (&str, Option<&str>), len: us
             // SAFETY: c is open.
             let t = unsafe { craw_wlat(c, a.lat_iters) };
             if t <= 0.0 {
-                fail(c);
+                c_failed(c);
             }
             lat.push(t * 1e6);
         }
@@ -337,13 +360,8 @@ fn main() {
 
     // The C baseline.
     let shared = a.baseline == Baseline::Shared;
-    let cprov = CString::new(prov.clone()).expect("name");
-    let cnode = node.as_deref().map(|n| CString::new(n).expect("node"));
-    let mut err = [0 as c_char; 256];
     let h = r.handles().expect("raw handles");
-
-    // SAFETY: all pointers are valid for the call; the bootstrap outlives the C endpoint; a
-    // shared endpoint's handles stay valid while `r` lives, which outlives `c`.
+    // SAFETY: a shared endpoint's handles stay valid while `r` lives, which outlives `c`.
     let c = unsafe {
         if shared {
             craw_attach(
@@ -361,26 +379,9 @@ fn main() {
                 FLAG_AREA,
             )
         } else {
-            craw_open(
-                cprov.as_ptr(),
-                cnode.as_ref().map_or(std::ptr::null(), |n| n.as_ptr()),
-                rank as c_int,
-                2,
-                len,
-                std::ptr::null_mut(),
-                0,
-                allgather,
-                (&bs as *const Bootstrap).cast_mut().cast(),
-                err.as_mut_ptr(),
-                err.len(),
-            )
+            open_own(&bs, (&prov, node.as_deref()), len, None)
         }
     };
-    if c.is_null() {
-        // SAFETY: err is NUL-terminated by craw_open.
-        let why = unsafe { CStr::from_ptr(err.as_ptr()) };
-        panic!("C baseline: {}", why.to_string_lossy());
-    }
 
     let mut rows = Vec::new();
     if rank == 0 {

@@ -384,9 +384,9 @@ fn main() {
                 s.n_pes(),
                 g.ordinal(),
                 if g.is_direct(1) {
-                    "direct (NVLink/IPC)"
+                    "direct (NVLink/IPC)".to_string()
                 } else {
-                    "through the ring and host-staged proxy"
+                    format!("through the ring and the proxy ({})", g.remote_path())
                 },
                 s.transport_name(),
                 plan.samples,

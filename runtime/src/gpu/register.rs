@@ -45,35 +45,7 @@ pub(super) fn register(
             .is_ok_and(|v| v == 1),
         software: copies_in_software(&t.caps().fabric),
     };
-    let forced = s.cfg.gpu.registration != Want::Auto;
-    let mut why = String::new();
-    let mut refusal = None;
-    let mut got = None;
-    match plan(s.cfg.gpu.registration, &offer) {
-        Err(e) => refusal = Some(e),
-        Ok((order, reason)) => {
-            why = reason;
-            for kind in order.into_iter().filter(|k| k.registered()) {
-                match register_heap(s, heap, ordinal, kind, t) {
-                    Ok(r) => {
-                        got = Some((kind, r));
-                        break;
-                    }
-                    Err(e) if forced => {
-                        refusal = Some(format!("registering the GPU heap ({}): {e}", kind.name()))
-                    }
-                    Err(e) => {
-                        tracing::warn!(
-                            "PE {me}: registering the GPU heap ({}) failed, trying the next \
-                             way: {e}",
-                            kind.name()
-                        );
-                        why = format!("{why}; {} registration failed: {e}", kind.name());
-                    }
-                }
-            }
-        }
-    }
+    let (mut got, refusal, mut why) = try_in_order(s, (heap, ordinal), &offer, t);
     let vote = match (&refusal, &got) {
         (Some(_), _) => REFUSED,
         (None, Some(_)) => REGISTERED,
@@ -89,13 +61,18 @@ pub(super) fn register(
     let staged = pes_with(STAGED);
     if !refused.is_empty() || !staged.is_empty() {
         if let Some((_, (mr, _))) = got.take() {
-            t.mr_dereg(mr)
-                .map_err(crate::proxies::transport_error(me, "releasing the GPU heap's registration"))?;
+            t.mr_dereg(mr).map_err(crate::proxies::transport_error(
+                me,
+                "releasing the GPU heap's registration",
+            ))?;
         }
     }
     if !refused.is_empty() {
         let detail = refusal.unwrap_or_else(|| {
-            format!("PE(s) {refused:?} cannot have {}", env_setting(s.cfg.gpu.registration))
+            format!(
+                "PE(s) {refused:?} cannot have {}",
+                env_setting(s.cfg.gpu.registration)
+            )
         });
         return Err(Error::Config { me, detail });
     }
@@ -127,6 +104,42 @@ pub(super) fn register(
         tracing::warn!("PE {me}: the GPU heap is not registered with the NIC: {why}");
     }
     staged_landing(s, ctx, t, why)
+}
+
+/// A registration of the heap and its DMA-BUF, if any.
+type Made = (HeapRegistration, (MrId, Option<OwnedFd>));
+
+/// Tries the registrations [`plan`] lists, in turn: the one made (none: staged), why a forced
+/// one cannot be had, and why this choice.
+fn try_in_order(
+    s: &GpuSetup<'_>,
+    (heap, ordinal): (&DevAlloc, usize),
+    offer: &Offer,
+    t: &mut dyn Transport,
+) -> (Option<Made>, Option<String>, String) {
+    let me = s.me;
+    let forced = s.cfg.gpu.registration != Want::Auto;
+    let (order, mut why) = match plan(s.cfg.gpu.registration, offer) {
+        Ok(p) => p,
+        Err(e) => return (None, Some(e), String::new()),
+    };
+    for kind in order.into_iter().filter(|k| k.registered()) {
+        match register_heap(s, heap, ordinal, kind, t) {
+            Ok(r) => return (Some((kind, r)), None, why),
+            Err(e) if forced => {
+                let refusal = format!("registering the GPU heap ({}): {e}", kind.name());
+                return (None, Some(refusal), why);
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "PE {me}: registering the GPU heap ({}) failed, trying the next way: {e}",
+                    kind.name()
+                );
+                why = format!("{why}; {} registration failed: {e}", kind.name());
+            }
+        }
+    }
+    (None, None, why)
 }
 
 /// `PSHMEM_GPU_REGISTRATION=...` as set.

@@ -109,7 +109,9 @@ pub fn plan(want: Want, o: &Offer) -> Result<(Vec<HeapRegistration>, String), St
     let forced = |r: HeapRegistration| format!("{}={}", env::GPU_REGISTRATION.name, r.name());
     match want {
         Want::Only(Staged) => Ok((vec![Staged], forced(Staged))),
-        Want::Only(r) if !o.gpu_memory => Err(format!("{} is impossible: {}", forced(r), no_hmem())),
+        Want::Only(r) if !o.gpu_memory => {
+            Err(format!("{} is impossible: {}", forced(r), no_hmem()))
+        }
         Want::Only(DmaBuf) if !(o.dmabuf && o.gpu_dmabuf) => {
             Err(format!("{} is impossible: {}", forced(DmaBuf), no_dmabuf()))
         }
@@ -186,11 +188,23 @@ mod tests {
     #[test]
     fn a_forced_registration_is_that_one_or_an_error_saying_why() {
         let only = |r| Want::Only(r);
-        assert_eq!(plan(only(Staged), &offer(true, true, true)).unwrap().0, [Staged]);
-        assert_eq!(plan(only(Hmem), &offer(true, true, true)).unwrap().0, [Hmem]);
-        assert_eq!(plan(only(DmaBuf), &offer(true, true, true)).unwrap().0, [DmaBuf]);
+        assert_eq!(
+            plan(only(Staged), &offer(true, true, true)).unwrap().0,
+            [Staged]
+        );
+        assert_eq!(
+            plan(only(Hmem), &offer(true, true, true)).unwrap().0,
+            [Hmem]
+        );
+        assert_eq!(
+            plan(only(DmaBuf), &offer(true, true, true)).unwrap().0,
+            [DmaBuf]
+        );
         let e = plan(only(DmaBuf), &offer(true, true, false)).unwrap_err();
-        assert!(e.contains("PSHMEM_GPU_REGISTRATION=dmabuf") && e.contains("GPU"), "{e}");
+        assert!(
+            e.contains("PSHMEM_GPU_REGISTRATION=dmabuf") && e.contains("GPU"),
+            "{e}"
+        );
         let e = plan(only(Hmem), &offer(false, false, false)).unwrap_err();
         assert!(e.contains("no FI_HMEM"), "{e}");
     }

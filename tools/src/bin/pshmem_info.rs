@@ -5,10 +5,10 @@
 //! `PSHMEM_TOPOLOGY_XML=file.xml pshmem-info` shows the mapping for another host's topology.
 
 use clap::Parser;
+use pshmem::gpu::registration::{Offer, Want, copies_in_software, plan};
 use pshmem::placement::{HostPlan, Sources, host_plan};
 use pshmem_env as env;
 use pshmem_topology::{DeviceKind, Machine};
-use pshmem::gpu::registration::{Offer, Want, copies_in_software, plan};
 use pshmem_transport::ofi::{
     DEFAULT_PROVIDERS, EFA_DIRECT, fabric, fabrics_of, gpu_memory_offer, list_domains, providers,
 };
