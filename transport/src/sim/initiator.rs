@@ -51,6 +51,8 @@ impl SimTransport {
             dead: Mutex::new(vec![None; n]),
             shutdown: AtomicBool::new(false),
             duplicate: cfg.duplicate,
+            // (rand's thread generator is a CSPRNG seeded from the OS.)
+            token: rand::random(),
         });
         // One target engine per rail: each rail is a NIC with its own link.
         let rails = cfg.rails.max(1);
@@ -324,7 +326,7 @@ fn sim_caps(cfg: &SimConfig) -> Caps {
         dmabuf: false,
         cq_data_size: efa.map_or(8, |_| 4),
         inject_size: efa.map_or(64, |_| 32),
-        max_msg_size: 1 << 34,
+        max_msg_size: super::MAX_PAYLOAD as usize,
         max_send_size: efa.map_or(4096, |_| 8192),
         max_outstanding: 4096,
         manual_progress: false,

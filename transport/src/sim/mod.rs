@@ -183,18 +183,28 @@ impl Msg {
     }
 
     fn read_from(r: &mut impl Read) -> std::io::Result<Self> {
+        Self::read_bounded(r, MAX_PAYLOAD)
+    }
+
+    /// Reads one message whose payload may be at most `max` bytes. The payload is read as it
+    /// arrives (never allocated whole on the word of its header), so a peer that announces
+    /// more than it sends costs what it sent.
+    fn read_bounded(r: &mut impl Read, max: u64) -> std::io::Result<Self> {
         let mut h = [0u8; HDR];
         r.read_exact(&mut h)?;
         let q = |i: usize| u64::from_le_bytes(h[8 + 8 * i..16 + 8 * i].try_into().expect("8"));
         let plen = u64::from_le_bytes(h[56..64].try_into().expect("8"));
-        if plen > 1 << 34 {
+        if plen > max {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                "sim payload too large",
+                format!("sim payload of {plen} bytes, more than {max}"),
             ));
         }
-        let mut payload = vec![0u8; plen as usize];
-        r.read_exact(&mut payload)?;
+        let mut payload = Vec::new();
+        r.take(plen).read_to_end(&mut payload)?;
+        if payload.len() as u64 != plen {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
         Ok(Self {
             kind: h[0],
             region: u32::from_le_bytes(h[4..8].try_into().expect("4")),
@@ -260,7 +270,17 @@ struct Shared {
     shutdown: AtomicBool,
     /// Probability of reporting a completion twice.
     duplicate: f64,
+    /// The token a peer's hello must carry: random, published with this NIC's socket name
+    /// through the job's authenticated bootstrap only, so that nothing outside the job can
+    /// reach the registrations (with the peer's uid, checked by the kernel).
+    token: [u8; TOKEN_LEN],
 }
+
+/// Bytes of a NIC's token (the address is the token, then the socket name).
+const TOKEN_LEN: usize = 16;
+
+/// The largest payload a message may announce: the largest write (`max_msg_size`).
+const MAX_PAYLOAD: u64 = 1 << 34;
 
 impl Shared {
     fn push(&self, e: Ev) {

@@ -18,6 +18,30 @@ use rand::{Rng, SeedableRng, rngs::SmallRng, seq::SliceRandom};
 use super::{Ev, Incoming, Kind, Msg, Shared, SimConfig};
 use crate::{Pe, TransportError};
 
+/// How long a connection may take to send its hello.
+const HELLO_WAIT: Duration = Duration::from_secs(2);
+
+/// A connection's hello, if it comes from this user (the kernel's word, `SO_PEERCRED`) within
+/// [`HELLO_WAIT`] and carries this NIC's token; anything else is dropped, with a warning.
+fn admit(shared: &Shared, conn: &mut UnixStream) -> Option<Msg> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let me = shared.me;
+    let uid = getsockopt(&*conn, PeerCredentials).ok()?.uid();
+    if uid != nix::unistd::geteuid().as_raw() {
+        tracing::warn!("sim: PE {me} refused a connection of uid {uid}");
+        return None;
+    }
+    conn.set_read_timeout(Some(HELLO_WAIT)).ok()?;
+    let hello = Msg::read_bounded(conn, super::TOKEN_LEN as u64).ok()?;
+    let token = hello.payload.as_slice() == shared.token.as_slice();
+    if hello.kind != Kind::Hello as u8 || !token {
+        tracing::warn!("sim: PE {me} refused a connection without this job's token");
+        return None;
+    }
+    conn.set_read_timeout(None).ok()?;
+    Some(hello)
+}
+
 /// Accepts connections from peers; each gets a reader thread feeding the engine of the rail
 /// its hello names.
 pub(super) fn acceptor(
@@ -30,12 +54,9 @@ pub(super) fn acceptor(
             return;
         }
         let Ok(mut conn) = conn else { continue };
-        let Ok(hello) = Msg::read_from(&mut conn) else {
+        let Some(hello) = admit(&shared, &mut conn) else {
             continue;
         };
-        if hello.kind != Kind::Hello as u8 {
-            continue;
-        }
         // A hello names its sender in 32 bits, as every PE number is.
         let Ok(from) = u32::try_from(hello.id).map(Pe::new) else {
             continue;

@@ -1,6 +1,7 @@
 //! The simulated fabric's device memory (`SimConfig::gpu_memory`): refused until a device copy
 //! is attached; then registrations of device memory are reached only through the copy, from
-//! both sides of a write and a read. And its rails: what one PE receives spreads over them.
+//! both sides of a write and a read. Its rails: what one PE receives spreads over them. And its
+//! socket: only connections carrying the job's token reach the registrations.
 
 use std::{
     sync::{
@@ -168,4 +169,79 @@ fn what_a_pe_receives_spreads_over_its_rails() {
         }
     }
     assert_eq!(per_rail, [2 * 4 * 4096, 2 * 4 * 4096]);
+}
+
+/// Sends `hello` then a 5-byte write into registration `mr` of the NIC at `name`; returns
+/// whether an answer came back (else the NIC closed the connection unanswered).
+fn knock(name: &[u8], hello: Vec<u8>, mr: u32) -> bool {
+    use std::{
+        io::{Read, Write},
+        os::{
+            linux::net::SocketAddrExt,
+            unix::net::{SocketAddr, UnixStream},
+        },
+    };
+
+    use super::{Kind, Msg};
+    let addr = SocketAddr::from_abstract_name(name).unwrap();
+    let mut s = UnixStream::connect_addr(&addr).unwrap();
+    let msgs = [
+        Msg {
+            kind: Kind::Hello as u8,
+            payload: hello,
+            ..Msg::default()
+        },
+        Msg {
+            kind: Kind::Write as u8,
+            region: mr,
+            id: 1,
+            len: 5,
+            payload: b"owned".to_vec(),
+            ..Msg::default()
+        },
+    ];
+    // (A refused connection may be closed before the write: a broken pipe is its answer.)
+    for m in msgs {
+        if s.write_all(&m.encode()).is_err() {
+            return false;
+        }
+    }
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut head = [0u8; 64];
+    match s.read(&mut head) {
+        Ok(0) => false,
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => panic!("no answer, no close"),
+        Err(_) => false,
+    }
+}
+
+/// Nothing outside the job reaches a NIC's registrations: a connection whose hello lacks the
+/// token the job's bootstrap carried (none, zeros, one bit off) is closed before any request is
+/// applied; with the token the same write lands (so the refusals are not vacuous).
+#[test]
+fn a_connection_without_the_jobs_token_reaches_nothing() {
+    let cfg = SimConfig {
+        reorder: false,
+        ..SimConfig::default()
+    };
+    let mut b = SimTransport::open_raw(Pe::new(1), 2, cfg).unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: the buffer outlives the transport's use of it (the test's end).
+    let mr = unsafe { b.mr_reg(host(&mut buf)) }.unwrap();
+    let addr = b.address();
+    let (token, name) = addr.split_at(super::TOKEN_LEN);
+    let mut off_by_one = token.to_vec();
+    off_by_one[0] ^= 1;
+    for hello in [Vec::new(), vec![0u8; super::TOKEN_LEN], off_by_one] {
+        assert!(!knock(name, hello, mr.0), "answered without the token");
+    }
+    assert_eq!(&buf[..5], &[0u8; 5], "written without the token");
+    assert!(knock(name, token.to_vec(), mr.0), "the job's own hello");
+    let end = Instant::now() + Duration::from_secs(5);
+    // SAFETY: a plain read of the test's buffer, which the NIC wrote before answering.
+    while unsafe { std::ptr::read_volatile(buf.as_ptr().cast::<[u8; 5]>()) } != *b"owned" {
+        assert!(Instant::now() < end, "the write with the token did not land");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

@@ -10,7 +10,7 @@ use std::{
     thread,
 };
 
-use super::{Ev, Kind, Msg, Pending, Region, SimTransport, io_err, nic::answers};
+use super::{Ev, Kind, Msg, Pending, Region, SimTransport, TOKEN_LEN, io_err, nic::answers};
 use crate::{
     Caps, Event, LocalMem, LocalRef, MrId, Pe, PostError, RemoteMrId, RemoteRef, Result, Transport,
     TransportError,
@@ -30,7 +30,7 @@ impl Transport for SimTransport {
     }
 
     fn address(&self) -> Vec<u8> {
-        self.name.clone()
+        [&self.shared.token[..], &self.name].concat()
     }
 
     fn connect(&mut self, addresses: &[Vec<u8>]) -> Result<()> {
@@ -40,7 +40,13 @@ impl Transport for SimTransport {
                 reason: format!("{} addresses for {} PEs", addresses.len(), self.n),
             });
         }
-        for (pe, name) in Pe::all(self.n).zip(addresses) {
+        for (pe, address) in Pe::all(self.n).zip(addresses) {
+            let Some((token, name)) = address.split_at_checked(TOKEN_LEN) else {
+                return Err(TransportError::InvalidArgument {
+                    op: "connect",
+                    reason: format!("PE {pe}'s address has {} bytes", address.len()),
+                });
+            };
             let addr = SocketAddr::from_abstract_name(name).map_err(io_err("sim: peer name"))?;
             let mut conns = Vec::with_capacity(self.rail_bytes.len());
             for rail in 0..self.rail_bytes.len() {
@@ -50,11 +56,13 @@ impl Transport for SimTransport {
                         op: "connect",
                         reason: e.to_string(),
                     })?;
-                // The hello names this PE and the rail: the peer's NIC of that rail serves it.
+                // The hello names this PE and the rail (the peer's NIC of that rail serves it),
+                // and carries the peer's token, which only the job's members learnt.
                 let hello = Msg {
                     kind: Kind::Hello as u8,
                     id: u64::from(self.me.get()),
                     region: rail as u32,
+                    payload: token.to_vec(),
                     ..Msg::default()
                 };
                 conn.write_all(&hello.encode())
