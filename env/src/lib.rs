@@ -116,7 +116,7 @@ vars! {
     SIM_DELAY_US = ("PSHMEM_SIM_DELAY_US", "0", Kind::Micros, between(0.0, 10000000.0), "transport",
         "Simulated fabric: extra delivery delay per operation in microseconds (random up to this value).");
     SIM_BANDWIDTH_GBPS = ("PSHMEM_SIM_BANDWIDTH_GBPS", "0", Kind::Number, between(0.0, 100000.0), "transport",
-        "Simulated fabric: modelled link bandwidth in GB/s (0 = unlimited).");
+        "Simulated fabric: modelled link bandwidth in GB/s (0 = unlimited; otherwise at least 0.001).");
     SIM_DUPLICATE = ("PSHMEM_SIM_DUPLICATE", "0", Kind::Number, between(0.0, 1.0), "transport",
         "Simulated fabric: probability that a local completion is reported twice (fault injection: the proxy must ignore the second; 0 = never).");
     SIM_GPU_MEMORY = ("PSHMEM_SIM_GPU_MEMORY", "0", Kind::Bool, ANY, "transport",
@@ -152,7 +152,7 @@ vars! {
     TRACE = ("PSHMEM_TRACE", "", Kind::Path, ANY, "proxy",
         "Path prefix of the proxy trace: each proxy thread keeps every operation's arrival, posts and finish, and writes PATH.<thread>.json (Chrome trace; opens in Perfetto) and PATH.<thread>.summary.json (with the thread's CPU profile: time per phase of its loop, inside transport calls and GPU copy calls) when it stops. Empty: no trace.");
     PROXY_CPU = ("PSHMEM_PROXY_CPU", "", Kind::CpuList, ANY, "proxy",
-        "Cores for the proxy threads: 'none' disables pinning, or a list like 3,5-7; default from topology.");
+        "Cores for the proxy threads: 'none' disables pinning, or a list like 3,5-7 (CPU numbers up to 8191); default from topology.");
     OP_TIMEOUT = ("PSHMEM_OP_TIMEOUT", "120", Kind::Seconds, between(0.1, 604800.0), "runtime",
         "Seconds a quiet, barrier or wait may block before failing with a timeout error (peer death fails sooner).");
     STAGING_CHUNK = ("PSHMEM_STAGING_CHUNK", "1048576", Kind::Size, between(4096.0, 1073741824.0), "proxy",
@@ -515,6 +515,10 @@ mod tests {
         assert_eq!(parse_cpu_list("3,5-7"), Some(vec![3, 5, 6, 7]));
         assert_eq!(parse_cpu_list("1"), Some(vec![1]));
         assert_eq!(parse_cpu_list("7-5"), None);
+        // A typo's range is refused, not expanded (it aborted on a 32 GiB allocation).
+        assert_eq!(parse_cpu_list("0-4294967295"), None);
+        assert_eq!(parse_cpu_list("8192"), None);
+        assert_eq!(parse_cpu_list("8190-8191"), Some(vec![8190, 8191]));
         assert_eq!(parse_cpu_list("x"), None);
         assert_eq!(parse_cpu_list(""), None);
     }

@@ -15,19 +15,24 @@ pub fn parse_bool(text: &str) -> Option<bool> {
     }
 }
 
-/// Parses `3,5-7` into `[3, 5, 6, 7]`.
+/// The largest CPU number a core list may name: Linux's own limit (`CONFIG_NR_CPUS` at most
+/// 8192), so that a typo such as `0-4294967295` is refused, not expanded into gigabytes.
+pub const MAX_CPU: usize = 8191;
+
+/// Parses `3,5-7` into `[3, 5, 6, 7]` (CPU numbers up to [`MAX_CPU`]).
 pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
     let mut out = Vec::new();
+    let cpu = |t: &str| t.trim().parse::<usize>().ok().filter(|&c| c <= MAX_CPU);
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         match part.split_once('-') {
             Some((a, b)) => {
-                let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                let (a, b) = (cpu(a)?, cpu(b)?);
                 if a > b {
                     return None;
                 }
                 out.extend(a..=b);
             }
-            None => out.push(part.parse().ok()?),
+            None => out.push(cpu(part)?),
         }
     }
     (!out.is_empty()).then_some(out)

@@ -117,3 +117,19 @@ fn settings_that_must_agree_are_compared() {
     let spec = job(3).rank_env(2, "PSHMEM_STAGING_CHUNK", "64K");
     fails_with(spec, &["PSHMEM_STAGING_CHUNK=65536", "PE 2"]);
 }
+
+/// Issue 41, item 8: a core list naming CPUs past Linux's limit aborted on a 32 GiB allocation;
+/// a positive simulated bandwidth of 1e-300 GB/s panicked the NIC threads and hung the job.
+#[test]
+fn a_cpu_range_past_the_limit_and_a_vanishing_bandwidth_are_refused() {
+    fails_with(
+        job(2).env("PSHMEM_PROXY_CPU", "0-4294967295"),
+        &["PSHMEM_PROXY_CPU", "0-4294967295"],
+    );
+    fails_with(
+        job(2)
+            .env("PSHMEM_PROVIDER", "sim")
+            .env("PSHMEM_SIM_BANDWIDTH_GBPS", "1e-300"),
+        &["PSHMEM_SIM_BANDWIDTH_GBPS", "at least 0.001"],
+    );
+}

@@ -89,11 +89,22 @@ pub enum SimProfile {
     Efa,
 }
 
+/// The slowest modelled link: 1 MB/s.
+const MIN_GBPS: f64 = 1e-3;
+
 impl SimConfig {
     /// From `PSHMEM_SIM_REORDER`, `PSHMEM_SIM_DELAY_US`, `PSHMEM_SIM_BANDWIDTH_GBPS`,
     /// `PSHMEM_SIM_PROFILE`, `PSHMEM_SIM_DUPLICATE`, `PSHMEM_SIM_GPU_MEMORY` and `PSHMEM_RAILS`.
     pub fn from_env() -> std::result::Result<Self, env::EnvError> {
         let gbps = env::SIM_BANDWIDTH_GBPS.number_value()?;
+        // (A rate so small that one message takes longer than a Duration can hold panicked
+        // the NIC threads and hung the job.)
+        if gbps > 0.0 && gbps < MIN_GBPS {
+            return Err(env::SIM_BANDWIDTH_GBPS.bad(
+                &gbps.to_string(),
+                &format!("0 (unlimited) or at least {MIN_GBPS} GB/s"),
+            ));
+        }
         Ok(Self {
             reorder: env::SIM_REORDER.bool()?,
             max_delay: env::SIM_DELAY_US.micros()?,

@@ -151,7 +151,11 @@ pub(super) fn engine(shared: Arc<Shared>, cfg: SimConfig, rx: mpsc::Receiver<Inc
         if cfg.bandwidth > 0.0 {
             let bytes = inc.msg.payload.len().max(inc.msg.len as usize) as f64;
             let start = link_free.max(Instant::now());
-            link_free = start + Duration::from_secs_f64(bytes / cfg.bandwidth);
+            // (Bounded: a configuration read elsewhere than from_env may be slower still.)
+            let busy = Duration::try_from_secs_f64(bytes / cfg.bandwidth)
+                .unwrap_or(Duration::MAX)
+                .min(Duration::from_secs(3600));
+            link_free = start + busy;
             let wait = link_free.saturating_duration_since(Instant::now());
             if !wait.is_zero() {
                 thread::sleep(wait);
