@@ -95,6 +95,18 @@ fn pe_arg(pe: c_int) -> R<usize> {
     usize::try_from(pe).map_err(|_| Fail::new(code::INVALID_ARG, format!("PE {pe} is negative")))
 }
 
+/// A local buffer of `n` bytes: NULL only when empty (a NULL source or destination was a
+/// SIGSEGV in the library).
+fn local_arg(local: *const c_void, n: usize, what: &str) -> R<()> {
+    if local.is_null() && n > 0 {
+        return Err(Fail::new(
+            code::INVALID_ARG,
+            format!("the {what} buffer is NULL for {n} bytes"),
+        ));
+    }
+    Ok(())
+}
+
 fn signal_op_arg(op: c_int) -> R<SignalOp> {
     u8::try_from(op)
         .ok()

@@ -12,6 +12,7 @@ pub(super) fn rma(
     nbi: bool,
     stream: Option<CStream>,
 ) -> R<()> {
+    local_arg(local, n, if put { "source" } else { "destination" })?;
     let g = global_for(&stream)?;
     let (api, pe, st) = (g.api(), pe_arg(pe)?, stream.map(stream_arg));
     let r = if put {
@@ -92,6 +93,7 @@ pub(super) fn put_signal(
     pe: c_int,
     (nbi, stream): (bool, Option<CStream>),
 ) -> R<()> {
+    local_arg(src, n, "source")?;
     let g = global_for(&stream)?;
     let (pe, sop) = (pe_arg(pe)?, signal_op_arg(op)?);
     let (d, s) = (dest as u64, sig as u64);

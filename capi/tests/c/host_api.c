@@ -144,6 +144,16 @@ int main(int argc, char **argv) {
     EXPECT(strstr(pshmem_last_error(), "PE") != NULL, "the message names the PE");
     EXPECT(pshmem_putmem(src, src, 8, next) == PSHMEM_ERR_INVALID_ARG, "not symmetric");
     EXPECT(pshmem_signal_op(sig, 1, 77, next) == PSHMEM_ERR_INVALID_ARG, "bad signal op");
+    /* A NULL local buffer with bytes to move is an error, not a SIGSEGV (issue 41, item 4);
+     * with none it is a no-op. */
+    EXPECT(pshmem_putmem(buf, NULL, 8, next) == PSHMEM_ERR_INVALID_ARG, "NULL source");
+    EXPECT(strstr(pshmem_last_error(), "NULL") != NULL, "the message says NULL");
+    EXPECT(pshmem_getmem(NULL, buf, 8, next) == PSHMEM_ERR_INVALID_ARG, "NULL destination");
+    EXPECT(pshmem_putmem_nbi(buf, NULL, 8, next) == PSHMEM_ERR_INVALID_ARG, "NULL nbi source");
+    EXPECT(pshmem_getmem_nbi(NULL, buf, 8, next) == PSHMEM_ERR_INVALID_ARG, "NULL nbi destination");
+    EXPECT(pshmem_putmem_signal(buf, NULL, 8, sig, 1, PSHMEM_SIGNAL_SET, next) == PSHMEM_ERR_INVALID_ARG,
+           "NULL put-with-signal source");
+    EXPECT(pshmem_putmem(buf, NULL, 0, next) == PSHMEM_SUCCESS, "NULL and empty");
     EXPECT(pshmem_team_my_pe(12345) == -1, "no such team");
     EXPECT(pshmemx_buffer_register_symmetric(src, 8, 0) == PSHMEM_ERR_UNSUPPORTED, "unsupported");
     printf("OK errors pe=%d\n", me);
