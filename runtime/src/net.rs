@@ -30,6 +30,28 @@ pub fn job(bs: &Bootstrap) -> Job {
         rank: Pe::from_idx(bs.rank()),
         n_pes: bs.world_size(),
         local_size: bs.local_size(),
+        same_machine: met_over_loopback(&bs.config().root_addr),
+    }
+}
+
+/// Whether the bootstrap's rendezvous address is a loopback one: then every rank connected to
+/// it from this machine (a loopback connection cannot leave it), emulated hosts included.
+fn met_over_loopback(root: &str) -> bool {
+    match root.parse::<std::net::SocketAddr>() {
+        Ok(a) => a.ip().is_loopback(),
+        Err(_) => root
+            .rsplit_once(':')
+            .is_some_and(|(host, _)| host.eq_ignore_ascii_case("localhost")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn loopback_rendezvous_means_one_machine() {
+        use super::met_over_loopback as lo;
+        assert!(lo("127.0.0.1:4000") && lo("127.0.0.9:1") && lo("[::1]:80") && lo("localhost:5"));
+        assert!(!lo("10.0.0.5:4000") && !lo("node7:4000") && !lo("[fe80::1]:1"));
     }
 }
 

@@ -70,6 +70,9 @@ fn several_proxy_threads_and_rings() {
     assert_eq!(many, ops(4, &[("PSHMEM_PROVIDER", "tcp")]));
 }
 
+/// Emulated hosts mix the direct path and the proxy; their transport binds loopback (the
+/// bootstrap met over it: every PE is on this machine), never the machine's external address
+/// (issue 41, item 11).
 #[test]
 fn two_emulated_hosts_mix_direct_and_proxy() {
     let mut spec = job(4, &["rt-ops"], &[("PSHMEM_PROVIDER", "tcp")]);
@@ -78,6 +81,10 @@ fn two_emulated_hosts_mix_direct_and_proxy() {
     }
     let res = spec.launch().wait();
     assert_all_ok(&res);
+    for r in &res {
+        let t = &r.fields("INFO")[0]["transport"];
+        assert!(t.contains("(lo)"), "rank {} bound {t}, not loopback", r.rank);
+    }
     let mixed: Vec<String> = res
         .iter()
         .map(|r| r.fields("DIGEST")[0]["value"].clone())

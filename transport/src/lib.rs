@@ -107,6 +107,9 @@ pub struct Job {
     pub n_pes: usize,
     /// PEs on this host (all of them: the libfabric backends bind loopback).
     pub local_size: usize,
+    /// Every PE runs on this machine, whatever hosts they stand for (the bootstrap met over a
+    /// loopback address, as emulated hosts do): the libfabric backends bind loopback too.
+    pub same_machine: bool,
 }
 
 /// The job's byte collectives, lent by the layer above for the exchanges that connect a

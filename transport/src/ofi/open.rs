@@ -18,8 +18,9 @@ impl OfiTransport {
     /// Opens the transport for this PE of `job` (not yet connected: see [`crate::establish`]).
     pub fn open(job: Job, cfg: &OfiConfig) -> Result<Self> {
         let mut cfg = cfg.clone();
-        if cfg.node.is_none() && job.local_size == job.n_pes {
-            // Every PE on this host: bind loopback so that no external interface is needed.
+        if cfg.node.is_none() && (job.local_size == job.n_pes || job.same_machine) {
+            // Every PE on this machine (emulated hosts included): bind loopback, so that no
+            // external interface is needed and nothing listens beyond this machine.
             cfg.node = Some("127.0.0.1".into());
         }
         Self::open_raw(job.rank, job.n_pes, &cfg)
