@@ -222,6 +222,19 @@ impl Drop for Pshmem {
     }
 }
 
+/// Milliseconds, as the bootstrap's variables give them.
+fn ms(d: std::time::Duration) -> String {
+    d.as_millis().to_string()
+}
+
+/// `PSHMEM_GPU_REGISTRATION` as set.
+fn registration(w: crate::gpu::registration::Want) -> String {
+    match w {
+        crate::gpu::registration::Want::Auto => "auto".into(),
+        crate::gpu::registration::Want::Only(r) => r.name().into(),
+    }
+}
+
 /// The settings every PE must share, compared at init: each PE's values, and a mismatch named
 /// with each differing PE's values.
 pub(crate) fn agree_on_settings(bs: &Bootstrap, cfg: &Config) -> Result<()> {
@@ -240,6 +253,14 @@ pub(crate) fn agree_on_settings(bs: &Bootstrap, cfg: &Config) -> Result<()> {
         (env::EMULATE_GPU_HEAP.name, cfg.emulate.name().to_string()),
         (env::GPU_PROXY_THREADS.name, auto(cfg.gpu.proxy_threads)),
         (env::GPU_RINGS.name, auto(cfg.gpu.rings)),
+        // Team slots size every PE's sync words: unequal, the first team split or malloc
+        // failed with a misleading mismatch (issue 41, item 6).
+        (env::MAX_TEAMS.name, cfg.max_teams.to_string()),
+        (env::GPU_REGISTRATION.name, registration(cfg.gpu.registration)),
+        // A peer's heartbeats must come well within this PE's timeout: unequal, a healthy job
+        // could be declared dead.
+        (env::HEARTBEAT_MS.name, ms(bs.config().heartbeat)),
+        (env::PEER_TIMEOUT_MS.name, ms(bs.config().peer_timeout)),
     ];
     let mine: String = settings
         .iter()

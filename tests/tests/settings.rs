@@ -116,6 +116,14 @@ fn a_rail_count_mismatch_is_reported_as_such() {
 fn settings_that_must_agree_are_compared() {
     let spec = job(3).rank_env(2, "PSHMEM_STAGING_CHUNK", "64K");
     fails_with(spec, &["PSHMEM_STAGING_CHUNK=65536", "PE 2"]);
+    // Issue 41, item 6: team slots and the failure detector's timing were not compared (a
+    // healthy job died, or failed later with a misleading mismatch).
+    let spec = job(2).rank_env(1, "PSHMEM_MAX_TEAMS", 8);
+    fails_with(spec, &["PSHMEM_MAX_TEAMS=8", "PE 1"]);
+    let spec = job(2).rank_env(0, "PSHMEM_BOOTSTRAP_PEER_TIMEOUT_MS", 9000);
+    fails_with(spec, &["PSHMEM_BOOTSTRAP_PEER_TIMEOUT_MS=9000", "PE 0"]);
+    let spec = job(2).rank_env(1, "PSHMEM_BOOTSTRAP_HEARTBEAT_MS", 300);
+    fails_with(spec, &["PSHMEM_BOOTSTRAP_HEARTBEAT_MS=300", "PE 1"]);
 }
 
 /// Issue 41, item 8: a core list naming CPUs past Linux's limit aborted on a 32 GiB allocation;
