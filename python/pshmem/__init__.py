@@ -559,8 +559,24 @@ def signal_wait_until(signal: "torch.Tensor", cmp: Union[str, int], value: int, 
 
 
 def _atomic(op: int, dest, operand: int, compare: int, pe: int) -> int:
+    # One 4- or 8-byte integer: a float would be added to as its bit pattern, a second element
+    # ignored, and a value that does not fit truncated (issue 41) — each refused instead.
+    torch = _torch()
+    if dest.dtype.is_floating_point or dest.dtype.is_complex or dest.dtype == torch.bool:
+        raise InvalidArgument(
+            f"PE {my_pe()}: atomic: the target is {dest.dtype}; atomics act on 4- or 8-byte "
+            "integers")
     if dest.element_size() not in (4, 8):
         raise InvalidArgument(f"PE {my_pe()}: atomic: a 4- or 8-byte element is needed")
+    if dest.numel() != 1:
+        raise InvalidArgument(
+            f"PE {my_pe()}: atomic: the target has {dest.numel()} elements; pass the one "
+            "element (a view such as t[i:i+1])")
+    bits = 8 * dest.element_size()
+    for name, v in (("value", operand), ("compare", compare)):
+        if not -(1 << (bits - 1)) <= v < (1 << bits):
+            raise InvalidArgument(
+                f"PE {my_pe()}: atomic: {name} {v} does not fit a {bits}-bit element")
     return _C.atomic(op, dest.data_ptr(), dest.element_size() == 8, operand & (2**64 - 1),
                      compare & (2**64 - 1), pe)
 

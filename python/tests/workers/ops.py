@@ -314,6 +314,15 @@ raises(pshmem.InvalidArgument, lambda: pshmem.put(x, torch.zeros(3, device=dev),
 raises(pshmem.InvalidArgument, lambda: pshmem.free(x[1]), "free of a view inside", ("free",))
 raises(pshmem.InvalidArgument, lambda: pshmem.signal_op(x, 1, nxt), "a float32 signal",
        ("8-byte",))
+# Atomics on a float, on two elements, or with a value wider than the element (issue 41).
+raises(pshmem.InvalidArgument, lambda: pshmem.atomic_add(x[:1], 1, nxt), "an atomic on float32",
+       ("float32", "integers"))
+raises(pshmem.InvalidArgument, lambda: pshmem.atomic_add(a_dst[:2], 1, nxt),
+       "an atomic on two elements", ("2 elements",))
+raises(pshmem.InvalidArgument, lambda: pshmem.atomic_set(ctr, 2**70 + 5, nxt),
+       "an atomic value wider than 64 bits", ("does not fit",))
+raises(pshmem.InvalidArgument, lambda: pshmem.atomic_add(c32, 2**32, nxt),
+       "an atomic value wider than 32 bits", ("32-bit",))
 raises(pshmem.InvalidArgument, lambda: pshmem.all_reduce(e, e.clone(), op="median"),
        "an unknown reduction", ("median",))
 raises(pshmem.InvalidArgument, lambda: pshmem.all_reduce(f, op="sum", src=f.to(torch.int8)),
