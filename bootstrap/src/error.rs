@@ -222,6 +222,12 @@ impl BootstrapError {
             _ => None,
         }
     }
+
+    /// Whether this is a peer that left the job alone (`Bootstrap::leave`): a death for what
+    /// needs it, but no fault to report by itself.
+    pub fn is_leave(&self) -> bool {
+        matches!(self, Self::PeerDied { detail, .. } if detail.ends_with(crate::net::LEFT))
+    }
 }
 
 /// Shorthand.

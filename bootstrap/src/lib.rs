@@ -346,7 +346,21 @@ impl Bootstrap {
     /// exit for a death.
     pub fn finalize(mut self) -> Result<()> {
         let res = self.barrier();
-        let Some(rt) = self.rt.take() else { return res };
+        self.goodbye(res.is_ok().then_some(Bytes::new()));
+        res
+    }
+
+    /// Leaves the job alone (not collective): goodbyes to the ranks this one is connected to,
+    /// then closes. For a process that ends without `finalize`: the others see it leave, not
+    /// die, and a collective that waits for it fails at once naming it.
+    pub fn leave(mut self) {
+        self.goodbye(Some(Bytes::from_static(net::GOODBYE_ALONE)));
+    }
+
+    /// Sends goodbyes (`say`: their payload, empty after finalize's barrier), closes every
+    /// connection (bounded) and stops the runtime.
+    fn goodbye(&mut self, say: Option<Bytes>) {
+        let Some(rt) = self.rt.take() else { return };
         self.shared.lock().finalizing = true;
         let senders: Vec<_> = self
             .shared
@@ -357,9 +371,9 @@ impl Bootstrap {
             .flatten()
             .cloned()
             .collect();
-        if res.is_ok() {
+        if let Some(payload) = say {
             for tx in &senders {
-                let _ = tx.send(net::Out::Msg(Kind::Goodbye, Bytes::new()));
+                let _ = tx.send(net::Out::Msg(Kind::Goodbye, payload.clone()));
             }
             if self.rank() == 0 {
                 // Give the others a moment to say goodbye first, so none sees a closed socket
@@ -378,7 +392,6 @@ impl Bootstrap {
         }
         close_all(&rt, senders, Duration::from_secs(2));
         rt.shutdown_timeout(Duration::from_millis(200));
-        res
     }
 
     fn invalid(&self, op: &str, reason: String) -> BootstrapError {

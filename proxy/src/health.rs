@@ -94,6 +94,18 @@ impl Health {
         detail: String,
         cause: Option<FaultCause>,
     ) {
+        self.record(code, pe, detail, cause, false);
+    }
+
+    /// Records a fault (logged as an error unless `quiet`) and raises every ring.
+    fn record(
+        &self,
+        code: u32,
+        pe: Option<usize>,
+        detail: String,
+        cause: Option<FaultCause>,
+        quiet: bool,
+    ) {
         let lost = match &cause {
             Some(FaultCause::Transport(TransportError::PeerLost { pe, reason, .. })) => {
                 Some((pe.idx(), reason.clone()))
@@ -109,10 +121,14 @@ impl Health {
         {
             let mut first = self.first.lock().unwrap_or_else(|p| p.into_inner());
             if first.is_none() {
-                tracing::error!(
-                    "data path fault ({}): {detail}",
-                    pshmem_abi::describe_pe(pe)
-                );
+                if quiet {
+                    tracing::info!("{}: {detail}", pshmem_abi::describe_pe(pe));
+                } else {
+                    tracing::error!(
+                        "data path fault ({}): {detail}",
+                        pshmem_abi::describe_pe(pe)
+                    );
+                }
                 *first = Some(Fault {
                     code,
                     pe,
@@ -153,12 +169,22 @@ impl Health {
 
     /// A peer died (the bootstrap noticed): fail everything that waits on it.
     pub fn peer_dead(&self, pe: usize, detail: String) {
+        self.mark_dead(pe, detail, false);
+    }
+
+    /// A peer left the job without finalize (it said so): as [`Health::peer_dead`] for
+    /// everything that waits on it, but no fault is logged until an operation reports one.
+    pub fn peer_left(&self, pe: usize, detail: String) {
+        self.mark_dead(pe, detail, true);
+    }
+
+    fn mark_dead(&self, pe: usize, detail: String, quiet: bool) {
         self.dead
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((pe, detail.clone()));
         self.dead_gen.fetch_add(1, Ordering::Release);
-        self.raise(code::PEER_DEAD, Some(pe), detail);
+        self.record(code::PEER_DEAD, Some(pe), detail, None, quiet);
     }
 
     /// Whether a fault was recorded.

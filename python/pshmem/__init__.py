@@ -27,7 +27,9 @@ Ctrl-C and end with :class:`Timeout` after ``PSHMEM_OP_TIMEOUT``. Errors are sub
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 # CUDA's lazy loading (torch's default) loads a kernel at its first launch, which may wait for
@@ -212,6 +214,37 @@ def finalize() -> None:
     _pending.clear()
     _scratch.clear()
     _C.finalize()
+
+
+_crashed = False
+_prior_excepthook = sys.excepthook
+
+
+def _excepthook(kind, value, tb) -> None:
+    # An uncaught exception ends the process: the others should see a death, not a goodbye.
+    global _crashed
+    _crashed = True
+    _prior_excepthook(kind, value, tb)
+
+
+sys.excepthook = _excepthook
+
+
+def _leave_at_exit() -> None:
+    # A program that ends without finalize() (e.g. after torch.distributed's
+    # destroy_process_group): leave alone, so that the other PEs see a goodbye, not a death.
+    # Not after an uncaught exception: that is a death, and the others say so.
+    if _C.initialized() and not _crashed:
+        _allocs.clear()
+        _pending.clear()
+        _scratch.clear()
+        try:
+            _C.leave()
+        except Exception as e:  # noqa: BLE001 - at exit, a report is all that is left to do
+            print(f"pshmem: leaving at exit: {e}", file=sys.stderr)
+
+
+atexit.register(_leave_at_exit)
 
 
 def is_initialized() -> bool:

@@ -233,3 +233,58 @@ def test_type_stubs_match_the_extension():
     exported = {n for n in dir(C) if not n.startswith("__")} | {"__version__"}
     assert names == exported, (f"only in the stub: {sorted(names - exported)}; "
                                f"only in the extension: {sorted(exported - names)}")
+
+
+def test_an_exit_without_finalize_says_goodbye():
+    """A program that ends without finalize() (DeepEP's tests do, after destroy_process_group):
+    the package leaves at exit, so no PE reports another as dead or its data path as faulty
+    (issue 41, item 10)."""
+    code = ("import pshmem, torch; pshmem.init(); t = pshmem.zeros(4, dtype=torch.int64); "
+            "pshmem.barrier(); print('OK exit-without-finalize', pshmem.my_pe())")
+    r = job(3, "-c", code)
+    assert r.stdout.count("OK exit-without-finalize") == 3, r.stdout
+    for bad in ("died or disconnected", "data path fault", "ERROR"):
+        assert bad not in r.stderr, f"{bad!r} at exit:\n{r.stderr}"
+
+
+def test_a_collective_waiting_for_a_pe_that_left_fails_at_once():
+    """A PE that leaves (exits without finalize) while another waits for it in a collective:
+    the waiting PE fails at once, naming it, not after the timeout."""
+    code = "\n".join([
+        "import sys, time, pshmem",
+        "pshmem.init()",
+        "pshmem.barrier()",
+        "if pshmem.my_pe() == 1:",
+        "    sys.exit(0)",
+        "t = time.monotonic()",
+        "try:",
+        "    pshmem.barrier()",
+        "    print('FAIL the barrier completed')",
+        "except pshmem.PshmemError as e:",
+        "    print('OK left', round(time.monotonic() - t, 1), str(e).replace(' ', '_'))",
+    ])
+    r = job(2, "-c", code, PSHMEM_OP_TIMEOUT="60")
+    line = next(l for l in r.stdout.splitlines() if "OK left" in l or "FAIL" in l)
+    assert "OK left" in line and "left_the_job" in line, r.stdout + r.stderr
+    assert float(line.split()[3]) < 10, line
+
+
+def test_an_uncaught_exception_is_still_a_death():
+    """Leaving at exit is for deliberate exits: a PE ended by an uncaught exception is reported
+    to the others as dead, as before."""
+    code = "\n".join([
+        "import pshmem",
+        "pshmem.init()",
+        "pshmem.barrier()",
+        "if pshmem.my_pe() == 1:",
+        "    raise RuntimeError('boom')",
+        "try:",
+        "    pshmem.barrier()",
+        "except pshmem.PshmemError as e:",
+        "    print('OK died', str(e).replace(' ', '_'))",
+    ])
+    cmd = [str(PSHMRUN), "-n", "2", "--timeout", "60", "--", PY, "-c", code]
+    r = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=90)
+    assert r.returncode != 0, r.stdout + r.stderr
+    line = next((l for l in r.stdout.splitlines() if "OK died" in l), "")
+    assert "died" in line and "left_the_job" not in line, r.stdout + r.stderr

@@ -134,6 +134,35 @@ impl Pshmem {
         res
     }
 
+    /// Leaves the job alone (not collective), for a process that ends without [`finalize`]
+    /// (`Self::finalize`): stops the GPU path and the proxies (bounded drains), then says
+    /// goodbye, so that the other PEs see this one leave rather than die — no "died or
+    /// disconnected" error and no data-path fault on them. Operations this PE left in flight
+    /// may not complete; a collective that waits for it fails on the others naming it.
+    pub fn leave(&self) -> Result<()> {
+        if self.finalized.swap(true, Ordering::AcqRel) {
+            return Err(Error::Finalized {
+                me: self.me,
+                op: "leave",
+            });
+        }
+        let mut res = Ok(());
+        if let Some(g) = self.gpu.get()
+            && let Err(e) = g.stop()
+        {
+            res = Err(e);
+        }
+        for p in lock(&self.proxies).drain(..) {
+            if let Err(e) = p.stop() {
+                res = res.and(Err(e.into()));
+            }
+        }
+        if let Some(bs) = lock(&self.bs).take() {
+            bs.leave();
+        }
+        res
+    }
+
     /// Starts the GPU path (collective): a GPU symmetric heap of `PSHMEM_GPU_SYMMETRIC_SIZE`
     /// bytes on device `PSHMEM_CUDA_DEVICE` (default: local rank modulo the device count),
     /// same-host peers' heaps opened through CUDA IPC unless `PSHMEM_DISABLE_P2P=1`, and a
@@ -256,7 +285,10 @@ pub(crate) fn agree_on_settings(bs: &Bootstrap, cfg: &Config) -> Result<()> {
         // Team slots size every PE's sync words: unequal, the first team split or malloc
         // failed with a misleading mismatch (issue 41, item 6).
         (env::MAX_TEAMS.name, cfg.max_teams.to_string()),
-        (env::GPU_REGISTRATION.name, registration(cfg.gpu.registration)),
+        (
+            env::GPU_REGISTRATION.name,
+            registration(cfg.gpu.registration),
+        ),
         // A peer's heartbeats must come well within this PE's timeout: unequal, a healthy job
         // could be declared dead.
         (env::HEARTBEAT_MS.name, ms(bs.config().heartbeat)),
@@ -311,6 +343,7 @@ fn watch_health(bs: &Bootstrap, rings: &[Arc<Ring>]) -> Arc<Health> {
     health.watch(rings.iter().cloned());
     let h = health.clone();
     bs.on_failure(move |e| match e.dead_rank() {
+        Some(d) if e.is_leave() => h.peer_left(d, e.to_string()),
         Some(d) => h.peer_dead(d, e.to_string()),
         None => h.raise(code::PROXY, None, e.to_string()),
     });

@@ -45,16 +45,6 @@ fn met_over_loopback(root: &str) -> bool {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn loopback_rendezvous_means_one_machine() {
-        use super::met_over_loopback as lo;
-        assert!(lo("127.0.0.1:4000") && lo("127.0.0.9:1") && lo("[::1]:80") && lo("localhost:5"));
-        assert!(!lo("10.0.0.5:4000") && !lo("node7:4000") && !lo("[fe80::1]:1"));
-    }
-}
-
 /// Opens the transport `cfg` names on this PE's `domains` (its NICs from placement; empty: the
 /// provider's choice) and connects it to every PE (collective).
 pub fn open_transport(
@@ -72,4 +62,14 @@ pub fn exchange_mr(
     mr: pshmem_transport::MrId,
 ) -> pshmem_transport::Result<Vec<pshmem_transport::RemoteMrId>> {
     pshmem_transport::exchange_mr(t, &BootstrapExchange(bs), mr)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn loopback_rendezvous_means_one_machine() {
+        use super::met_over_loopback as lo;
+        assert!(lo("127.0.0.1:4000") && lo("127.0.0.9:1") && lo("[::1]:80") && lo("localhost:5"));
+        assert!(!lo("10.0.0.5:4000") && !lo("node7:4000") && !lo("[fe80::1]:1"));
+    }
 }

@@ -83,7 +83,11 @@ fn two_emulated_hosts_mix_direct_and_proxy() {
     assert_all_ok(&res);
     for r in &res {
         let t = &r.fields("INFO")[0]["transport"];
-        assert!(t.contains("(lo)"), "rank {} bound {t}, not loopback", r.rank);
+        assert!(
+            t.contains("(lo)"),
+            "rank {} bound {t}, not loopback",
+            r.rank
+        );
     }
     let mixed: Vec<String> = res
         .iter()

@@ -4,7 +4,9 @@
 //! Topology: a star. Rank 0 accepts one connection from every other rank and relays collectives.
 //! Failure detection: a connection that closes without a `Goodbye`, or stays silent for the peer
 //! timeout while heartbeats should flow, marks its peer dead. Rank 0 relays a death to everyone
-//! with an `Abort` frame, so every rank learns of any rank's death within the peer timeout.
+//! with an `Abort` frame, so every rank learns of any rank's death within the peer timeout. A
+//! rank that leaves alone (`Bootstrap::leave`) says goodbye with [`GOODBYE_ALONE`]: the others
+//! record it as a death described by [`LEFT`], without logging an error.
 //!
 //! Beside the framed I/O and the world table here: `shared` (the state the blocking API and
 //! the tasks share, and how a failure spreads), `tasks` (reader, writer, heartbeat), `root`
@@ -22,6 +24,14 @@ pub(crate) use self::{
 };
 
 use std::time::Duration;
+
+/// The payload of a `Goodbye` sent by a rank leaving alone (`Bootstrap::leave`), not after
+/// finalize's barrier (empty payload).
+pub(crate) const GOODBYE_ALONE: &[u8] = b"alone";
+
+/// How a rank that left alone is described: its peers record it as a death, quietly (no error
+/// is logged until an operation needs it).
+pub const LEFT: &str = "it left the job without finalize";
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 

@@ -32,6 +32,11 @@ pub(crate) enum Failure {
 }
 
 impl Failure {
+    /// A rank left alone (`Bootstrap::leave`): reported quietly (also as rank 0 relays it).
+    pub(crate) fn is_leave(&self) -> bool {
+        matches!(self, Failure::Died { detail, .. } if detail.ends_with(super::LEFT))
+    }
+
     pub(crate) fn to_error(&self, me: usize, op: &str) -> BootstrapError {
         match self {
             Failure::Died { dead, detail } => BootstrapError::PeerDied {
@@ -159,7 +164,11 @@ impl Shared {
             std::mem::take(&mut st.hooks)
         };
         let err = failure.to_error(self.me, "job");
-        tracing::error!("{err}");
+        if failure.is_leave() {
+            tracing::info!("{err}");
+        } else {
+            tracing::error!("{err}");
+        }
         for h in &hooks {
             h(&err);
         }

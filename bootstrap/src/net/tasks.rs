@@ -34,8 +34,15 @@ pub(crate) async fn reader_task<R: AsyncRead + Unpin>(
                 st.inbox[peer].push_back(payload);
                 shared.cv.notify_all();
             }
-            Ok((Kind::Goodbye, _)) => {
+            Ok((Kind::Goodbye, payload)) => {
                 shared.lock().leaving[peer] = true;
+                if payload.as_slice() == super::GOODBYE_ALONE {
+                    // Quietly a death: whoever waits for it fails at once, naming it.
+                    shared.fail(Failure::Died {
+                        dead: peer,
+                        detail: super::LEFT.into(),
+                    });
+                }
             }
             Ok((Kind::Abort, payload)) => {
                 shared.fail(abort_failure(peer, &payload));

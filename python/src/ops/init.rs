@@ -63,6 +63,16 @@ pub(super) fn finalize(py: Python<'_>) -> PyResult<()> {
     py.detach(|| s.finalize()).map_err(to_py)
 }
 
+/// Leaves the job alone (not collective): what the package does at interpreter exit when the
+/// program did not finalize.
+#[pyfunction]
+pub(super) fn leave(py: Python<'_>) -> PyResult<()> {
+    let Some(s) = STATE.write().unwrap_or_else(|p| p.into_inner()).take() else {
+        return Ok(());
+    };
+    py.detach(|| s.leave()).map_err(to_py)
+}
+
 #[pyfunction]
 pub(super) fn initialized() -> bool {
     STATE.read().unwrap_or_else(|p| p.into_inner()).is_some()

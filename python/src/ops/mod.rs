@@ -83,6 +83,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         init::unique_id,
         init::init_unique_id,
         init::finalize,
+        init::leave,
         init::initialized,
         init::my_pe,
         init::n_pes,

@@ -241,7 +241,10 @@ fn a_connection_without_the_jobs_token_reaches_nothing() {
     let end = Instant::now() + Duration::from_secs(5);
     // SAFETY: a plain read of the test's buffer, which the NIC wrote before answering.
     while unsafe { std::ptr::read_volatile(buf.as_ptr().cast::<[u8; 5]>()) } != *b"owned" {
-        assert!(Instant::now() < end, "the write with the token did not land");
+        assert!(
+            Instant::now() < end,
+            "the write with the token did not land"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }

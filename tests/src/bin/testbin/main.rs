@@ -284,6 +284,11 @@ fn run_runtime(cmd: &Cmd, bs: Bootstrap) -> ExitCode {
         Ok(s) => s,
         Err(e) => return runtime::report(&e),
     };
+    println!(
+        "INFO rank={} transport={}",
+        s.my_pe(),
+        s.transport_name().replace(' ', "_")
+    );
     let verify = |r: Result<(), String>| match r {
         Ok(()) => None,
         Err(m) => {

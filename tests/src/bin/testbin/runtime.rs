@@ -396,11 +396,6 @@ pub fn ops(s: &Pshmem, sizes: &[usize], rounds: usize) -> R<()> {
     fence(s, rounds * 4, true)?;
     atomics(s, rounds.max(10), &mut d)?;
     println!("DIGEST rank={} value={:016x}", s.my_pe(), d.0);
-    println!(
-        "INFO rank={} transport={}",
-        s.my_pe(),
-        s.transport_name().replace(' ', "_")
-    );
     Ok(())
 }
 
