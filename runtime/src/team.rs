@@ -274,60 +274,21 @@ impl Pshmem {
             free,
         ];
         let all = self.team_exchange(op, parent, rec)?;
-        let psize = p.members.len() as i64;
-        // The parent indices a triple names, or None when it names PEs outside the parent.
-        let named = |r: &[u64; 4]| -> Option<Vec<usize>> {
-            let (s, d, k) = (r[0] as i64, r[1] as i64, r[2] as i64);
-            if k == 0 {
-                return Some(Vec::new());
-            }
-            if k < 0 || s < 0 || d < 1 || s + (k - 1) * d >= psize {
-                return None;
-            }
-            Some((0..k).map(|i| (s + i * d) as usize).collect())
-        };
-        let mut teams: Vec<(Vec<usize>, [u64; 4])> = Vec::new();
-        let mut problems = Vec::new();
-        for (i, r) in all.iter().enumerate() {
-            match named(r) {
-                None => problems.push(format!(
-                    "parent PE {i} passed start {} stride {} size {}, outside the parent's {psize} PEs",
-                    r[0] as i64, r[1] as i64, r[2] as i64
-                )),
-                Some(idx) if idx.is_empty() => {}
-                Some(idx) => {
-                    if !idx.contains(&i) {
-                        continue;
-                    }
-                    if !teams.iter().any(|(t, _)| *t == idx) {
-                        teams.push((idx, *r));
-                    }
-                }
-            }
-        }
-        // Every PE named by a triple must have passed it.
-        for (idx, r) in &teams {
-            for &j in idx {
-                if all[j][..3] != r[..3] {
-                    problems.push(format!(
-                        "parent PE {j} is named by triple ({}, {}, {}) but passed ({}, {}, {})",
-                        r[0] as i64,
-                        r[1] as i64,
-                        r[2] as i64,
-                        all[j][0] as i64,
-                        all[j][1] as i64,
-                        all[j][2] as i64
-                    ));
-                }
-            }
-        }
-        if !problems.is_empty() {
-            return Err(Error::CollectiveMismatch {
-                me: self.me,
-                op,
-                detail: problems.join("; "),
-            });
-        }
+        let mut teams =
+            sub_teams(&all, p.members.len() as i64).map_err(
+                |(detail, mismatch)| match mismatch {
+                    true => Error::CollectiveMismatch {
+                        me: self.me,
+                        op,
+                        detail,
+                    },
+                    false => Error::InvalidArgument {
+                        me: self.me,
+                        op,
+                        detail,
+                    },
+                },
+            )?;
         // Slots: for each new team in order of its first PE, the lowest slot free on all its
         // members and not given to an earlier team of this split.
         teams.sort_by_key(|(idx, _)| idx[0]);
@@ -395,4 +356,73 @@ impl Pshmem {
         }
         Ok(())
     }
+}
+
+/// A sub-team of a split: its parent indices and the triple (with free slots) that named it.
+type SubTeam = (Vec<usize>, [u64; 4]);
+
+/// The sub-teams a strided split's triples name, from every parent PE's `[start, stride, size,
+/// free slots]`; or what is wrong and whether it is a disagreement between PEs (`true`) rather
+/// than a bad argument on all of them.
+fn sub_teams(all: &[[u64; 4]], psize: i64) -> std::result::Result<Vec<SubTeam>, (String, bool)> {
+    // The parent indices a triple names, or None when it names PEs outside the parent.
+    let named = |r: &[u64; 4]| -> Option<Vec<usize>> {
+        let (s, d, k) = (r[0] as i64, r[1] as i64, r[2] as i64);
+        if k == 0 {
+            return Some(Vec::new());
+        }
+        if k < 0 || s < 0 || d < 1 || s + (k - 1) * d >= psize {
+            return None;
+        }
+        Some((0..k).map(|i| (s + i * d) as usize).collect())
+    };
+    // The same triple everywhere, naming PEs outside the parent: a bad argument, not a
+    // disagreement between PEs.
+    if all.iter().all(|r| r[..3] == all[0][..3]) && named(&all[0]).is_none() {
+        let r = &all[0];
+        let detail = format!(
+            "start {} stride {} size {} name PEs outside the parent's {psize}",
+            r[0] as i64, r[1] as i64, r[2] as i64
+        );
+        return Err((detail, false));
+    }
+    let mut teams: Vec<SubTeam> = Vec::new();
+    let mut problems = Vec::new();
+    for (i, r) in all.iter().enumerate() {
+        match named(r) {
+            None => problems.push(format!(
+                "parent PE {i} passed start {} stride {} size {}, outside the parent's {psize} PEs",
+                r[0] as i64, r[1] as i64, r[2] as i64
+            )),
+            Some(idx) if idx.is_empty() => {}
+            Some(idx) => {
+                if !idx.contains(&i) {
+                    continue;
+                }
+                if !teams.iter().any(|(t, _)| *t == idx) {
+                    teams.push((idx, *r));
+                }
+            }
+        }
+    }
+    // Every PE named by a triple must have passed it.
+    for (idx, r) in &teams {
+        for &j in idx {
+            if all[j][..3] != r[..3] {
+                problems.push(format!(
+                    "parent PE {j} is named by triple ({}, {}, {}) but passed ({}, {}, {})",
+                    r[0] as i64,
+                    r[1] as i64,
+                    r[2] as i64,
+                    all[j][0] as i64,
+                    all[j][1] as i64,
+                    all[j][2] as i64
+                ));
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Err((problems.join("; "), true));
+    }
+    Ok(teams)
 }

@@ -217,6 +217,21 @@ impl Ctx<'_> {
     }
 }
 
+/// Bad arguments refused before anything moves: a bitwise reduction of a floating type, and a
+/// strided split whose one triple (the same on every PE) names PEs outside the parent.
+fn refusals(s: &Pshmem, (a, b): (SymPtr, SymPtr), n: usize) -> R<()> {
+    match s.reduce(TEAM_WORLD, DType::F32, RedOp::Xor, b, a, 4) {
+        Err(err) if crate::runtime::kind(&err) == "InvalidArgument" => {}
+        other => return Err(format!("a float xor reduce gave {other:?}")),
+    }
+    // The same out-of-range triple on every PE is a bad argument, not a mismatch (issue 41).
+    match s.team_split_strided(TEAM_WORLD, 0, 1, n as i32 + 1) {
+        Err(err) if crate::runtime::kind(&err) == "InvalidArgument" => {}
+        other => return Err(format!("an out-of-range split gave {other:?}")),
+    }
+    Ok(())
+}
+
 /// Every collective on every team shape; `big` adds the sizes over 1 MiB.
 pub fn run(s: &Pshmem, big: bool) -> R<()> {
     let me = s.my_pe();
@@ -289,11 +304,7 @@ pub fn run(s: &Pshmem, big: bool) -> R<()> {
             s.team_destroy(t).map_err(e)?;
         }
     }
-    // A bitwise reduction of a floating type is refused, before any data moves.
-    match s.reduce(TEAM_WORLD, DType::F32, RedOp::Xor, b, a, 4) {
-        Err(err) if crate::runtime::kind(&err) == "InvalidArgument" => {}
-        other => return Err(format!("a float xor reduce gave {other:?}")),
-    }
+    refusals(s, (a, b), n)?;
     s.free(b).map_err(e)?;
     s.free(a).map_err(e)?;
     println!("OK coll all");
