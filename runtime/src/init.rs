@@ -256,14 +256,6 @@ fn ms(d: std::time::Duration) -> String {
     d.as_millis().to_string()
 }
 
-/// `PSHMEM_GPU_REGISTRATION` as set.
-fn registration(w: crate::gpu::registration::Want) -> String {
-    match w {
-        crate::gpu::registration::Want::Auto => "auto".into(),
-        crate::gpu::registration::Want::Only(r) => r.name().into(),
-    }
-}
-
 /// The settings every PE must share, compared at init: each PE's values, and a mismatch named
 /// with each differing PE's values.
 pub(crate) fn agree_on_settings(bs: &Bootstrap, cfg: &Config) -> Result<()> {
@@ -287,7 +279,7 @@ pub(crate) fn agree_on_settings(bs: &Bootstrap, cfg: &Config) -> Result<()> {
         (env::MAX_TEAMS.name, cfg.max_teams.to_string()),
         (
             env::GPU_REGISTRATION.name,
-            registration(cfg.gpu.registration),
+            cfg.gpu.registration.name().to_string(),
         ),
         // A peer's heartbeats must come well within this PE's timeout: unequal, a healthy job
         // could be declared dead.

@@ -71,7 +71,7 @@ pub(super) fn register(
         let detail = refusal.unwrap_or_else(|| {
             format!(
                 "PE(s) {refused:?} cannot have {}",
-                env_setting(s.cfg.gpu.registration)
+                s.cfg.gpu.registration.setting()
             )
         });
         return Err(Error::Config { me, detail });
@@ -140,14 +140,6 @@ fn try_in_order(
         }
     }
     (None, None, why)
-}
-
-/// `PSHMEM_GPU_REGISTRATION=...` as set.
-fn env_setting(want: Want) -> String {
-    match want {
-        Want::Auto => format!("{}=auto", pshmem_env::GPU_REGISTRATION.name),
-        Want::Only(r) => format!("{}={}", pshmem_env::GPU_REGISTRATION.name, r.name()),
-    }
 }
 
 /// Registers the GPU heap itself, by a DMA-BUF fd or by address.

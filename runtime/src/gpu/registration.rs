@@ -58,6 +58,21 @@ pub enum Want {
 }
 
 impl Want {
+    /// The variable's spelling of it (`auto`, `dmabuf`, `hmem`, `staged`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Only(HeapRegistration::DmaBuf) => "dmabuf",
+            Self::Only(HeapRegistration::Hmem) => "hmem",
+            Self::Only(HeapRegistration::Staged) => "staged",
+        }
+    }
+
+    /// `PSHMEM_GPU_REGISTRATION=<name>`, for messages.
+    pub fn setting(self) -> String {
+        format!("{}={}", env::GPU_REGISTRATION.name, self.name())
+    }
+
     /// From `PSHMEM_GPU_REGISTRATION`.
     pub fn from_env() -> Result<Self, env::EnvError> {
         let v = env::GPU_REGISTRATION.checked()?;
@@ -106,7 +121,7 @@ pub fn plan(want: Want, o: &Offer) -> Result<(Vec<HeapRegistration>, String), St
         (true, false) => "the GPU does not export DMA-BUFs (driver or kernel too old)",
         (true, true) => "",
     };
-    let forced = |r: HeapRegistration| format!("{}={}", env::GPU_REGISTRATION.name, r.name());
+    let forced = |r: HeapRegistration| Want::Only(r).setting();
     match want {
         Want::Only(Staged) => Ok((vec![Staged], forced(Staged))),
         Want::Only(r) if !o.gpu_memory => {
