@@ -122,6 +122,18 @@ fn out_of_bounds_is_an_error_not_corruption_shm() {
     );
 }
 
+/// A hostile program that reached a PE's tcp endpoint (listening on a port any local user, or
+/// on a NIC address any host, can connect to) guesses heap keys: nothing completes. (shm is
+/// left out: its 1.17 provider stalls every later operation to a peer after one refused access,
+/// and its regions are unlinked once the peers mapped them.)
+#[test]
+fn guessed_keys_reach_nothing_tcp() {
+    assert_eq!(
+        count_ok(&run(2, &["tp-guess", "--provider", "tcp"]), "OK guess"),
+        2
+    );
+}
+
 fn kill(prov: &str) {
     let res = JobSpec::new(BIN, 2, &["tp-kill", "--provider", prov])
         .timeout(Duration::from_secs(60))

@@ -6,8 +6,8 @@
 //!   destination and over the target's by source);
 //!   writes and reads of at least [`OfiConfig::stripe_min`] bytes are split over every rail;
 //!   writes with remote CQ data (never split) take turns over the rails.
-//! - **Keys**: registrations ask for program-chosen keys (unique per domain) when the provider
-//!   lacks FI_MR_PROV_KEY; remote addresses are virtual addresses under FI_MR_VIRT_ADDR and
+//! - **Keys**: registrations ask for random 64-bit keys (`keys`) when the provider lacks
+//!   FI_MR_PROV_KEY, exchanged only through the bootstrap; remote addresses are virtual addresses under FI_MR_VIRT_ADDR and
 //!   offsets otherwise.
 //! - **Completions**: every operation asks for a completion and, where the provider accepts it,
 //!   delivery-complete semantics (a write's completion means the bytes are at the target).
@@ -27,6 +27,7 @@ pub mod fabric;
 mod shm;
 
 mod discover;
+mod keys;
 mod more;
 mod open;
 mod poll;
@@ -209,7 +210,7 @@ struct Rail {
     virt_addr: bool,
     ep_bind: bool,
     peers: Vec<sys::fi_addr_t>,
-    next_key: u64,
+    keys: keys::Keys,
     /// Bytes of writes and reads posted on this rail.
     bytes: u64,
 }

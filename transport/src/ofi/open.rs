@@ -10,7 +10,7 @@ use super::{
     EFA_DIRECT, OfiConfig, OfiTransport, Rail, RawHandles, cq_entries,
     discover::{api_version, discover},
     fabric::{self, Av, Cq, Domain, Endpoint, Fabric, InfoList, InfoRef, Mr, MrSource, bits},
-    is_efa, over_sockets, pick_entry, shm,
+    is_efa, keys, over_sockets, pick_entry, shm,
 };
 use crate::{Caps, Job, MrId, Pe, RemoteMrId, Result, TransportError, slab::Slab};
 
@@ -242,6 +242,7 @@ impl Rail {
         let entry = all[pick_entry(&keys, want_domain)];
         efa_setup_warn(entry);
         let mr_mode = entry.domain_attr().mr_mode as u64;
+        let keys = keys::Keys::new(mr_mode, entry.domain_attr().mr_key_size);
         let fab = Fabric::open(entry)?;
         let domain = Domain::open(&fab, entry)?;
         let cq = cq_open(&domain, cap, cfg.recv_buffers, incoming)?;
@@ -250,8 +251,9 @@ impl Rail {
         let internal_len = (cap + cfg.recv_buffers) * cfg.max_send;
         let mut internal = vec![0u8; internal_len];
         let ep_bind = mr_mode & bits!(FI_MR_ENDPOINT) != 0;
-        // SAFETY: `internal` is moved into the rail (its heap buffer does not move) and is
-        // dropped after the registration (see the field order of Rail).
+        // Local access only: sends, receives and the local side of reads, writes and atomics;
+        // no peer reaches these buffers. SAFETY: `internal` is moved into the rail (its heap
+        // buffer does not move) and is dropped after the registration (field order of Rail).
         let internal_mr = unsafe {
             Mr::reg(
                 &domain,
@@ -261,8 +263,8 @@ impl Rail {
                     iface: sys::fi_hmem_iface_FI_HMEM_SYSTEM,
                     device: 0,
                 },
-                bits!(FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE),
-                1,
+                bits!(FI_SEND | FI_RECV | FI_READ | FI_WRITE),
+                keys.draw(),
                 ep_bind.then_some(&ep),
             )?
         };
@@ -281,7 +283,7 @@ impl Rail {
             virt_addr,
             ep_bind,
             peers: Vec::new(),
-            next_key: 2,
+            keys,
             bytes: 0,
         })
     }

@@ -6,6 +6,7 @@ use pshmem_libfabric_sys as sys;
 use super::{
     OfiTransport, OpKind, OwnedEvent, Region, RemoteRegion,
     fabric::{self, Mr, MrSource, bits},
+    keys::KEY_TAKEN,
     more::Held,
     shm,
 };
@@ -136,8 +137,6 @@ impl Transport for OfiTransport {
             );
         }
         for rail in &mut self.rails {
-            let key = rail.next_key;
-            rail.next_key += 1;
             let src = match mem.kind {
                 MemKind::Cuda {
                     device,
@@ -157,16 +156,27 @@ impl Transport for OfiTransport {
                     device,
                 },
             };
-            // SAFETY: the caller keeps the memory valid while registered.
-            mrs.push(unsafe {
-                Mr::reg(
-                    &rail.domain,
-                    src,
-                    access_all(),
-                    key,
-                    rail.ep_bind.then_some(&rail.ep),
-                )?
-            });
+            // A random key may be taken already in this domain (p ≈ n·2^-64): draw again.
+            let mut tries = 0;
+            let mr = loop {
+                // SAFETY: the caller keeps the memory valid while registered.
+                let r = unsafe {
+                    Mr::reg(
+                        &rail.domain,
+                        src,
+                        access_all(),
+                        rail.keys.draw(),
+                        rail.ep_bind.then_some(&rail.ep),
+                    )
+                };
+                match r {
+                    Err(TransportError::Ofi { code, .. }) if code == KEY_TAKEN && tries < 3 => {
+                        tries += 1
+                    }
+                    r => break r?,
+                }
+            };
+            mrs.push(mr);
         }
         let region = Region {
             ptr: mem.ptr,

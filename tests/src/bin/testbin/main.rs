@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod by_addr;
 mod coll;
+mod guess;
 mod runtime;
 mod snoop;
 mod traffic;
@@ -49,6 +50,11 @@ enum Cmd {
     },
     /// Transport: out-of-bounds accesses.
     TpOob {
+        #[command(flatten)]
+        which: transport::Which,
+    },
+    /// Transport: guessed registration keys reach nothing.
+    TpGuess {
         #[command(flatten)]
         which: transport::Which,
     },
@@ -396,6 +402,7 @@ fn main() -> ExitCode {
         Cmd::TpData { which, count } => Some(transport::data(&bs, which, *count)),
         Cmd::TpSend { which, count } => Some(transport::send(&bs, which, *count)),
         Cmd::TpOob { which } => Some(transport::oob(&bs, which)),
+        Cmd::TpGuess { which } => Some(guess::guess(&bs, which)),
         Cmd::TpKill { which } => Some(transport::kill(&bs, which)),
         Cmd::TpReorder { which, count } => Some(transport::reorder(&bs, which, *count)),
         _ => None,
@@ -489,6 +496,7 @@ fn main() -> ExitCode {
         | Cmd::TpData { .. }
         | Cmd::TpSend { .. }
         | Cmd::TpOob { .. }
+        | Cmd::TpGuess { .. }
         | Cmd::TpKill { .. }
         | Cmd::TpReorder { .. } => {}
         Cmd::RtOps { .. }

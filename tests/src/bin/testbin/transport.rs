@@ -101,7 +101,7 @@ pub struct Seen {
     pub completed: std::collections::HashMap<u64, Result<(), TransportError>>,
 }
 
-fn collect(seen: &mut Seen, e: &Event<'_>) {
+pub fn collect(seen: &mut Seen, e: &Event<'_>) {
     match e {
         Event::RemoteWrite { data } => seen.remote_writes.push(*data),
         Event::Recv { data } => seen.recvs.push(data.to_vec()),
