@@ -29,6 +29,7 @@ pub mod error;
 pub mod frame;
 pub mod launcher;
 mod net;
+mod peer_uid;
 mod port;
 mod rendezvous;
 mod uid;

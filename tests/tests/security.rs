@@ -104,3 +104,82 @@ fn heap_sockets_give_nothing_to_other_users_or_other_jobs() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Floods rank 0's bootstrap port for 8 s with silent connections from `flooder` (a command
+/// prefix: the testbin, or setpriv then the testbin; `probes` of them probes), starting rank 1
+/// two seconds in: rank 1 must join at once, within 2 s (before the fix it waited until the
+/// flood's pending handshakes expired, 3.4 s here, or never under a faster flood). Returns the
+/// flood's FLOOD line.
+fn flooded_join(flooder: &[&std::ffi::OsStr], probes: usize) -> String {
+    let spec = JobSpec::new(BIN, 2, &["bs-init"])
+        .timeout(Duration::from_secs(60))
+        .env("PSHMEM_BOOTSTRAP_TIMEOUT", 25);
+    let (_, r0) = spec.spawn(0);
+    let flood = Command::new(flooder[0])
+        .args(&flooder[1..])
+        .args(["bs-flood", "--addr", &spec.addr, "--seconds", "8"])
+        .args(["--probes", &probes.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the flood");
+    std::thread::sleep(Duration::from_secs(2));
+    let t = Instant::now();
+    let (_, r1) = spec.spawn(1);
+    let res = spec.job(vec![(0, r0), (1, r1)]).wait();
+    let joined = t.elapsed();
+    let out = flood.wait_with_output().expect("the flood");
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    println!("{line}; rank 1 joined and finished in {joined:?}");
+    assert_all_ok(&res);
+    assert!(
+        joined < Duration::from_secs(2),
+        "the join took {joined:?} under a flood"
+    );
+    line
+}
+
+fn flood_field(line: &str, key: &str) -> usize {
+    line.split_whitespace()
+        .find_map(|f| f.strip_prefix(key))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+}
+
+/// A sustained flood of silent connections by a process of the job's own user fills rank 0's
+/// pending handshakes over and over: the oldest are evicted, so a late rank still joins.
+#[test]
+fn a_connection_flood_does_not_keep_a_late_rank_out() {
+    let line = flooded_join(&[BIN.as_ref()], 0);
+    // Twice rank 0's 64 handshake slots at least: every slot was taken, and taken again.
+    assert!(
+        flood_field(&line, "connects=") > 128,
+        "the flood made too few connections to be one: {line}"
+    );
+}
+
+/// Connections from another user's process (uid 65534, when the suite runs as root) are closed
+/// at once, before any byte is read, and take no handshake slot.
+#[test]
+fn other_users_bootstrap_connections_are_closed_at_once() {
+    if !nix::unistd::getuid().is_root() {
+        pshmem_tests::skipped(
+            "security other_users_bootstrap_connections_are_closed_at_once",
+            "the suite does not run as root (setpriv needs it)",
+        );
+        return;
+    }
+    let (bin, dir) = shared_copy();
+    let args = ["--reuid=65534", "--regid=65534", "--clear-groups"];
+    let mut cmd: Vec<&std::ffi::OsStr> = vec!["setpriv".as_ref()];
+    cmd.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
+    cmd.push(bin.as_os_str());
+    let line = flooded_join(&cmd, 20);
+    let _ = std::fs::remove_dir_all(&dir);
+    let probes = flood_field(&line, "probes=");
+    assert!(probes > 0, "{line}");
+    assert_eq!(
+        flood_field(&line, "closed_at_once="),
+        probes,
+        "another user's connections were not all closed at once: {line}"
+    );
+}

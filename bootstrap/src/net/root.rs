@@ -1,9 +1,10 @@
 //! Rank 0's side of the join: the acceptor and its bounded handshakes, the refusal of bad
 //! hellos, the world table sent to all, and the guard that refuses late claimants of a rank.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{collections::VecDeque, net::SocketAddr, sync::Arc, time::Duration};
 
 use tokio::{
+    io::AsyncReadExt,
     net::{TcpListener, TcpStream},
     sync::mpsc,
 };
@@ -17,7 +18,7 @@ use super::{
 use crate::{
     config::{BootstrapConfig, hostname},
     error::{BootstrapError, Result},
-    frame::{FrameError, Hello, Kind, MAX_HELLO, RejectCode, Writer},
+    frame::{FrameError, HEADER_LEN, Hello, Kind, MAX_HELLO, RejectCode, Writer},
 };
 
 fn reject_payload(code: RejectCode, text: &str, extra: &[u64]) -> Vec<u8> {
@@ -46,24 +47,46 @@ enum Handshake {
 /// handshake slot by trickling bytes: the idle timer alone restarts with every byte).
 pub(crate) const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
 
-/// Most handshakes rank 0 has pending at once: past it, new connections are closed at once, so
-/// that slow or hostile connections can neither exhaust rank 0's descriptors nor stall the
-/// join (the ranks retry until the join timeout, and a pending handshake lasts at most
-/// [`HANDSHAKE_DEADLINE`]).
+/// Longest a connection may take to deliver the 24-byte header of its hello: a rank sends it
+/// as soon as it has connected, so a connection that stays silent is not one.
+pub(crate) const HEADER_DEADLINE: Duration = Duration::from_secs(1);
+
+/// Most handshakes rank 0 has pending at once: past it, the oldest pending one is closed to
+/// make room (a rank delivers its hello within milliseconds of connecting, so a flood of
+/// connections that never finish cannot keep a late rank out, as refusing newcomers would);
+/// neither can slow or hostile connections exhaust rank 0's descriptors.
 pub(crate) fn max_pending(n: usize) -> usize {
     (2 * n).clamp(64, 1024)
 }
 
+/// Connections rank 0 closed without a handshake: counted, and logged at powers of two.
+struct Dropped(u64);
+
+impl Dropped {
+    fn note(&mut self, from: SocketAddr, why: &str) {
+        self.0 += 1;
+        if self.0.is_power_of_two() {
+            tracing::warn!(
+                "rank 0: closed the connection from {from} before its hello: {why} ({} so far)",
+                self.0
+            );
+        }
+    }
+}
+
 /// Rank 0's acceptor, for the job's whole life: each connection gets a handshake task (at most
-/// `cap` at once, each bounded by [`HANDSHAKE_DEADLINE`]) whose outcome goes to `tx`.
+/// `cap` at once, the oldest evicted past that; each bounded by [`HEADER_DEADLINE`] and
+/// [`HANDSHAKE_DEADLINE`]) whose outcome goes to `tx`. A connection from a process of another
+/// user on this machine is closed at once.
 async fn accept_loop(
     listener: TcpListener,
     tx: mpsc::UnboundedSender<Handshake>,
     secret: u64,
     cap: usize,
 ) {
-    let pending = Arc::new(tokio::sync::Semaphore::new(cap));
-    let mut dropped = 0u64;
+    let mut pending: VecDeque<(tokio::task::JoinHandle<()>, SocketAddr)> = VecDeque::new();
+    let mut dropped = Dropped(0);
+    let me = nix::unistd::getuid().as_raw();
     loop {
         let (s, from) = match listener.accept().await {
             Ok(c) => c,
@@ -74,35 +97,54 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Ok(permit) = pending.clone().try_acquire_owned() else {
-            dropped += 1;
-            if dropped.is_power_of_two() {
-                tracing::warn!(
-                    "rank 0: {cap} handshakes pending; closed the connection from {from} ({dropped} so far)"
+        let here = s.local_addr().ok();
+        if let Some(uid) = here.and_then(|l| crate::peer_uid::local_peer_uid(from, l)) {
+            if uid != me {
+                dropped.note(
+                    from,
+                    &format!("a process of uid {uid}, not this job's {me}"),
                 );
+                continue;
             }
-            drop(s);
-            continue;
-        };
+        }
+        pending.retain(|(h, _)| !h.is_finished());
+        while pending.len() >= cap {
+            let (oldest, who) = pending.pop_front().expect("cap > 0");
+            oldest.abort();
+            dropped.note(who, &format!("{cap} handshakes pending, this the oldest"));
+        }
         let _ = s.set_nodelay(true);
         let tx = tx.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let h = tokio::time::timeout(HANDSHAKE_DEADLINE, handshake(s, from, secret))
                 .await
                 .unwrap_or_else(|_| Handshake::Stray {
                     from,
                     why: format!("no complete hello within {HANDSHAKE_DEADLINE:?}"),
                 });
-            drop(permit);
             let _ = tx.send(h);
         });
+        pending.push_back((task, from));
     }
 }
 
 /// Reads the hello of an accepted connection (bounded in time and size) and checks the secret.
 async fn handshake(mut s: TcpStream, from: SocketAddr, secret: u64) -> Handshake {
+    let mut header = [0u8; HEADER_LEN];
+    let first = tokio::time::timeout(HEADER_DEADLINE, s.read_exact(&mut header)).await;
+    let why = match first {
+        Ok(Ok(_)) => None,
+        Ok(Err(_)) => Some("closed before hello".to_string()),
+        Err(_) => Some(format!("no hello header within {HEADER_DEADLINE:?}")),
+    };
+    if let Some(why) = why {
+        return Handshake::Stray { from, why };
+    }
     let idle = Duration::from_secs(5);
-    match read_message(&mut s, secret, MAX_HELLO, idle).await {
+    let mut r = (&header[..]).chain(s);
+    let read = read_message(&mut r, secret, MAX_HELLO, idle).await;
+    let mut s = r.into_inner().1;
+    match read {
         Ok((Kind::Hello, payload)) => match Hello::decode(&payload) {
             Ok(hello) => Handshake::Joined {
                 hello,

@@ -72,7 +72,7 @@ fn attempt(
         }
     }
     let got = matches!(seen.completed.get(&1), Some(Ok(())));
-    Ok(got || (!write && buf.bytes()[..8].iter().any(|b| *b == MARK)))
+    Ok(got || (!write && buf.bytes()[..8].contains(&MARK)))
 }
 
 /// PE 0 attacks PE 1's 4 KiB window (the job's own transport, with its keys never shown to the

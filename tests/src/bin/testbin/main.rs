@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod by_addr;
 mod coll;
+mod flood;
 mod guess;
 mod runtime;
 mod snoop;
@@ -126,6 +127,19 @@ enum Cmd {
         /// Stops when this file exists.
         #[arg(long)]
         stop_file: std::path::PathBuf,
+    },
+    /// A connection flood of a bootstrap port (no bootstrap of its own).
+    BsFlood {
+        #[arg(long)]
+        addr: String,
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Connections kept open at most (the oldest closed past it).
+        #[arg(long, default_value_t = 6000)]
+        keep: usize,
+        /// The first connections wait to see whether rank 0 closes them at once.
+        #[arg(long, default_value_t = 0)]
+        probes: usize,
     },
     /// Runtime: every host operation verified; prints a digest.
     RtOps {
@@ -374,6 +388,15 @@ fn main() -> ExitCode {
     if let Cmd::HeapSnoop { seconds, stop_file } = &cli.cmd {
         return snoop::run(*seconds, stop_file);
     }
+    if let Cmd::BsFlood {
+        addr,
+        seconds,
+        keep,
+        probes,
+    } = &cli.cmd
+    {
+        return flood::run(addr, *seconds, *keep, *probes);
+    }
     let bs = match &cli.cmd {
         Cmd::BsUid { file } => uid_init(file),
         _ => Bootstrap::from_env(),
@@ -508,7 +531,8 @@ fn main() -> ExitCode {
         | Cmd::RtLate { .. }
         | Cmd::RtUnordered { .. }
         | Cmd::RtTrace { .. }
-        | Cmd::HeapSnoop { .. } => unreachable!("dispatched above"),
+        | Cmd::HeapSnoop { .. }
+        | Cmd::BsFlood { .. } => unreachable!("dispatched above"),
         Cmd::BsInit { hold_ms } => {
             if let Err(f) = collectives(&bs, &[0, 100]) {
                 return f.report();
