@@ -251,21 +251,45 @@ pub(crate) fn root_from_env(world: usize) -> Result<Option<String>> {
 /// Under pshmrun (`PSHMEM_LAUNCHER_PID`), makes this process die with its parent, so that no
 /// rank outlives the launcher, even one that a script started (pshmrun gives its direct children
 /// the same signal); fails if the launcher is already gone.
+///
+/// The kernel keeps the parent-death signal per thread, and forgets it when the thread that
+/// set it ends: set from the caller's thread (a Python thread that initialises, then ends) it
+/// would be lost. So a thread of its own sets it, once per process, and lives as long as the
+/// process does.
 fn die_with_launcher() -> Result<()> {
+    static WATCH: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
     let Some(pid) = env::LAUNCHER_PID.opt_usize()? else {
         return Ok(());
     };
-    let gone = || {
-        BootstrapError::Config(env::LAUNCHER_PID.bad(
-            &pid.to_string(),
-            "the launcher (pshmrun) is gone: this rank would outlive it",
-        ))
-    };
-    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(|_| gone())?;
+    let gone = |why: &str| BootstrapError::Config(env::LAUNCHER_PID.bad(&pid.to_string(), why));
+    WATCH
+        .get_or_init(parent_death_thread)
+        .as_ref()
+        .map_err(|e| gone(e))?;
     match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None) {
-        Err(nix::errno::Errno::ESRCH) => Err(gone()),
+        Err(nix::errno::Errno::ESRCH) => Err(gone(
+            "the launcher (pshmrun) is gone: this rank would outlive it",
+        )),
         _ => Ok(()),
     }
+}
+
+/// Starts the thread that holds this process's parent-death signal (SIGKILL) and parks for
+/// the rest of the process's life.
+fn parent_death_thread() -> std::result::Result<(), String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("pshmem-pdeathsig".into())
+        .spawn(move || {
+            let set = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+            let _ = tx.send(set.map_err(|e| format!("PR_SET_PDEATHSIG failed: {e}")));
+            loop {
+                std::thread::park();
+            }
+        })
+        .map_err(|e| format!("cannot start the thread that ties this rank to it: {e}"))?;
+    rx.recv()
+        .map_err(|_| "the parent-death thread ended at once".to_string())?
 }
 
 /// Fails at once on a bootstrap address that is not `host:port` (rather than retrying it until

@@ -146,3 +146,46 @@ fn killed_shm_jobs_leave_nothing_in_dev_shm() {
     pshmem_tests::assert_all_ok(&next);
     assert_eq!(shm_files_of(&killed), Vec::<String>::new(), "left behind");
 }
+
+/// A rank whose bootstrap starts in a thread that then ends (a Python thread may) still dies
+/// with its launcher: the kernel forgets a parent-death signal when the thread that set it
+/// ends. A shell stands in for pshmrun (`PSHMEM_LAUNCHER_PID` names it) and is SIGKILLed.
+#[test]
+fn a_rank_initialised_in_a_thread_dies_with_its_launcher() {
+    use std::io::BufRead;
+    let mut sh = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "PSHMEM_LAUNCHER_PID=$$ \"$0\" bs-thread-init --hold-ms 30000 & wait",
+            BIN,
+        ])
+        .env("PSHMEM_RANK", "0")
+        .env("PSHMEM_WORLD_SIZE", "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the shell");
+    let mut out = std::io::BufReader::new(sh.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("the rank's PID line");
+    let pid: i32 = line
+        .trim()
+        .strip_prefix("PID=")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no PID line: {line:?}"));
+    kill(Pid::from_raw(sh.id() as i32), Signal::SIGKILL).expect("kill the shell");
+    let _ = sh.wait();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            !s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+    };
+    while alive() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let survived = alive();
+    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    assert!(!survived, "the rank (pid {pid}) outlived its launcher");
+}

@@ -113,6 +113,11 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         hold_ms: u64,
     },
+    /// Join from a thread that then ends (as a Python thread may), print `PID=`, stay `hold_ms`.
+    BsThreadInit {
+        #[arg(long, default_value_t = 0)]
+        hold_ms: u64,
+    },
     /// Rank 0 calls allgather while the others call barrier.
     BsMismatch,
     /// Join through a unique id passed in a file.
@@ -388,6 +393,17 @@ fn main() -> ExitCode {
     if let Cmd::HeapSnoop { seconds, stop_file } = &cli.cmd {
         return snoop::run(*seconds, stop_file);
     }
+    if let Cmd::BsThreadInit { hold_ms } = &cli.cmd {
+        let bs = match std::thread::spawn(Bootstrap::from_env).join() {
+            Ok(Ok(bs)) => bs,
+            Ok(Err(e)) => return report(&e),
+            Err(_) => panic!("the init thread panicked"),
+        };
+        println!("PID={}", std::process::id());
+        std::thread::sleep(Duration::from_millis(*hold_ms));
+        drop(bs);
+        return ExitCode::SUCCESS;
+    }
     if let Cmd::BsFlood {
         addr,
         seconds,
@@ -532,7 +548,8 @@ fn main() -> ExitCode {
         | Cmd::RtUnordered { .. }
         | Cmd::RtTrace { .. }
         | Cmd::HeapSnoop { .. }
-        | Cmd::BsFlood { .. } => unreachable!("dispatched above"),
+        | Cmd::BsFlood { .. }
+        | Cmd::BsThreadInit { .. } => unreachable!("dispatched above"),
         Cmd::BsInit { hold_ms } => {
             if let Err(f) = collectives(&bs, &[0, 100]) {
                 return f.report();
