@@ -164,10 +164,7 @@ impl Ranks {
 
     /// The configuration joining at `root_addr`.
     pub(crate) fn config(&self, root_addr: String) -> Result<BootstrapConfig> {
-        let secret = match env::JOB_SECRET.raw() {
-            Some(v) => parse_secret(&v)?,
-            None => 0,
-        };
+        let secret = job_secret()?;
         let mut cfg = BootstrapConfig::with_rank(self.rank, self.world, root_addr, secret)?;
         cfg.local_rank = self.local_rank;
         cfg.local_size = self.local_size;
@@ -319,6 +316,42 @@ fn warn_unauthenticated(addr: &str) {
             eprintln!("pshmem: warning: {msg}");
         }
     });
+}
+
+/// The job secret: read once per process from the pipe `PSHMEM_JOB_SECRET_FD` names (then
+/// closed: a later init of the same process reuses it), else `PSHMEM_JOB_SECRET`, else 0.
+fn job_secret() -> Result<u64> {
+    static FROM_FD: std::sync::OnceLock<std::result::Result<u64, EnvError>> =
+        std::sync::OnceLock::new();
+    match env::JOB_SECRET_FD.opt_usize()? {
+        Some(fd) => FROM_FD
+            .get_or_init(|| secret_from_fd(fd))
+            .clone()
+            .map_err(BootstrapError::Config),
+        None => match env::JOB_SECRET.raw() {
+            Some(v) => parse_secret(&v),
+            None => Ok(0),
+        },
+    }
+}
+
+/// Reads the secret from inherited pipe `fd` (through `/proc/self/fd`) and closes it.
+fn secret_from_fd(fd: usize) -> std::result::Result<u64, EnvError> {
+    use std::os::unix::fs::FileTypeExt;
+    let bad = |why: String| env::JOB_SECRET_FD.bad(&fd.to_string(), &why);
+    let path = format!("/proc/self/fd/{fd}");
+    let meta = std::fs::metadata(&path).map_err(|e| bad(format!("not an open descriptor: {e}")))?;
+    if !meta.file_type().is_fifo() {
+        return Err(bad("not a pipe".into()));
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| bad(format!("cannot read it: {e}")))?;
+    let _ = nix::unistd::close(fd as std::os::fd::RawFd);
+    if text.trim().is_empty() {
+        return Err(bad(
+            "the pipe was empty (another process of this rank read it first?)".into(),
+        ));
+    }
+    parse_secret(&text).map_err(|_| bad("expected up to 16 hex digits".into()))
 }
 
 /// Parses a hex job secret (with or without `0x`).

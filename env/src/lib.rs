@@ -89,6 +89,8 @@ vars! {
         "Added to MASTER_PORT when the torchrun variables are used, because torch's own TCPStore listens on MASTER_PORT.");
     JOB_SECRET = ("PSHMEM_JOB_SECRET", "", Kind::Hex, ANY, "bootstrap",
         "64-bit job secret (hex) that every bootstrap frame carries and the same-host heap exchange authenticates with; connections without it are refused. pshmrun and unique ids make a random one; under torchrun or srun set the same random value on every rank (e.g. export PSHMEM_JOB_SECRET=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')): unset, the job is unauthenticated and says so once.");
+    JOB_SECRET_FD = ("PSHMEM_JOB_SECRET_FD", "", Kind::Count, between(3.0, 1048575.0), "bootstrap",
+        "An inherited pipe from which a rank reads the job secret (hex) once, at its first init, then closes it; wins over PSHMEM_JOB_SECRET. pshmrun passes the secret this way, so that it is not in /proc/<pid>/environ, which every process of the same user can read.");
     BOOTSTRAP_TIMEOUT = ("PSHMEM_BOOTSTRAP_TIMEOUT", "60", Kind::Seconds, between(0.1, 86400.0), "bootstrap",
         "Seconds to wait for every rank to join; the error names the ranks that never arrived.");
     BOOTSTRAP_OP_TIMEOUT = ("PSHMEM_BOOTSTRAP_OP_TIMEOUT", "300", Kind::Seconds, between(0.1, 604800.0), "bootstrap",

@@ -141,3 +141,12 @@ fn a_cpu_range_past_the_limit_and_a_vanishing_bandwidth_are_refused() {
         &["PSHMEM_SIM_BANDWIDTH_GBPS", "at least 0.001"],
     );
 }
+
+/// A secret descriptor that is not open is refused, naming PSHMEM_JOB_SECRET_FD.
+#[test]
+fn a_secret_descriptor_that_is_not_an_open_pipe_is_refused() {
+    fails_with(
+        job(2).env("PSHMEM_JOB_SECRET_FD", 900),
+        &["PSHMEM_JOB_SECRET_FD", "not an open descriptor"],
+    );
+}

@@ -28,7 +28,7 @@ fn sets_rank_variables_and_prefixes_lines() {
         "--",
         "sh",
         "-c",
-        "echo rank=$PSHMEM_RANK world=$PSHMEM_WORLD_SIZE local=$PSHMEM_LOCAL_RANK/$PSHMEM_LOCAL_SIZE addr=$PSHMEM_BOOTSTRAP_ADDR secret=$PSHMEM_JOB_SECRET; echo err$PSHMEM_RANK >&2",
+        "echo rank=$PSHMEM_RANK world=$PSHMEM_WORLD_SIZE local=$PSHMEM_LOCAL_RANK/$PSHMEM_LOCAL_SIZE addr=$PSHMEM_BOOTSTRAP_ADDR secret=$(cat /proc/self/fd/$PSHMEM_JOB_SECRET_FD); echo err$PSHMEM_RANK >&2",
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
@@ -447,15 +447,25 @@ fn a_rank_left_stopped_ends_the_job_after_the_peer_timeout() {
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
+/// Each launch makes its own secret, and hands it to a rank through a pipe, not the environment
+/// (which every process of the user can read in `/proc/<pid>/environ`).
 #[test]
 fn every_launch_gets_its_own_secret() {
     let secret = || {
-        let (out, _) = pshmrun(&["-n", "1", "--", "sh", "-c", "echo S=$PSHMEM_JOB_SECRET"]);
-        text(&out.stdout)
-            .rsplit("S=")
+        let script =
+            "echo S=$(cat /proc/self/fd/$PSHMEM_JOB_SECRET_FD) E=${PSHMEM_JOB_SECRET:-none}";
+        let (out, _) = pshmrun(&["-n", "1", "--", "sh", "-c", script]);
+        let line = text(&out.stdout);
+        assert!(
+            line.contains("E=none"),
+            "the secret is in the environment: {line}"
+        );
+        line.rsplit("S=")
             .next()
             .unwrap()
-            .trim()
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
             .to_string()
     };
     let (a, b) = (secret(), secret());

@@ -18,7 +18,7 @@
 
 use std::{
     io::{BufRead, BufReader, Read, Write},
-    os::unix::process::CommandExt,
+    os::{fd::AsRawFd, unix::process::CommandExt},
     path::Path,
     process::{Command, Stdio},
     sync::{
@@ -45,7 +45,8 @@ use pshmem_env as env;
     name = "pshmrun",
     about = "Launch N local processes of a proxyshmem job",
     after_help = "Each rank gets PSHMEM_RANK, PSHMEM_WORLD_SIZE, PSHMEM_LOCAL_RANK, PSHMEM_LOCAL_SIZE, \
-                  PSHMEM_BOOTSTRAP_ADDR and a random PSHMEM_JOB_SECRET."
+                  PSHMEM_BOOTSTRAP_ADDR and a random job secret through an inherited pipe \
+                  (PSHMEM_JOB_SECRET_FD)."
 )]
 struct Args {
     /// Number of processes (PEs).
@@ -204,6 +205,18 @@ struct Ranks {
     events: mpsc::Receiver<Event>,
 }
 
+/// A pipe holding the job secret for one rank to read (`PSHMEM_JOB_SECRET_FD`): its read end
+/// (close-on-exec here; the rank's start clears that), the write end written and closed. Not
+/// the environment: every process of the user can read `/proc/<pid>/environ`.
+fn secret_pipe(secret: u64) -> Result<std::os::fd::OwnedFd, String> {
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| format!("cannot make the job secret's pipe: {e}"))?;
+    std::fs::File::from(w)
+        .write_all(format!("{secret:016x}").as_bytes())
+        .map_err(|e| format!("cannot write the job secret's pipe: {e}"))?;
+    Ok(r)
+}
+
 fn start(args: &Args, port: u16, secret: u64) -> Result<Ranks, String> {
     let n = args.n as usize;
     let hosts = (args.hosts as usize).min(n);
@@ -230,6 +243,8 @@ fn start(args: &Args, port: u16, secret: u64) -> Result<Ranks, String> {
     };
     for rank in 0..n {
         let host = rank / per_host;
+        let secret_pipe = secret_pipe(secret)?;
+        let secret_fd = secret_pipe.as_raw_fd();
         let mut cmd = Command::new(&args.command[0]);
         cmd.args(&args.command[1..])
             .env(env::RANK.name, rank.to_string())
@@ -240,7 +255,7 @@ fn start(args: &Args, port: u16, secret: u64) -> Result<Ranks, String> {
                 per_host.min(n - host * per_host).to_string(),
             )
             .env(env::BOOTSTRAP_ADDR.name, format!("127.0.0.1:{port}"))
-            .env(env::JOB_SECRET.name, format!("{secret:016x}"))
+            .env(env::JOB_SECRET_FD.name, secret_fd.to_string())
             .env(env::LAUNCHER_PID.name, me.to_string())
             // EFA: let the NIC reach GPU memory (libfabric's efa provider; others ignore it).
             .env(
@@ -265,10 +280,17 @@ fn start(args: &Args, port: u16, secret: u64) -> Result<Ranks, String> {
                 std::env::var(env::CUDA_MODULE_LOADING).unwrap_or_else(|_| "EAGER".into()),
             );
         }
-        // SAFETY: the hook runs in the child between fork and exec and calls only prctl and
-        // getppid, both async-signal-safe; it allocates nothing and takes no lock.
+        // SAFETY: the hook runs in the child between fork and exec and calls only prctl,
+        // getppid and fcntl, all async-signal-safe; it allocates nothing and takes no lock.
+        // `secret_fd` is open until after the spawn (dropped below).
         unsafe {
             cmd.pre_exec(move || {
+                // The secret's pipe, close-on-exec in pshmrun, is the one descriptor the rank
+                // inherits.
+                nix::fcntl::fcntl(
+                    std::os::fd::BorrowedFd::borrow_raw(secret_fd),
+                    nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+                )?;
                 // Killed with pshmrun, even if pshmrun is killed by SIGKILL; and if pshmrun died
                 // between fork and here, exit now.
                 nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
@@ -281,6 +303,7 @@ fn start(args: &Args, port: u16, secret: u64) -> Result<Ranks, String> {
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {:?} for rank {rank}: {e}", args.command[0]))?;
+        drop(secret_pipe);
         let pid = Pid::from_raw(child.id() as i32);
         let (out, err) = (child.stdout.take(), child.stderr.take());
         let p = !args.no_prefix;
