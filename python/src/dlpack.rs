@@ -1,9 +1,13 @@
 //! DLPack (v0.8 ABI, the `dltensor` capsule every framework accepts): how a range of a
 //! symmetric heap becomes a `torch.Tensor` without a copy. The capsule owns only the tensor's
 //! description (shape, strides); the memory stays the heap's, freed by `pshmem.free` (a
-//! collective) or at finalize, never by a consumer's deleter.
+//! collective) or at finalize, never by a consumer's deleter. The descriptions alive are
+//! counted ([`live`]): finalize keeps the heaps mapped while any tensor still views them.
 
-use std::ffi::{CStr, c_void};
+use std::{
+    ffi::{CStr, c_void},
+    sync::atomic::{AtomicUsize, Ordering},
+};
 
 use pyo3::{ffi, prelude::*};
 
@@ -54,6 +58,15 @@ pub(crate) const CUDA: i32 = 2;
 
 const NAME: &CStr = c"dltensor";
 
+/// Tensor descriptions made and not yet deleted: tensors (or unconsumed capsules) that view a
+/// heap.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// How many tensors made here still view a heap.
+pub(crate) fn live() -> usize {
+    LIVE.load(Ordering::Acquire)
+}
+
 /// The managed tensor's deleter: frees the description (the consumer calls it once).
 unsafe extern "C" fn delete(m: *mut Managed) {
     if m.is_null() {
@@ -65,6 +78,7 @@ unsafe extern "C" fn delete(m: *mut Managed) {
         let m = Box::from_raw(m);
         drop(Box::from_raw(m.manager_ctx.cast::<Dims>()));
     }
+    LIVE.fetch_sub(1, Ordering::AcqRel);
 }
 
 /// The capsule's destructor: frees the tensor when no consumer took it (a consumer renames the
@@ -98,7 +112,7 @@ pub(crate) struct Desc {
 /// # Safety
 /// `d.data` with its shape, strides and element size must lie in memory that stays mapped for
 /// as long as the consumer's tensor lives (a symmetric heap, or a peer's heap mapped until
-/// finalize).
+/// finalize: finalize keeps them mapped while [`live`] counts a tensor).
 pub(crate) unsafe fn capsule(py: Python<'_>, d: Desc) -> PyResult<Bound<'_, PyAny>> {
     let mut dims = Box::new(Dims {
         shape: d.shape,
@@ -125,6 +139,7 @@ pub(crate) unsafe fn capsule(py: Python<'_>, d: Desc) -> PyResult<Bound<'_, PyAn
         manager_ctx: Box::into_raw(dims).cast(),
         deleter: Some(delete),
     }));
+    LIVE.fetch_add(1, Ordering::AcqRel);
     // SAFETY: `m` is a live DLManagedTensor; the destructor frees it unless a consumer took it.
     let cap = unsafe { ffi::PyCapsule_New(m.cast(), NAME.as_ptr(), Some(capsule_destructor)) };
     if cap.is_null() {

@@ -166,6 +166,24 @@ def test_single_pe_tensors_share_the_heap():
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
 
 
+def test_a_tensor_read_after_finalize_keeps_its_values_with_a_warning():
+    # Before: the heap was unmapped at finalize and reading the tensor was SIGSEGV.
+    r = one("import torch, pshmem, warnings\n"
+            "pshmem.init()\n"
+            "s = pshmem.zeros(4, dtype=torch.int64); s[0] = 7\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    pshmem.finalize()\n"
+            "print('value', s[0].item(), s.sum().item())\n"
+            "print('warned', [x.category.__name__ for x in w], str(w[0].message))\n"
+            "del s\n"
+            "pshmem.init(); t = pshmem.zeros(2); del t; pshmem.finalize()\n"
+            "print('again')\n")
+    assert r.returncode == 0, r.stderr
+    assert "value 7 7" in r.stdout and "again" in r.stdout, r.stdout
+    assert "warned ['ResourceWarning'] 1 tensor(s)" in r.stdout, r.stdout
+
+
 def test_calls_before_init_raise_not_initialized():
     r = one("import pshmem\n"
             "try:\n    pshmem.my_pe()\nexcept pshmem.NotInitialized as e:\n    print('raised', e)\n")

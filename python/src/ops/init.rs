@@ -60,7 +60,29 @@ pub(super) fn finalize(py: Python<'_>) -> PyResult<()> {
         .unwrap_or_else(|p| p.into_inner())
         .take()
         .ok_or_else(|| errors::NotInitialized::new_err("pshmem is not initialized"))?;
-    py.detach(|| s.finalize()).map_err(to_py)
+    let r = py.detach(|| s.finalize());
+    release(py, s)?;
+    r.map_err(to_py)
+}
+
+/// Drops this PE's runtime, unless tensors still view its heaps: then the runtime (its heaps'
+/// memory with it) is kept until the process ends, with a warning, so that such a tensor reads
+/// its last values instead of faulting on memory gone (host) or freed (GPU).
+fn release(py: Python<'_>, s: std::sync::Arc<pshmem::Pshmem>) -> PyResult<()> {
+    let live = crate::dlpack::live();
+    if live == 0 {
+        py.detach(move || drop(s));
+        return Ok(());
+    }
+    std::mem::forget(s);
+    let msg = format!(
+        "{live} tensor(s) on the symmetric heaps outlive finalize: the heaps stay mapped (not \
+         freed) until the process ends; such tensors keep their last values, and no PE sees \
+         their writes. Delete them before finalize to free the memory."
+    );
+    let msg = std::ffi::CString::new(msg).expect("no NUL");
+    let category = py.get_type::<pyo3::exceptions::PyResourceWarning>();
+    PyErr::warn(py, &category, &msg, 1)
 }
 
 /// Leaves the job alone (not collective): what the package does at interpreter exit when the
@@ -70,7 +92,9 @@ pub(super) fn leave(py: Python<'_>) -> PyResult<()> {
     let Some(s) = STATE.write().unwrap_or_else(|p| p.into_inner()).take() else {
         return Ok(());
     };
-    py.detach(|| s.leave()).map_err(to_py)
+    let r = py.detach(|| s.leave());
+    release(py, s)?;
+    r.map_err(to_py)
 }
 
 #[pyfunction]
