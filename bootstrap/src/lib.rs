@@ -346,6 +346,7 @@ impl Bootstrap {
     /// Leaves the job in order: a barrier, then goodbyes, so that no rank mistakes the others'
     /// exit for a death.
     pub fn finalize(mut self) -> Result<()> {
+        self.close_listener();
         let res = self.barrier();
         self.goodbye(res.is_ok().then_some(Bytes::new()));
         res
@@ -355,7 +356,25 @@ impl Bootstrap {
     /// then closes. For a process that ends without `finalize`: the others see it leave, not
     /// die, and a collective that waits for it fails at once naming it.
     pub fn leave(mut self) {
+        self.close_listener();
         self.goodbye(Some(Bytes::from_static(net::GOODBYE_ALONE)));
+    }
+
+    /// Rank 0: closes the job's listener before the last barrier, so that no rank, once out of
+    /// finalize, can reach it: a rank that initializes again at once (the same address) must
+    /// find the next job's listener, not be taken by this one for a rank joining twice.
+    fn close_listener(&self) {
+        let acceptor = self
+            .shared
+            .acceptor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let (Some(h), Some(rt)) = (acceptor, &self.rt) {
+            h.abort();
+            // Dropping the aborted task's future drops the listener: wait until it has.
+            let _ = rt.block_on(h);
+        }
     }
 
     /// Sends goodbyes (`say`: their payload, empty after finalize's barrier), closes every

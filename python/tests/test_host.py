@@ -184,6 +184,15 @@ def test_a_tensor_read_after_finalize_keeps_its_values_with_a_warning():
     assert "warned ['ResourceWarning'] 1 tensor(s)" in r.stdout, r.stdout
 
 
+def test_init_again_after_finalize():
+    # Before: the second init failed with "rank 1 joined twice" (rank 0's old listener).
+    r = job(2, "-c", "import pshmem\n"
+                     "for i in range(3):\n"
+                     "    pshmem.init(); pshmem.barrier(); pshmem.finalize()\n"
+                     "print('rounds done')\n", timeout=60)
+    assert r.stdout.count("rounds done") == 2, r.stdout
+
+
 def test_calls_before_init_raise_not_initialized():
     r = one("import pshmem\n"
             "try:\n    pshmem.my_pe()\nexcept pshmem.NotInitialized as e:\n    print('raised', e)\n")

@@ -189,3 +189,19 @@ fn a_rank_initialised_in_a_thread_dies_with_its_launcher() {
     let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
     assert!(!survived, "the rank (pid {pid}) outlived its launcher");
 }
+
+/// Every rank finalizes and joins again at once, in the same process, at the same address:
+/// before, a rank out of finalize first reached rank 0's old listener, which took its hello for
+/// the rank joining twice and aborted the job.
+#[test]
+fn a_job_joins_again_at_once_after_finalize() {
+    for _ in 0..3 {
+        let res = JobSpec::new(BIN, 4, &["bs-reinit"])
+            .timeout(Duration::from_secs(60))
+            .launch()
+            .wait();
+        pshmem_tests::assert_all_ok(&res);
+        let rounds: usize = res.iter().map(|r| r.fields("OK reinit").len()).sum();
+        assert_eq!(rounds, 8, "{res:?}");
+    }
+}

@@ -332,6 +332,7 @@ pub(crate) async fn root_join(
     // job (a launcher that started one twice, a restarted rank) is refused and the job aborted,
     // rather than one of the two silently running on as that rank.
     tokio::spawn(join_guard(shared.clone(), rx, froms, n, secret));
+    *shared.acceptor.lock().unwrap_or_else(|p| p.into_inner()) = Some(acceptor);
     Ok(world)
 }
 

@@ -104,6 +104,8 @@ pub(crate) struct Shared {
     pub cv: Condvar,
     /// Senders to each peer's writer task (rank 0: all others; others: rank 0 only).
     pub peers: Mutex<Vec<Option<mpsc::UnboundedSender<Out>>>>,
+    /// Rank 0: the acceptor of the job's listener (for the job's life, see `root_join`).
+    pub acceptor: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -129,6 +131,7 @@ impl Shared {
             state: Mutex::new(state),
             cv: Condvar::new(),
             peers: Mutex::new(vec![None; n]),
+            acceptor: Mutex::new(None),
         }
     }
 

@@ -217,6 +217,28 @@ fn secret_pipe(secret: u64) -> Result<std::os::fd::OwnedFd, String> {
     Ok(r)
 }
 
+/// What a rank's process does between fork and exec: keep the secret's pipe `secret_fd`
+/// (close-on-exec in pshmrun, the one descriptor the rank inherits) and die with pshmrun
+/// (`me`), even if pshmrun is killed by SIGKILL; if pshmrun died before, exit at once.
+fn child_hook(cmd: &mut Command, me: u32, secret_fd: std::os::fd::RawFd) {
+    // SAFETY: the hook runs in the child between fork and exec and calls only fcntl, prctl and
+    // getppid, all async-signal-safe; it allocates nothing and takes no lock. `secret_fd` is
+    // open until after the spawn (the caller drops it then).
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::fcntl::fcntl(
+                std::os::fd::BorrowedFd::borrow_raw(secret_fd),
+                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+            )?;
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            if nix::unistd::getppid().as_raw() as u32 != me {
+                return Err(std::io::Error::other("pshmrun is gone"));
+            }
+            Ok(())
+        });
+    }
+}
+
 fn start(args: &Args, port: u16, secret: u64) -> Result<Ranks, String> {
     let n = args.n as usize;
     let hosts = (args.hosts as usize).min(n);
@@ -280,26 +302,7 @@ fn start(args: &Args, port: u16, secret: u64) -> Result<Ranks, String> {
                 std::env::var(env::CUDA_MODULE_LOADING).unwrap_or_else(|_| "EAGER".into()),
             );
         }
-        // SAFETY: the hook runs in the child between fork and exec and calls only prctl,
-        // getppid and fcntl, all async-signal-safe; it allocates nothing and takes no lock.
-        // `secret_fd` is open until after the spawn (dropped below).
-        unsafe {
-            cmd.pre_exec(move || {
-                // The secret's pipe, close-on-exec in pshmrun, is the one descriptor the rank
-                // inherits.
-                nix::fcntl::fcntl(
-                    std::os::fd::BorrowedFd::borrow_raw(secret_fd),
-                    nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
-                )?;
-                // Killed with pshmrun, even if pshmrun is killed by SIGKILL; and if pshmrun died
-                // between fork and here, exit now.
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-                if nix::unistd::getppid().as_raw() as u32 != me {
-                    return Err(std::io::Error::other("pshmrun is gone"));
-                }
-                Ok(())
-            });
-        }
+        child_hook(&mut cmd, me, secret_fd);
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {:?} for rank {rank}: {e}", args.command[0]))?;

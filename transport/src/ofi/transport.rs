@@ -19,6 +19,31 @@ fn access_all() -> u64 {
     bits!(FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)
 }
 
+/// Registers `src` on `rail` for remote access under a fresh random key, drawn again while
+/// the domain has it already (p ≈ n·2^-64).
+///
+/// # Safety
+/// The memory must stay valid for as long as the registration lives.
+unsafe fn reg_fresh_key(rail: &super::Rail, src: MrSource) -> Result<Mr> {
+    let mut tries = 0;
+    loop {
+        // SAFETY: the caller keeps the memory valid while registered.
+        let r = unsafe {
+            Mr::reg(
+                &rail.domain,
+                src,
+                access_all(),
+                rail.keys.draw(),
+                rail.ep_bind.then_some(&rail.ep),
+            )
+        };
+        match r {
+            Err(TransportError::Ofi { code, .. }) if code == KEY_TAKEN && tries < 3 => tries += 1,
+            r => return r,
+        }
+    }
+}
+
 impl Transport for OfiTransport {
     fn caps(&self) -> &Caps {
         &self.caps
@@ -136,7 +161,7 @@ impl Transport for OfiTransport {
                 fabric::runtime_version()
             );
         }
-        for rail in &mut self.rails {
+        for rail in &self.rails {
             let src = match mem.kind {
                 MemKind::Cuda {
                     device,
@@ -156,27 +181,8 @@ impl Transport for OfiTransport {
                     device,
                 },
             };
-            // A random key may be taken already in this domain (p ≈ n·2^-64): draw again.
-            let mut tries = 0;
-            let mr = loop {
-                // SAFETY: the caller keeps the memory valid while registered.
-                let r = unsafe {
-                    Mr::reg(
-                        &rail.domain,
-                        src,
-                        access_all(),
-                        rail.keys.draw(),
-                        rail.ep_bind.then_some(&rail.ep),
-                    )
-                };
-                match r {
-                    Err(TransportError::Ofi { code, .. }) if code == KEY_TAKEN && tries < 3 => {
-                        tries += 1
-                    }
-                    r => break r?,
-                }
-            };
-            mrs.push(mr);
+            // SAFETY: the caller keeps the memory valid while registered.
+            mrs.push(unsafe { reg_fresh_key(rail, src)? });
         }
         let region = Region {
             ptr: mem.ptr,

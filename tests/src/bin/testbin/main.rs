@@ -9,6 +9,7 @@ use std::{
 
 use clap::{Parser, Subcommand};
 
+mod alone;
 mod by_addr;
 mod coll;
 mod flood;
@@ -118,6 +119,8 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         hold_ms: u64,
     },
+    /// Join, barrier, finalize, then all again at once in the same process.
+    BsReinit,
     /// Rank 0 calls allgather while the others call barrier.
     BsMismatch,
     /// Join through a unique id passed in a file.
@@ -390,28 +393,8 @@ fn main() -> ExitCode {
             .expect("planting a region file");
     }
     let cli = Cli::parse();
-    if let Cmd::HeapSnoop { seconds, stop_file } = &cli.cmd {
-        return snoop::run(*seconds, stop_file);
-    }
-    if let Cmd::BsThreadInit { hold_ms } = &cli.cmd {
-        let bs = match std::thread::spawn(Bootstrap::from_env).join() {
-            Ok(Ok(bs)) => bs,
-            Ok(Err(e)) => return report(&e),
-            Err(_) => panic!("the init thread panicked"),
-        };
-        println!("PID={}", std::process::id());
-        std::thread::sleep(Duration::from_millis(*hold_ms));
-        drop(bs);
-        return ExitCode::SUCCESS;
-    }
-    if let Cmd::BsFlood {
-        addr,
-        seconds,
-        keep,
-        probes,
-    } = &cli.cmd
-    {
-        return flood::run(addr, *seconds, *keep, *probes);
+    if let Some(code) = alone::run(&cli.cmd) {
+        return code;
     }
     let bs = match &cli.cmd {
         Cmd::BsUid { file } => uid_init(file),
@@ -531,25 +514,6 @@ fn main() -> ExitCode {
                 return report(&e);
             }
         }
-        Cmd::TpRma { .. }
-        | Cmd::TpData { .. }
-        | Cmd::TpSend { .. }
-        | Cmd::TpOob { .. }
-        | Cmd::TpGuess { .. }
-        | Cmd::TpKill { .. }
-        | Cmd::TpReorder { .. } => {}
-        Cmd::RtOps { .. }
-        | Cmd::RtErrors
-        | Cmd::RtByAddr
-        | Cmd::RtColl { .. }
-        | Cmd::RtMismatch { .. }
-        | Cmd::RtKill { .. }
-        | Cmd::RtLate { .. }
-        | Cmd::RtUnordered { .. }
-        | Cmd::RtTrace { .. }
-        | Cmd::HeapSnoop { .. }
-        | Cmd::BsFlood { .. }
-        | Cmd::BsThreadInit { .. } => unreachable!("dispatched above"),
         Cmd::BsInit { hold_ms } => {
             if let Err(f) = collectives(&bs, &[0, 100]) {
                 return f.report();
@@ -561,6 +525,9 @@ fn main() -> ExitCode {
                 return f.report();
             }
         }
+        // The transport scenarios ran above (`tp`); the runtime's and the commands without
+        // this bootstrap were dispatched before.
+        _ => {}
     }
     if let Err(e) = bs.finalize() {
         return report(&e);

@@ -1,0 +1,52 @@
+//! Commands that run without the testbin's one bootstrap of the job: the heap snoop and the
+//! bootstrap flood (outsiders), a join from a thread that ends, and a job joined twice in turn.
+
+use std::{process::ExitCode, time::Duration};
+
+use pshmem_bootstrap::Bootstrap;
+
+use crate::{Cmd, flood, report, snoop};
+
+/// Runs `cmd` if it is one of these.
+pub fn run(cmd: &Cmd) -> Option<ExitCode> {
+    Some(match cmd {
+        Cmd::HeapSnoop { seconds, stop_file } => snoop::run(*seconds, stop_file),
+        Cmd::BsFlood {
+            addr,
+            seconds,
+            keep,
+            probes,
+        } => flood::run(addr, *seconds, *keep, *probes),
+        Cmd::BsThreadInit { hold_ms } => thread_init(*hold_ms),
+        Cmd::BsReinit => reinit(),
+        _ => return None,
+    })
+}
+
+fn thread_init(hold_ms: u64) -> ExitCode {
+    let bs = match std::thread::spawn(Bootstrap::from_env).join() {
+        Ok(Ok(bs)) => bs,
+        Ok(Err(e)) => return report(&e),
+        Err(_) => panic!("the init thread panicked"),
+    };
+    println!("PID={}", std::process::id());
+    std::thread::sleep(Duration::from_millis(hold_ms));
+    drop(bs);
+    ExitCode::SUCCESS
+}
+
+/// Two jobs in turn in one process, the second joined as soon as the first is finalized (the
+/// same address: rank 0 must not take a rank's second hello for a rank joining twice).
+fn reinit() -> ExitCode {
+    for round in 0..2 {
+        let bs = match Bootstrap::from_env() {
+            Ok(b) => b,
+            Err(e) => return report(&e),
+        };
+        if let Err(e) = bs.barrier().and_then(|()| bs.finalize()) {
+            return report(&e);
+        }
+        println!("OK reinit round={round}");
+    }
+    ExitCode::SUCCESS
+}
