@@ -1,7 +1,7 @@
 //! The step under every byte collective: each rank's contribution goes to rank 0, which checks
 //! that all called the same collective at the same step, combines them and answers each rank.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -10,6 +10,10 @@ use crate::{
     frame::{CollOp, CollTag, Kind, Reader, Writer},
     net::Failure,
 };
+
+/// How much longer than rank 0 a rank waits in a collective: time for rank 0's verdict on a
+/// straggler to arrive.
+const VERDICT_GRACE: Duration = Duration::from_secs(2);
 
 impl Bootstrap {
     /// Runs one collective step. Every rank sends its contribution to rank 0; rank 0 checks that
@@ -137,8 +141,16 @@ impl Bootstrap {
         Ok(mine)
     }
 
-    /// Waits for the next message from `peer`, failing on job failure or at `deadline`.
+    /// Waits for the next message from `peer`, failing on job failure or at `deadline`. Rank 0,
+    /// at its deadline, aborts the job naming the ranks it waited for (the stragglers); the
+    /// others wait [`VERDICT_GRACE`] longer for that verdict, so that they name the straggler
+    /// too rather than rank 0, their relay (a rank 0 that never came is still named).
     fn wait_from(&self, peer: usize, deadline: Instant, op: &str) -> Result<Vec<u8>> {
+        let deadline = if self.rank() == 0 {
+            deadline
+        } else {
+            deadline + VERDICT_GRACE
+        };
         let mut st = self.shared.lock();
         loop {
             // A message that arrived whole before a failure is still delivered: a root that
@@ -158,12 +170,23 @@ impl Bootstrap {
                 } else {
                     vec![0]
                 };
-                return Err(BootstrapError::Timeout {
+                let err = BootstrapError::Timeout {
                     rank: self.rank(),
                     op: op.into(),
                     waited: self.cfg.op_timeout,
-                    waiting_for,
-                });
+                    waiting_for: waiting_for.clone(),
+                };
+                if self.rank() == 0 {
+                    drop(st);
+                    self.shared.fail(Failure::Aborted {
+                        reason: format!(
+                            "ranks {waiting_for:?} did not reach {op} within {:?} \
+                             (PSHMEM_BOOTSTRAP_OP_TIMEOUT; rank 0 waited for them)",
+                            self.cfg.op_timeout
+                        ),
+                    });
+                }
+                return Err(err);
             }
             st = self
                 .shared

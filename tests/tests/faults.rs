@@ -205,3 +205,26 @@ fn a_job_joins_again_at_once_after_finalize() {
         assert_eq!(rounds, 8, "{res:?}");
     }
 }
+
+/// Rank 2 reaches a barrier past the op timeout: every rank names rank 2, none its relay,
+/// rank 0 (before, ranks 1 and 2 said they waited for rank 0).
+#[test]
+fn a_straggler_is_named_by_every_rank() {
+    let res = JobSpec::new(BIN, 4, &["bs-straggler", "--rank", "2", "--ms", "6000"])
+        .env("PSHMEM_BOOTSTRAP_OP_TIMEOUT", 2)
+        .timeout(Duration::from_secs(60))
+        .launch()
+        .wait();
+    for r in &res {
+        let err = r.fields("ERR");
+        let msg = err
+            .first()
+            .map(|f| f["msg"].clone())
+            .unwrap_or_else(|| panic!("rank {} printed no ERR line:\n{r}", r.rank));
+        assert!(
+            msg.contains("[2]") && !msg.contains("[0]"),
+            "rank {} does not name the straggler alone: {msg}",
+            r.rank
+        );
+    }
+}

@@ -1,5 +1,6 @@
 //! Commands that run without the testbin's one bootstrap of the job: the heap snoop and the
-//! bootstrap flood (outsiders), a join from a thread that ends, and a job joined twice in turn.
+//! bootstrap flood (outsiders), a join from a thread that ends, a job joined twice in turn, and
+//! a straggler.
 
 use std::{process::ExitCode, time::Duration};
 
@@ -19,6 +20,7 @@ pub fn run(cmd: &Cmd) -> Option<ExitCode> {
         } => flood::run(addr, *seconds, *keep, *probes),
         Cmd::BsThreadInit { hold_ms } => thread_init(*hold_ms),
         Cmd::BsReinit => reinit(),
+        Cmd::BsStraggler { rank, ms } => straggler(*rank, *ms),
         _ => return None,
     })
 }
@@ -49,4 +51,23 @@ fn reinit() -> ExitCode {
         println!("OK reinit round={round}");
     }
     ExitCode::SUCCESS
+}
+
+/// Rank `late` reaches the second barrier `ms` late: past the op timeout, every rank must name
+/// it (the error is printed as an ERR line).
+fn straggler(late: usize, ms: u64) -> ExitCode {
+    let bs = match Bootstrap::from_env() {
+        Ok(b) => b,
+        Err(e) => return report(&e),
+    };
+    if let Err(e) = bs.barrier() {
+        return report(&e);
+    }
+    if bs.rank() == late {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    match bs.barrier() {
+        Err(e) => report(&e),
+        Ok(()) => ExitCode::SUCCESS,
+    }
 }

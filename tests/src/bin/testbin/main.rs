@@ -121,6 +121,13 @@ enum Cmd {
     },
     /// Join, barrier, finalize, then all again at once in the same process.
     BsReinit,
+    /// Join and barrier; rank `rank` then sleeps `ms` before the next barrier.
+    BsStraggler {
+        #[arg(long)]
+        rank: usize,
+        #[arg(long)]
+        ms: u64,
+    },
     /// Rank 0 calls allgather while the others call barrier.
     BsMismatch,
     /// Join through a unique id passed in a file.
