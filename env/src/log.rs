@@ -10,13 +10,23 @@
 pub fn init_logging() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let filter = tracing_subscriber::EnvFilter::try_new(crate::LOG.value())
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        let wanted = crate::LOG.value();
+        let (filter, refused) = match tracing_subscriber::EnvFilter::try_new(&wanted) {
+            Ok(f) => (f, None),
+            Err(e) => (tracing_subscriber::EnvFilter::new("warn"), Some(e)),
+        };
         let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_ansi(ansi)
             .with_writer(std::io::stderr)
             .try_init();
+        if let Some(e) = refused {
+            // Logging cannot stop the program: say so, once, on standard error.
+            eprintln!(
+                "pshmem: warning: {}={wanted:?} is not a log filter ({e}); logging warnings only",
+                crate::LOG.name
+            );
+        }
     });
 }

@@ -127,6 +127,35 @@ fn size(var: &env::EnvVar) -> Result<usize, EnvError> {
     env::parse_size(&v).ok_or_else(|| var.bad(&v, "a byte count such as 1G"))
 }
 
+/// `PSHMEM_TOPOLOGY_XML`: a file that must exist (a name that does not is refused, rather than
+/// a placement that silently falls back; `pshmem-info` only warns).
+fn topology_file() -> Result<Option<String>, EnvError> {
+    match env::TOPOLOGY_XML.raw() {
+        Some(p) if !std::path::Path::new(&p).is_file() => {
+            Err(env::TOPOLOGY_XML.bad(&p, "no such file (an hwloc XML topology)"))
+        }
+        p => Ok(p),
+    }
+}
+
+/// `PSHMEM_TRACE`: a path prefix whose folder must exist (checked now, not when the traces are
+/// written at the end of the job).
+fn trace_prefix() -> Result<Option<std::path::PathBuf>, EnvError> {
+    let v = env::TRACE.value();
+    if v.is_empty() {
+        return Ok(None);
+    }
+    let p = std::path::PathBuf::from(&v);
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    if !dir.is_dir() {
+        return Err(env::TRACE.bad(&v, &format!("no folder {}", dir.display())));
+    }
+    Ok(Some(p))
+}
+
 impl Config {
     /// From the environment.
     pub fn from_env() -> Result<Self, EnvError> {
@@ -154,9 +183,7 @@ impl Config {
             max_inflight: env::PROXY_MAX_INFLIGHT.usize()?.max(1),
             max_inflight_per_pe: env::PROXY_MAX_INFLIGHT_PER_PE.usize()?.max(1),
             strong_signals: env::STRONG_SIGNALS.bool()?,
-            trace: Some(env::TRACE.value())
-                .filter(|p| !p.is_empty())
-                .map(std::path::PathBuf::from),
+            trace: trace_prefix()?,
         };
         Ok(Self {
             heap_size,
@@ -169,7 +196,7 @@ impl Config {
             proxy,
             max_teams: env::MAX_TEAMS.usize()?,
             transport: TransportConfig::from_env()?,
-            topology_xml: env::TOPOLOGY_XML.raw(),
+            topology_xml: topology_file()?,
             emulate: Emulate::from_env()?,
             gpu: GpuConfig::from_env()?,
         })

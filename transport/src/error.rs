@@ -33,7 +33,9 @@ pub enum TransportError {
         text: String,
     },
     /// No provider matched.
-    #[error("no libfabric provider {wanted}: {reason}")]
+    #[error(
+        "no libfabric provider {wanted} (PSHMEM_PROVIDER; pshmem-info lists those here): {reason}"
+    )]
     NoProvider {
         /// What was asked for.
         wanted: String,
