@@ -183,3 +183,53 @@ fn other_users_bootstrap_connections_are_closed_at_once() {
         "another user's connections were not all closed at once: {line}"
     );
 }
+
+/// The short form of `scripts/attack.sh`: another user's process (uid 65534) attacks two tcp
+/// jobs and two jobs on the simulated fabric while they run and verify their bytes: guessed
+/// registration keys on every libfabric endpoint, reads on every simulated NIC without the
+/// token, hellos with a wrong secret on every bootstrap port. It gets nothing; the jobs pass.
+#[test]
+fn another_users_attacks_on_running_jobs_get_nothing() {
+    if !nix::unistd::getuid().is_root() {
+        pshmem_tests::skipped(
+            "security another_users_attacks_on_running_jobs_get_nothing",
+            "the suite does not run as root (setpriv needs it); scripts/attack.sh is the long form",
+        );
+        return;
+    }
+    let (bin, dir) = shared_copy();
+    let stop = dir.join("stop");
+    let attacker = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args(["attack", "--seconds", "300", "--stop-file"])
+        .arg(&stop)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the attacker");
+    for provider in ["tcp", "tcp", "sim", "sim"] {
+        let res = JobSpec::new(BIN, 2, &["rt-ops", "--sizes", "8,4096", "--rounds", "300"])
+            .env("PSHMEM_PROVIDER", provider)
+            .env("PSHMEM_DISABLE_P2P", 1)
+            .timeout(Duration::from_secs(120))
+            .launch()
+            .wait();
+        assert_all_ok(&res);
+    }
+    std::fs::write(&stop, b"").unwrap();
+    let out = attacker.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("ATTACK")).unwrap_or("");
+    println!("{line}");
+    let field = |k: &str| flood_field(line, k);
+    assert!(
+        field("tcp_attempts=") > 0 && field("sim_attempts=") > 0 && field("bs_attempts=") > 0,
+        "{line}"
+    );
+    assert_eq!(
+        field("tcp_got=") + field("sim_got=") + field("bs_got="),
+        0,
+        "{line}"
+    );
+}

@@ -1,17 +1,18 @@
-//! Commands that run without the testbin's one bootstrap of the job: the heap snoop and the
-//! bootstrap flood (outsiders), a join from a thread that ends, a job joined twice in turn, and
+//! Commands that run without the testbin's one bootstrap of the job: the heap snoop, the
+//! attack and the bootstrap flood (outsiders), a join from a thread that ends, a job joined twice in turn, and
 //! a straggler.
 
 use std::{process::ExitCode, time::Duration};
 
 use pshmem_bootstrap::Bootstrap;
 
-use crate::{Cmd, flood, report, snoop};
+use crate::{Cmd, attack, flood, report, snoop};
 
 /// Runs `cmd` if it is one of these.
 pub fn run(cmd: &Cmd) -> Option<ExitCode> {
     Some(match cmd {
         Cmd::HeapSnoop { seconds, stop_file } => snoop::run(*seconds, stop_file),
+        Cmd::Attack { seconds, stop_file } => attack::run(*seconds, stop_file),
         Cmd::BsFlood {
             addr,
             seconds,

@@ -10,6 +10,7 @@ use std::{
 use clap::{Parser, Subcommand};
 
 mod alone;
+mod attack;
 mod by_addr;
 mod coll;
 mod flood;
@@ -121,6 +122,14 @@ enum Cmd {
     },
     /// Join, barrier, finalize, then all again at once in the same process.
     BsReinit,
+    /// A hostile local program against every job it finds (no bootstrap of its own).
+    Attack {
+        #[arg(long, default_value_t = 60.0)]
+        seconds: f64,
+        /// Stops when this file exists.
+        #[arg(long)]
+        stop_file: std::path::PathBuf,
+    },
     /// Join and barrier; rank `rank` then sleeps `ms` before the next barrier.
     BsStraggler {
         #[arg(long)]
