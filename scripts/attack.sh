@@ -40,7 +40,7 @@ for path in tcp sim; do
   wait "$apid" || true
   line="$(grep '^ATTACK' "$DIR/$path.out" || echo 'ATTACK none')"
   echo "$path: $ok/$JOBS jobs passed; $line"
-  f() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<< "$line"; }
+  f() { local v; v="$(sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<< "$line")"; echo "${v:-0}"; }
   att=$([ "$path" = tcp ] && f tcp_attempts || f sim_attempts)
   got=$(( $(f tcp_got) + $(f sim_got) + $(f bs_got) ))
   [ "$ok" = "$JOBS" ] && [ "${att:-0}" -gt 0 ] && [ "$got" = 0 ] || fail=1

@@ -170,10 +170,15 @@ impl Bootstrap {
                 } else {
                     vec![0]
                 };
+                let grace = if self.rank() == 0 {
+                    Duration::ZERO
+                } else {
+                    VERDICT_GRACE
+                };
                 let err = BootstrapError::Timeout {
                     rank: self.rank(),
                     op: op.into(),
-                    waited: self.cfg.op_timeout,
+                    waited: self.cfg.op_timeout + grace,
                     waiting_for: waiting_for.clone(),
                 };
                 if self.rank() == 0 {

@@ -254,15 +254,23 @@ pub(crate) fn root_from_env(world: usize) -> Result<Option<String>> {
 /// would be lost. So a thread of its own sets it, once per process, and lives as long as the
 /// process does.
 fn die_with_launcher() -> Result<()> {
-    static WATCH: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+    /// The process (pid) whose thread holds the signal: a forked child has no such thread.
+    static WATCH: std::sync::Mutex<Option<(u32, std::result::Result<(), String>)>> =
+        std::sync::Mutex::new(None);
     let Some(pid) = env::LAUNCHER_PID.opt_usize()? else {
         return Ok(());
     };
     let gone = |why: &str| BootstrapError::Config(env::LAUNCHER_PID.bad(&pid.to_string(), why));
-    WATCH
-        .get_or_init(parent_death_thread)
-        .as_ref()
-        .map_err(|e| gone(e))?;
+    {
+        let mut w = WATCH.lock().unwrap_or_else(|p| p.into_inner());
+        let me = std::process::id();
+        if w.as_ref().is_none_or(|(p, _)| *p != me) {
+            *w = Some((me, parent_death_thread()));
+        }
+        if let Some((_, Err(e))) = w.as_ref() {
+            return Err(gone(e));
+        }
+    }
     match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None) {
         Err(nix::errno::Errno::ESRCH) => Err(gone(
             "the launcher (pshmrun) is gone: this rank would outlive it",
@@ -318,39 +326,50 @@ fn warn_unauthenticated(addr: &str) {
     });
 }
 
-/// The job secret: read once per process from the pipe `PSHMEM_JOB_SECRET_FD` names (then
-/// closed: a later init of the same process reuses it), else `PSHMEM_JOB_SECRET`, else 0.
+/// The job secret: from the memfd `PSHMEM_JOB_SECRET_FD` names (pshmrun's; read once per
+/// process, then closed: a later init of the same process reuses it), else
+/// `PSHMEM_JOB_SECRET`, else 0. A descriptor that is not open here (a child that closed what
+/// it inherited) yields to `PSHMEM_JOB_SECRET` when that is set.
 fn job_secret() -> Result<u64> {
     static FROM_FD: std::sync::OnceLock<std::result::Result<u64, EnvError>> =
         std::sync::OnceLock::new();
-    match env::JOB_SECRET_FD.opt_usize()? {
-        Some(fd) => FROM_FD
-            .get_or_init(|| secret_from_fd(fd))
-            .clone()
-            .map_err(BootstrapError::Config),
-        None => match env::JOB_SECRET.raw() {
-            Some(v) => parse_secret(&v),
-            None => Ok(0),
-        },
+    let from_env = || match env::JOB_SECRET.raw() {
+        Some(v) => parse_secret(&v),
+        None => Ok(0),
+    };
+    let Some(fd) = env::JOB_SECRET_FD.opt_usize()? else {
+        return from_env();
+    };
+    match FROM_FD.get_or_init(|| secret_from_fd(fd)) {
+        Ok(s) => Ok(*s),
+        Err(_) if env::JOB_SECRET.raw().is_some() => from_env(),
+        Err(e) => Err(BootstrapError::Config(e.clone())),
     }
 }
 
-/// Reads the secret from inherited pipe `fd` (through `/proc/self/fd`) and closes it.
+/// Reads the secret from pshmrun's memfd at descriptor `fd` (through `/proc/self/fd`, which
+/// opens it anew at offset 0) and closes the descriptor. Anything else at that number (a
+/// descriptor the program reused) is refused, not read.
 fn secret_from_fd(fd: usize) -> std::result::Result<u64, EnvError> {
-    use std::os::unix::fs::FileTypeExt;
     let bad = |why: String| env::JOB_SECRET_FD.bad(&fd.to_string(), &why);
     let path = format!("/proc/self/fd/{fd}");
-    let meta = std::fs::metadata(&path).map_err(|e| bad(format!("not an open descriptor: {e}")))?;
-    if !meta.file_type().is_fifo() {
-        return Err(bad("not a pipe".into()));
+    let target = std::fs::read_link(&path).map_err(|e| {
+        bad(format!(
+            "not an open descriptor ({e}); a process started by a rank that closed it can \
+             take the secret from PSHMEM_JOB_SECRET instead"
+        ))
+    })?;
+    if !target
+        .to_string_lossy()
+        .starts_with("/memfd:pshmem-job-secret")
+    {
+        return Err(bad(format!(
+            "{} is not pshmrun's secret (a memfd named pshmem-job-secret)",
+            target.display()
+        )));
     }
     let text = std::fs::read_to_string(&path).map_err(|e| bad(format!("cannot read it: {e}")))?;
     let _ = nix::unistd::close(fd as std::os::fd::RawFd);
-    if text.trim().is_empty() {
-        return Err(bad(
-            "the pipe was empty (another process of this rank read it first?)".into(),
-        ));
-    }
     parse_secret(&text).map_err(|_| bad("expected up to 16 hex digits".into()))
 }
 

@@ -370,10 +370,14 @@ impl Bootstrap {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take();
-        if let (Some(h), Some(rt)) = (acceptor, &self.rt) {
-            h.abort();
-            // Dropping the aborted task's future drops the listener: wait until it has.
-            let _ = rt.block_on(h);
+        let Some(h) = acceptor else { return };
+        h.abort();
+        // Dropping the aborted task's future drops the listener: wait until it has (bounded;
+        // polled, since finalize may run inside the caller's own async context, where
+        // blocking on our runtime would panic).
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !h.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 

@@ -88,13 +88,13 @@ vars! {
     BOOTSTRAP_PORT_OFFSET = ("PSHMEM_BOOTSTRAP_PORT_OFFSET", "1", Kind::Count, between(0.0, 65535.0), "bootstrap",
         "Added to MASTER_PORT when the torchrun variables are used, because torch's own TCPStore listens on MASTER_PORT.");
     JOB_SECRET = ("PSHMEM_JOB_SECRET", "", Kind::Hex, ANY, "bootstrap",
-        "64-bit job secret (hex) that every bootstrap frame carries and the same-host heap exchange authenticates with; connections without it are refused. pshmrun and unique ids make a random one; under torchrun or srun set the same random value on every rank (e.g. export PSHMEM_JOB_SECRET=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')): unset, the job is unauthenticated and says so once.");
+        "64-bit job secret (hex) that every bootstrap frame carries and the same-host heap exchange authenticates with; connections without it are refused. pshmrun (which passes it through PSHMEM_JOB_SECRET_FD instead) and unique ids make a random one; under torchrun or srun set the same random value on every rank (e.g. export PSHMEM_JOB_SECRET=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')): unset, the job is unauthenticated and says so once.");
     JOB_SECRET_FD = ("PSHMEM_JOB_SECRET_FD", "", Kind::Count, between(3.0, 1048575.0), "bootstrap",
-        "An inherited pipe from which a rank reads the job secret (hex) once, at its first init, then closes it; wins over PSHMEM_JOB_SECRET. pshmrun passes the secret this way, so that it is not in /proc/<pid>/environ, which every process of the same user can read.");
+        "Set by pshmrun: an inherited memfd (named pshmem-job-secret) holding the job secret, which a rank reads at its first init and then closes, so that the secret is not in /proc/<pid>/environ, which every process of the same user can read. It wins over PSHMEM_JOB_SECRET, except in a process where the descriptor is not open (one started by a rank that closed it): there PSHMEM_JOB_SECRET is taken if set.");
     BOOTSTRAP_TIMEOUT = ("PSHMEM_BOOTSTRAP_TIMEOUT", "60", Kind::Seconds, between(0.1, 86400.0), "bootstrap",
         "Seconds to wait for every rank to join; the error names the ranks that never arrived.");
     BOOTSTRAP_OP_TIMEOUT = ("PSHMEM_BOOTSTRAP_OP_TIMEOUT", "300", Kind::Seconds, between(0.1, 604800.0), "bootstrap",
-        "Seconds one bootstrap collective may wait for live but slow ranks before failing.");
+        "Seconds one bootstrap collective may wait for live but slow ranks before failing: rank 0 then aborts the job naming them (ranks other than 0 wait 2 s more, for that verdict).");
     HEARTBEAT_MS = ("PSHMEM_BOOTSTRAP_HEARTBEAT_MS", "500", Kind::Millis, between(10.0, 60000.0), "bootstrap",
         "Interval between heartbeats on idle bootstrap connections, in milliseconds.");
     PEER_TIMEOUT_MS = ("PSHMEM_BOOTSTRAP_PEER_TIMEOUT_MS", "4000", Kind::Millis, between(100.0, 3600000.0), "bootstrap",

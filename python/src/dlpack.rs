@@ -2,11 +2,16 @@
 //! symmetric heap becomes a `torch.Tensor` without a copy. The capsule owns only the tensor's
 //! description (shape, strides); the memory stays the heap's, freed by `pshmem.free` (a
 //! collective) or at finalize, never by a consumer's deleter. The descriptions alive are
-//! counted ([`live`]): finalize keeps the heaps mapped while any tensor still views them.
+//! counted per runtime ([`end_runtime`]): finalize keeps the heaps mapped while any tensor
+//! still views them.
 
 use std::{
+    collections::BTreeMap,
     ffi::{CStr, c_void},
-    sync::atomic::{AtomicUsize, Ordering},
+    sync::{
+        Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 use pyo3::{ffi, prelude::*};
@@ -46,10 +51,12 @@ struct Managed {
     deleter: Option<unsafe extern "C" fn(*mut Managed)>,
 }
 
-/// What `manager_ctx` owns: the arrays `shape` and `strides` point into.
+/// What `manager_ctx` owns: the arrays `shape` and `strides` point into, and the runtime the
+/// tensor views.
 struct Dims {
     shape: Vec<i64>,
     strides: Vec<i64>,
+    epoch: u64,
 }
 
 /// `kDLCPU`, `kDLCUDA`.
@@ -58,13 +65,21 @@ pub(crate) const CUDA: i32 = 2;
 
 const NAME: &CStr = c"dltensor";
 
-/// Tensor descriptions made and not yet deleted: tensors (or unconsumed capsules) that view a
-/// heap.
-static LIVE: AtomicUsize = AtomicUsize::new(0);
+/// Which runtime of this process tensors made now view (each finalize starts the next).
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+/// Per runtime, tensor descriptions made and not yet deleted: tensors (or unconsumed capsules)
+/// that view its heaps.
+static LIVE: Mutex<BTreeMap<u64, usize>> = Mutex::new(BTreeMap::new());
 
-/// How many tensors made here still view a heap.
-pub(crate) fn live() -> usize {
-    LIVE.load(Ordering::Acquire)
+fn live_map() -> std::sync::MutexGuard<'static, BTreeMap<u64, usize>> {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How many tensors still view the heaps of the current runtime; the next tensors made belong
+/// to the next runtime (finalize calls this once).
+pub(crate) fn end_runtime() -> usize {
+    let epoch = EPOCH.fetch_add(1, Ordering::AcqRel);
+    live_map().get(&epoch).copied().unwrap_or(0)
 }
 
 /// The managed tensor's deleter: frees the description (the consumer calls it once).
@@ -74,11 +89,17 @@ unsafe extern "C" fn delete(m: *mut Managed) {
     }
     // SAFETY: `m` and its `manager_ctx` were made by `Box::into_raw` in `capsule`, and DLPack
     // consumers call the deleter exactly once.
-    unsafe {
+    let dims = unsafe {
         let m = Box::from_raw(m);
-        drop(Box::from_raw(m.manager_ctx.cast::<Dims>()));
+        Box::from_raw(m.manager_ctx.cast::<Dims>())
+    };
+    let mut live = live_map();
+    if let Some(n) = live.get_mut(&dims.epoch) {
+        *n -= 1;
+        if *n == 0 {
+            live.remove(&dims.epoch);
+        }
     }
-    LIVE.fetch_sub(1, Ordering::AcqRel);
 }
 
 /// The capsule's destructor: frees the tensor when no consumer took it (a consumer renames the
@@ -112,11 +133,13 @@ pub(crate) struct Desc {
 /// # Safety
 /// `d.data` with its shape, strides and element size must lie in memory that stays mapped for
 /// as long as the consumer's tensor lives (a symmetric heap, or a peer's heap mapped until
-/// finalize: finalize keeps them mapped while [`live`] counts a tensor).
+/// finalize: finalize keeps them mapped while [`end_runtime`] counts a tensor).
 pub(crate) unsafe fn capsule(py: Python<'_>, d: Desc) -> PyResult<Bound<'_, PyAny>> {
+    let epoch = EPOCH.load(Ordering::Acquire);
     let mut dims = Box::new(Dims {
         shape: d.shape,
         strides: d.strides,
+        epoch,
     });
     let tensor = Tensor {
         data: d.data as *mut c_void,
@@ -139,7 +162,7 @@ pub(crate) unsafe fn capsule(py: Python<'_>, d: Desc) -> PyResult<Bound<'_, PyAn
         manager_ctx: Box::into_raw(dims).cast(),
         deleter: Some(delete),
     }));
-    LIVE.fetch_add(1, Ordering::AcqRel);
+    *live_map().entry(epoch).or_insert(0) += 1;
     // SAFETY: `m` is a live DLManagedTensor; the destructor frees it unless a consumer took it.
     let cap = unsafe { ffi::PyCapsule_New(m.cast(), NAME.as_ptr(), Some(capsule_destructor)) };
     if cap.is_null() {

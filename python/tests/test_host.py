@@ -193,6 +193,14 @@ def test_init_again_after_finalize():
     assert r.stdout.count("rounds done") == 2, r.stdout
 
 
+def test_a_rank_script_running_two_programs_in_turn():
+    # pshmrun's secret comes through a memfd each program of a rank's script reads anew.
+    prog = f"{PY} -c 'import pshmem; pshmem.init(); pshmem.barrier(); pshmem.finalize(); print(\"prog ok\")'"
+    cmd = [str(PSHMRUN), "-n", "2", "--timeout", "60", "--", "sh", "-c", f"{prog} && {prog}"]
+    r = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0 and r.stdout.count("prog ok") == 4, r.stdout + r.stderr
+
+
 def test_calls_before_init_raise_not_initialized():
     r = one("import pshmem\n"
             "try:\n    pshmem.my_pe()\nexcept pshmem.NotInitialized as e:\n    print('raised', e)\n")

@@ -107,7 +107,7 @@ fn heap_sockets_give_nothing_to_other_users_or_other_jobs() {
 
 /// Floods rank 0's bootstrap port for 8 s with silent connections from `flooder` (a command
 /// prefix: the testbin, or setpriv then the testbin; `probes` of them probes), starting rank 1
-/// two seconds in: rank 1 must join at once, within 2 s (before the fix it waited until the
+/// two seconds in: rank 1 must join at once, within 2.5 s (before the fix it waited until the
 /// flood's pending handshakes expired, 3.4 s here, or never under a faster flood). Returns the
 /// flood's FLOOD line.
 fn flooded_join(flooder: &[&std::ffi::OsStr], probes: usize) -> String {

@@ -447,13 +447,15 @@ fn a_rank_left_stopped_ends_the_job_after_the_peer_timeout() {
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
-/// Each launch makes its own secret, and hands it to a rank through a pipe, not the environment
+/// Each launch makes its own secret, and hands it to a rank through a memfd, not the environment
 /// (which every process of the user can read in `/proc/<pid>/environ`).
 #[test]
 fn every_launch_gets_its_own_secret() {
     let secret = || {
-        let script =
-            "echo S=$(cat /proc/self/fd/$PSHMEM_JOB_SECRET_FD) E=${PSHMEM_JOB_SECRET:-none}";
+        // Read twice, as two programs of one rank's script would.
+        let script = "a=$(cat /proc/self/fd/$PSHMEM_JOB_SECRET_FD); \
+                      b=$(cat /proc/self/fd/$PSHMEM_JOB_SECRET_FD); \
+                      [ \"$a\" = \"$b\" ] && echo S=$a E=${PSHMEM_JOB_SECRET:-none}";
         let (out, _) = pshmrun(&["-n", "1", "--", "sh", "-c", script]);
         let line = text(&out.stdout);
         assert!(

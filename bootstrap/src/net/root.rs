@@ -74,7 +74,7 @@ impl Dropped {
     }
 }
 
-/// Rank 0's acceptor, for the job's whole life: each connection gets a handshake task (at most
+/// Rank 0's acceptor, until finalize: each connection gets a handshake task (at most
 /// `cap` at once, the oldest evicted past that; each bounded by [`HEADER_DEADLINE`] and
 /// [`HANDSHAKE_DEADLINE`]) whose outcome goes to `tx`. A connection from a process of another
 /// user on this machine is closed at once.
@@ -86,7 +86,7 @@ async fn accept_loop(
 ) {
     let mut pending: VecDeque<(tokio::task::JoinHandle<()>, SocketAddr)> = VecDeque::new();
     let mut dropped = Dropped(0);
-    let me = nix::unistd::getuid().as_raw();
+    let me = nix::unistd::geteuid().as_raw();
     loop {
         let (s, from) = match listener.accept().await {
             Ok(c) => c,
@@ -97,8 +97,15 @@ async fn accept_loop(
                 continue;
             }
         };
+        // The kernel's answer is a blocking netlink exchange: off the runtime's workers.
         let here = s.local_addr().ok();
-        if let Some(uid) = here.and_then(|l| crate::peer_uid::local_peer_uid(from, l)) {
+        let owner = tokio::task::spawn_blocking(move || {
+            here.and_then(|l| crate::peer_uid::local_peer_uid(from, l))
+        })
+        .await
+        .ok()
+        .flatten();
+        if let Some(uid) = owner {
             if uid != me {
                 dropped.note(
                     from,
@@ -328,9 +335,10 @@ pub(crate) async fn root_join(
             })?;
         spawn_peer(shared, rank, stream, cfg);
     }
-    // The listener stays open for the job's life: a process that claims a rank of the running
-    // job (a launcher that started one twice, a restarted rank) is refused and the job aborted,
-    // rather than one of the two silently running on as that rank.
+    // The listener stays open until finalize (`Bootstrap::close_listener`): a process that
+    // claims a rank of the running job (a launcher that started one twice, a restarted rank)
+    // is refused and the job aborted, rather than one of the two silently running on as that
+    // rank.
     tokio::spawn(join_guard(shared.clone(), rx, froms, n, secret));
     *shared.acceptor.lock().unwrap_or_else(|p| p.into_inner()) = Some(acceptor);
     Ok(world)

@@ -61,15 +61,16 @@ pub(super) fn finalize(py: Python<'_>) -> PyResult<()> {
         .take()
         .ok_or_else(|| errors::NotInitialized::new_err("pshmem is not initialized"))?;
     let r = py.detach(|| s.finalize());
-    release(py, s)?;
-    r.map_err(to_py)
+    let warned = release(py, s);
+    r.map_err(to_py)?;
+    warned
 }
 
 /// Drops this PE's runtime, unless tensors still view its heaps: then the runtime (its heaps'
 /// memory with it) is kept until the process ends, with a warning, so that such a tensor reads
 /// its last values instead of faulting on memory gone (host) or freed (GPU).
 fn release(py: Python<'_>, s: std::sync::Arc<pshmem::Pshmem>) -> PyResult<()> {
-    let live = crate::dlpack::live();
+    let live = crate::dlpack::end_runtime();
     if live == 0 {
         py.detach(move || drop(s));
         return Ok(());
@@ -93,8 +94,9 @@ pub(super) fn leave(py: Python<'_>) -> PyResult<()> {
         return Ok(());
     };
     let r = py.detach(|| s.leave());
-    release(py, s)?;
-    r.map_err(to_py)
+    let warned = release(py, s);
+    r.map_err(to_py)?;
+    warned
 }
 
 #[pyfunction]

@@ -45,7 +45,7 @@ use pshmem_env as env;
     name = "pshmrun",
     about = "Launch N local processes of a proxyshmem job",
     after_help = "Each rank gets PSHMEM_RANK, PSHMEM_WORLD_SIZE, PSHMEM_LOCAL_RANK, PSHMEM_LOCAL_SIZE, \
-                  PSHMEM_BOOTSTRAP_ADDR and a random job secret through an inherited pipe \
+                  PSHMEM_BOOTSTRAP_ADDR and a random job secret through an inherited memfd \
                   (PSHMEM_JOB_SECRET_FD)."
 )]
 struct Args {
@@ -205,25 +205,43 @@ struct Ranks {
     events: mpsc::Receiver<Event>,
 }
 
-/// A pipe holding the job secret for one rank to read (`PSHMEM_JOB_SECRET_FD`): its read end
-/// (close-on-exec here; the rank's start clears that), the write end written and closed. Not
-/// the environment: every process of the user can read `/proc/<pid>/environ`.
-fn secret_pipe(secret: u64) -> Result<std::os::fd::OwnedFd, String> {
-    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| format!("cannot make the job secret's pipe: {e}"))?;
-    std::fs::File::from(w)
-        .write_all(format!("{secret:016x}").as_bytes())
-        .map_err(|e| format!("cannot write the job secret's pipe: {e}"))?;
-    Ok(r)
+/// The job secret in a sealed memfd named [`SECRET_MEMFD`] (`PSHMEM_JOB_SECRET_FD`): its
+/// descriptor, close-on-exec here (each rank's start clears that). Not the environment: every
+/// process of the user can read `/proc/<pid>/environ`, while a rank closes the descriptor once
+/// it has read it. A memfd, not a pipe: every process the rank's command starts in turn (a
+/// script running two programs) reads it whole again.
+fn secret_memfd(secret: u64) -> Result<std::os::fd::OwnedFd, String> {
+    use nix::{
+        fcntl::{FcntlArg, SealFlag, fcntl},
+        sys::memfd::{MFdFlags, memfd_create},
+    };
+    let why = |e: nix::Error| format!("cannot make the job secret's memfd: {e}");
+    let fd = memfd_create(
+        SECRET_MEMFD,
+        MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+    )
+    .map_err(why)?;
+    let mut f = std::fs::File::from(fd);
+    f.write_all(format!("{secret:016x}").as_bytes())
+        .map_err(|e| format!("cannot write the job secret's memfd: {e}"))?;
+    let seals = SealFlag::F_SEAL_WRITE
+        | SealFlag::F_SEAL_GROW
+        | SealFlag::F_SEAL_SHRINK
+        | SealFlag::F_SEAL_SEAL;
+    fcntl(&f, FcntlArg::F_ADD_SEALS(seals)).map_err(why)?;
+    Ok(f.into())
 }
 
-/// What a rank's process does between fork and exec: keep the secret's pipe `secret_fd`
+/// The memfd's name (`/memfd:pshmem-job-secret` in `/proc/<pid>/fd`), which a rank checks.
+const SECRET_MEMFD: &std::ffi::CStr = c"pshmem-job-secret";
+
+/// What a rank's process does between fork and exec: keep the secret's memfd `secret_fd`
 /// (close-on-exec in pshmrun, the one descriptor the rank inherits) and die with pshmrun
 /// (`me`), even if pshmrun is killed by SIGKILL; if pshmrun died before, exit at once.
 fn child_hook(cmd: &mut Command, me: u32, secret_fd: std::os::fd::RawFd) {
     // SAFETY: the hook runs in the child between fork and exec and calls only fcntl, prctl and
     // getppid, all async-signal-safe; it allocates nothing and takes no lock. `secret_fd` is
-    // open until after the spawn (the caller drops it then).
+    // open until every rank is spawned (`start` drops it then).
     unsafe {
         cmd.pre_exec(move || {
             nix::fcntl::fcntl(
@@ -263,10 +281,9 @@ fn start(args: &Args, port: u16, secret: u64) -> Result<Ranks, String> {
         pumps: Vec::new(),
         events,
     };
+    let secret_fd = secret_memfd(secret)?;
     for rank in 0..n {
         let host = rank / per_host;
-        let secret_pipe = secret_pipe(secret)?;
-        let secret_fd = secret_pipe.as_raw_fd();
         let mut cmd = Command::new(&args.command[0]);
         cmd.args(&args.command[1..])
             .env(env::RANK.name, rank.to_string())
@@ -277,7 +294,7 @@ fn start(args: &Args, port: u16, secret: u64) -> Result<Ranks, String> {
                 per_host.min(n - host * per_host).to_string(),
             )
             .env(env::BOOTSTRAP_ADDR.name, format!("127.0.0.1:{port}"))
-            .env(env::JOB_SECRET_FD.name, secret_fd.to_string())
+            .env(env::JOB_SECRET_FD.name, secret_fd.as_raw_fd().to_string())
             .env(env::LAUNCHER_PID.name, me.to_string())
             // EFA: let the NIC reach GPU memory (libfabric's efa provider; others ignore it).
             .env(
@@ -302,11 +319,10 @@ fn start(args: &Args, port: u16, secret: u64) -> Result<Ranks, String> {
                 std::env::var(env::CUDA_MODULE_LOADING).unwrap_or_else(|_| "EAGER".into()),
             );
         }
-        child_hook(&mut cmd, me, secret_fd);
+        child_hook(&mut cmd, me, secret_fd.as_raw_fd());
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {:?} for rank {rank}: {e}", args.command[0]))?;
-        drop(secret_pipe);
         let pid = Pid::from_raw(child.id() as i32);
         let (out, err) = (child.stdout.take(), child.stderr.take());
         let p = !args.no_prefix;

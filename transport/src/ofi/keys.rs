@@ -10,8 +10,8 @@ use rand::Rng;
 
 use super::fabric::bits;
 
-/// `FI_ENOKEY` (fi_errno.h): the key asked for is taken in this domain.
-pub(super) const KEY_TAKEN: i32 = 266;
+/// `FI_ENOKEY`: the key asked for is taken in this domain.
+pub(super) const KEY_TAKEN: i32 = sys::FI_ENOKEY as i32;
 
 /// Draws the keys of one domain's registrations.
 #[derive(Debug, Clone, Copy)]

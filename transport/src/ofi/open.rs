@@ -252,8 +252,9 @@ impl Rail {
         let mut internal = vec![0u8; internal_len];
         let ep_bind = mr_mode & bits!(FI_MR_ENDPOINT) != 0;
         // Local access only: sends, receives and the local side of reads, writes and atomics;
-        // no peer reaches these buffers. SAFETY: `internal` is moved into the rail (its heap
-        // buffer does not move) and is dropped after the registration (field order of Rail).
+        // no peer reaches these buffers.
+        // SAFETY: `internal` is moved into the rail (its heap buffer does not move) and is
+        // dropped after the registration (field order of Rail).
         let internal_mr = unsafe {
             Mr::reg(
                 &domain,

@@ -91,6 +91,7 @@ fn tcp_listeners(me: u32) -> BTreeSet<u16> {
 /// One read of 8 bytes at offset 0 of registration "0" with `key`, from a fresh endpoint to
 /// 127.0.0.1:`port`: 1 when it completed (bytes read), else 0.
 fn fabric_read(port: u16, key: u64) -> u64 {
+    let mut buf = vec![0u64; 2];
     let Ok(cfg) = OfiConfig::from_env(Some("tcp;ofi_rxm")) else {
         return 0;
     };
@@ -107,13 +108,12 @@ fn fabric_read(port: u16, key: u64) -> u64 {
     if t.connect(&[t.address(), addr]).is_err() {
         return 0;
     }
-    let mut buf = vec![0u64; 2];
     let mem = LocalMem {
         ptr: buf.as_mut_ptr().cast(),
         len: 16,
         kind: MemKind::Host,
     };
-    // SAFETY: `buf` outlives the transport (dropped at the end of this function, after `t`).
+    // SAFETY: `buf` outlives the transport (declared before it, so dropped after it).
     let Ok(lm) = (unsafe { t.mr_reg(mem) }) else {
         return 0;
     };

@@ -541,9 +541,16 @@ fn main() -> ExitCode {
                 return f.report();
             }
         }
-        // The transport scenarios ran above (`tp`); the runtime's and the commands without
-        // this bootstrap were dispatched before.
-        _ => {}
+        // The transport scenarios ran above (`tp`).
+        Cmd::TpRma { .. }
+        | Cmd::TpData { .. }
+        | Cmd::TpSend { .. }
+        | Cmd::TpOob { .. }
+        | Cmd::TpGuess { .. }
+        | Cmd::TpKill { .. }
+        | Cmd::TpReorder { .. } => {}
+        // The runtime's and the commands without this bootstrap were dispatched before.
+        _ => unreachable!("dispatched above"),
     }
     if let Err(e) = bs.finalize() {
         return report(&e);
