@@ -44,14 +44,26 @@ impl Pshmem {
             .map(|_| Ring::new_host(cfg.ring_slots))
             .collect();
         let health = watch_health(&bs, &rings);
-        let started = start_proxies(
-            &bs,
-            &cfg,
-            local.view(),
-            &rings,
-            (&proxy_cpus, &rails),
-            &health,
-        )?;
+        let started = if needs_proxies(&bs, &cfg) {
+            start_proxies(
+                &bs,
+                &cfg,
+                local.view(),
+                &rings,
+                (&proxy_cpus, &rails),
+                &health,
+            )?
+        } else {
+            tracing::info!(
+                "PE {me}: every PE maps the others' heaps on this machine: no proxy thread, \
+                 no transport endpoint"
+            );
+            Started {
+                proxies: Vec::new(),
+                landings: Vec::new(),
+                transport: NO_TRANSPORT.to_string(),
+            }
+        };
         clock.mark("proxies");
         let peer_maps = if cfg.disable_p2p {
             (0..n).map(|_| None).collect()
@@ -342,6 +354,17 @@ fn watch_health(bs: &Bootstrap, rings: &[Arc<Ring>]) -> Arc<Health> {
     let job = bs.death_reporter();
     health.on_peer_lost(move |pe, how| job.peer_lost(pe, how));
     health
+}
+
+/// The transport's name where none was opened ([`needs_proxies`]).
+pub(crate) const NO_TRANSPORT: &str = "none (every peer's heap is mapped directly)";
+
+/// Whether some operation of this job can go through a proxy: a peer on another host, peer
+/// mappings turned off, or the emulated GPU heap (served by the proxies). Otherwise every route
+/// is direct, so no transport is opened and nothing listens on the fabric. The same answer on
+/// every PE: the hosts come from the bootstrap, and both settings are agreed at init.
+fn needs_proxies(bs: &Bootstrap, cfg: &Config) -> bool {
+    cfg.disable_p2p || cfg.emulate.on() || (0..bs.world_size()).any(|r| !bs.same_host(r))
 }
 
 /// The host heap's proxy threads, their landing areas (emulated GPU heap, staged) and the

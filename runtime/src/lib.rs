@@ -202,10 +202,18 @@ impl Pshmem {
         let proxies = lock(&self.proxies);
         let p = proxies.get(proxy).ok_or_else(|| Error::Config {
             me: self.me,
-            detail: format!(
-                "exclusive: no proxy thread {proxy} (this PE runs {})",
-                proxies.len()
-            ),
+            detail: if proxies.is_empty() {
+                format!(
+                    "exclusive: no proxy thread: every peer's heap is mapped directly, so none \
+                     was started (set {}=1 to reach peers through the proxy)",
+                    pshmem_env::DISABLE_P2P.name
+                )
+            } else {
+                format!(
+                    "exclusive: no proxy thread {proxy} (this PE runs {})",
+                    proxies.len()
+                )
+            },
         })?;
         Ok(p.exclusive(timeout, f)?)
     }

@@ -231,3 +231,55 @@ fn another_users_attacks_on_running_jobs_get_nothing() {
         "{line}"
     );
 }
+
+/// A job whose PEs all map each other's heaps opens no transport: nothing of it listens on the
+/// fabric (only rank 0's bootstrap port). The same job through the proxy (the control) listens
+/// on one endpoint per PE, over tcp and over the simulated fabric alike.
+#[test]
+fn a_job_on_the_direct_path_opens_no_fabric_endpoint() {
+    let listening = |env: &[(&str, &str)]| {
+        let mut spec = JobSpec::new(BIN, 3, &["rt-sockets"]);
+        for (k, v) in env {
+            spec = spec.env(k, v);
+        }
+        let port = spec.addr.rsplit(':').next().unwrap().to_string();
+        let res = spec.launch().wait();
+        assert_all_ok(&res);
+        res.iter()
+            .map(|r| {
+                let f = &r.fields("SOCKETS")[0];
+                // Rank 0's bootstrap listener is the job's rendezvous, not a fabric endpoint.
+                let tcp: Vec<&str> = f["tcp_listen"]
+                    .split(',')
+                    .filter(|p| *p != "-" && *p != port)
+                    .collect();
+                (
+                    tcp.len(),
+                    f["unix_listen"].parse::<usize>().unwrap(),
+                    f["transport"].clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    for (provider, tcp, unix) in [("tcp", 1, 0), ("sim", 0, 1)] {
+        for (r, (t, u, name)) in listening(&[("PSHMEM_PROVIDER", provider)])
+            .iter()
+            .enumerate()
+        {
+            assert_eq!(
+                (t, u),
+                (&0, &0),
+                "rank {r} over {provider} listens ({name})"
+            );
+            assert!(name.starts_with("none"), "rank {r} opened {name}");
+        }
+        let proxied = [("PSHMEM_PROVIDER", provider), ("PSHMEM_DISABLE_P2P", "1")];
+        for (r, (t, u, name)) in listening(&proxied).iter().enumerate() {
+            assert_eq!(
+                (*t, *u),
+                (tcp, unix),
+                "rank {r} through the proxy over {name}"
+            );
+        }
+    }
+}

@@ -27,14 +27,26 @@ impl Gpu {
         warn_about_proxy_settings(me, &peers, &s.cfg.gpu);
         clock.mark("peer heaps");
         let misc = Bookkeeping::write(&ctx, me, &peers)?;
-        let shape = proxy_shape(&s, ordinal, &peers)?;
+        let (shape, proxied) = proxy_shape(&s, ordinal, &peers)?;
         let rings = GpuRings::create(&s, &ctx, shape.rings)?;
         clock.mark("rings");
         let runtime = cuda::load(&ctx, pshmem_kernels::RUNTIME)
             .map_err(cu(me, "loading the runtime kernels"))?;
         clock.mark("kernels");
         let rings_of = (&rings.rings[..], shape.threads);
-        let started = start_proxies(&s, (&ctx, &runtime), (&heap, ordinal), rings_of)?;
+        // No PE reaches a peer through a GPU proxy: none is started, so no transport endpoint
+        // is opened (kernels push nothing: `any_ring` is 0 on every PE).
+        let started = if proxied {
+            start_proxies(&s, (&ctx, &runtime), (&heap, ordinal), rings_of)?
+        } else {
+            tracing::info!("PE {me}: every GPU heap is mapped through CUDA IPC: no GPU proxy");
+            Started {
+                proxies: Vec::new(),
+                landing: Vec::new(),
+                dmabuf: Vec::new(),
+                registration: None,
+            }
+        };
         clock.mark("proxies");
         // The teams' sync words: the first allocation of the GPU heap, the same on every PE.
         let mut alloc = Allocator::new(s.cfg.gpu.heap_size as u64);
@@ -175,7 +187,7 @@ struct Started {
     landing: Vec<HostAlloc>,
     dmabuf: Vec<std::os::fd::OwnedFd>,
     /// The first thread's registration of the heap, and why (every thread chooses alike).
-    registration: (HeapRegistration, String),
+    registration: Option<(HeapRegistration, String)>,
 }
 
 /// The GPU's proxy threads (to every PE not mapped: RMA into the registered GPU heap where the
@@ -214,7 +226,7 @@ fn start_proxies(
         proxies: Vec::with_capacity(threads),
         landing: Vec::new(),
         dmabuf: Vec::new(),
-        registration: (HeapRegistration::Staged, String::new()),
+        registration: None,
     };
     for t in 0..threads {
         // Fetched here, once: with CUDA's lazy loading, fetching a function while a kernel
@@ -230,7 +242,7 @@ fn start_proxies(
                 .map_err(cu(me, "preparing the proxy's stream and AMO kernel"))?;
             let registered = reg.kind.registered();
             if t == 0 {
-                out.registration = (reg.kind, reg.why);
+                out.registration = Some((reg.kind, reg.why));
             }
             out.landing.extend(reg.landing);
             out.dmabuf.extend(reg.dmabuf);
@@ -387,7 +399,9 @@ fn peer_accessible(ctx: &CudaContext, bus: &CStr) -> bool {
 /// `PSHMEM_GPU_PROXY_THREADS`, the same on every PE: compared at init), each unset one from
 /// the topology (`placement::default_gpu_proxy_shape`), then the least over every PE, so that
 /// thread t of each PE has a thread t to talk to. Collective.
-fn proxy_shape(s: &GpuSetup<'_>, ordinal: usize, peers: &[u64]) -> Result<ProxyShape> {
+/// The GPU proxies' rings and threads (the least any PE asks for), and whether any PE of the
+/// job reaches a peer through them (then every PE starts them: starting is collective).
+fn proxy_shape(s: &GpuSetup<'_>, ordinal: usize, peers: &[u64]) -> Result<(ProxyShape, bool)> {
     let me = s.me;
     let gpu = &s.cfg.gpu;
     let network = peers.iter().enumerate().any(|(pe, &b)| pe != me && b == 0);
@@ -405,6 +419,7 @@ fn proxy_shape(s: &GpuSetup<'_>, ordinal: usize, peers: &[u64]) -> Result<ProxyS
     let mine = [
         gpu.rings.unwrap_or(shape.rings) as u32,
         gpu.proxy_threads.unwrap_or(shape.threads) as u32,
+        u32::from(network),
     ];
     let bytes: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
     let all = s.bs.allgather(&bytes)?;
@@ -416,16 +431,21 @@ fn proxy_shape(s: &GpuSetup<'_>, ordinal: usize, peers: &[u64]) -> Result<ProxyS
             .unwrap_or(1)
             .max(1)
     };
+    let proxied = all
+        .iter()
+        .any(|b| b.get(8..12).is_some_and(|w| w != [0; 4]));
     let shape = ProxyShape {
         rings: least(0),
         threads: least(1),
     };
-    tracing::info!(
-        "PE {me}: GPU proxy: {} rings, {} threads ({why})",
-        shape.rings,
-        shape.threads
-    );
-    Ok(shape)
+    if proxied {
+        tracing::info!(
+            "PE {me}: GPU proxy: {} rings, {} threads ({why})",
+            shape.rings,
+            shape.threads
+        );
+    }
+    Ok((shape, proxied))
 }
 
 /// Two CUDA settings matter only where some peer is reached through the proxy (pshmrun sets

@@ -130,7 +130,9 @@ pub struct Gpu {
     host: host_ops::HostKernels,
     pub(crate) alloc: Mutex<Allocator>,
     /// How the proxy's transport reaches the heap, and why.
-    registration: (HeapRegistration, String),
+    /// How the proxies' transport reaches the heap, and why; `None`: no GPU proxy (every PE of
+    /// the job maps every peer's GPU heap through CUDA IPC, so no transport was opened).
+    registration: Option<(HeapRegistration, String)>,
     ordinal: usize,
     me: usize,
     health: Arc<Health>,
@@ -206,14 +208,15 @@ impl Gpu {
     }
 
     /// How PEs that are not mapped are reached: "dmabuf" or "hmem" (RMA into the registered
-    /// GPU heap) or "host-staged".
+    /// GPU heap) or "host-staged"; "none" where every peer is mapped (no GPU proxy).
     pub fn remote_path(&self) -> &'static str {
-        self.registration.0.name()
+        self.registration.as_ref().map_or("none", |r| r.0.name())
     }
 
-    /// How the proxy's transport reaches the heap, and why (`PSHMEM_GPU_REGISTRATION`).
-    pub fn registration(&self) -> (HeapRegistration, &str) {
-        (self.registration.0, &self.registration.1)
+    /// How the proxy's transport reaches the heap, and why (`PSHMEM_GPU_REGISTRATION`);
+    /// `None` where no GPU proxy was started.
+    pub fn registration(&self) -> Option<(HeapRegistration, &str)> {
+        self.registration.as_ref().map(|r| (r.0, r.1.as_str()))
     }
 
     /// The device address of this PE's copy of a symmetric object.

@@ -149,6 +149,15 @@ pub fn ops_rank(s: &Pshmem) -> R<()> {
         g.remote_path(),
         s.transport_name().replace(' ', "_")
     );
+    // A job that maps every peer opens no transport for the GPU heap (nor for the host heap
+    // when on one machine with peer mappings on); one with any proxied peer does.
+    let all_mapped = (0..n).all(|p| g.is_direct(p));
+    if all_mapped != (g.remote_path() == "none") {
+        return Err(format!(
+            "every peer mapped: {all_mapped}, but the GPU proxy path is {}",
+            g.remote_path()
+        ));
+    }
 
     // put / get: 6 variants x sizes, odd destination offsets on odd variants.
     let sizes = [1usize, 8, 4099, (1 << 20) + 5, 3 << 20];

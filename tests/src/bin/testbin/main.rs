@@ -176,6 +176,8 @@ enum Cmd {
     RtErrors,
     /// Runtime: the host API by address on the host heap.
     RtByAddr,
+    /// Runtime: prints the sockets this PE listens on once the runtime is up.
+    RtSockets,
     /// Runtime: every collective on every team shape, checked against references.
     RtColl {
         /// Also the sizes over 1 MiB.
@@ -352,6 +354,7 @@ fn run_runtime(cmd: &Cmd, bs: Bootstrap) -> ExitCode {
         }
         Cmd::RtUnordered { rounds, size } => verify(runtime::unordered(&s, *rounds, *size)),
         Cmd::RtByAddr => verify(by_addr::run(&s)),
+        Cmd::RtSockets => verify(runtime::sockets(&s)),
         Cmd::RtTrace {
             count,
             size,
@@ -425,6 +428,7 @@ fn main() -> ExitCode {
         Cmd::RtOps { .. }
             | Cmd::RtErrors
             | Cmd::RtByAddr
+            | Cmd::RtSockets
             | Cmd::RtColl { .. }
             | Cmd::RtMismatch { .. }
             | Cmd::RtKill { .. }
