@@ -4,7 +4,9 @@
  * Conventions:
  * - Functions return 0 (PSHMEM_SUCCESS) or a PSHMEM_ERR_* code, and leave the error's message
  *   (naming the PE, the operation and the peer) for pshmem_last_error() on the calling thread.
- *   Functions returning a pointer return NULL on error; queries return -1.
+ *   Functions returning a pointer return NULL on error; queries return -1 (with a message).
+ * - Result pointers (`old`, `seen`, `provided`) may be NULL where the result is not wanted; a
+ *   split's team handles and pshmem_signal_fetch's `value` may not.
  * - A symmetric address lies in the host symmetric heap (pshmem_malloc: host memory, the size
  *   of PSHMEM_SYMMETRIC_SIZE) or in the GPU symmetric heap (pshmemx_gpu_malloc: device memory,
  *   PSHMEM_GPU_SYMMETRIC_SIZE); every call goes to the heap its address is in. With the host

@@ -18,8 +18,21 @@ pub extern "C" fn pshmemx_cumodule_init(module: *mut c_void) -> c_int {
 
 /// `int pshmemx_cumodule_finalize(CUmodule)` (nothing to release)
 #[unsafe(no_mangle)]
-pub extern "C" fn pshmemx_cumodule_finalize(_module: *mut c_void) -> c_int {
-    code::SUCCESS
+pub extern "C" fn pshmemx_cumodule_finalize(module: *mut c_void) -> c_int {
+    status("pshmemx_cumodule_finalize", || {
+        nothing_to_release(module, "module")
+    })
+}
+
+/// A module or library's finalize: nothing is held for it, but the call is checked as its init
+/// would be (a running GPU part, a handle).
+fn nothing_to_release(handle: *mut c_void, what: &str) -> R<()> {
+    let g = global()?;
+    gpu_or_fail(&g)?;
+    if handle.is_null() {
+        return Err(Fail::new(code::INVALID_ARG, format!("the {what} is NULL")));
+    }
+    Ok(())
 }
 
 /// `int pshmemx_culibrary_init(CUlibrary)`
@@ -35,8 +48,10 @@ pub extern "C" fn pshmemx_culibrary_init(library: *mut c_void) -> c_int {
 
 /// `int pshmemx_culibrary_finalize(CUlibrary)` (nothing to release)
 #[unsafe(no_mangle)]
-pub extern "C" fn pshmemx_culibrary_finalize(_library: *mut c_void) -> c_int {
-    code::SUCCESS
+pub extern "C" fn pshmemx_culibrary_finalize(library: *mut c_void) -> c_int {
+    status("pshmemx_culibrary_finalize", || {
+        nothing_to_release(library, "library")
+    })
 }
 
 /// `int pshmemx_buffer_register_symmetric(void *addr, size_t len, int flags)`: not provided.

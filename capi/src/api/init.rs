@@ -13,12 +13,26 @@ pub extern "C" fn pshmem_init() -> c_int {
 /// `int pshmemx_init_flags(unsigned flags)`
 #[unsafe(no_mangle)]
 pub extern "C" fn pshmemx_init_flags(flags: u32) -> c_int {
-    status("pshmem_init", || start(flags, Pshmem::init))
+    status("pshmem_init", || {
+        known_flags(flags)?;
+        start(flags, Pshmem::init)
+    })
 }
 
 /// `int pshmem_init_thread(int requested, int *provided)`
 #[unsafe(no_mangle)]
-pub extern "C" fn pshmem_init_thread(_requested: c_int, provided: *mut c_int) -> c_int {
+pub extern "C" fn pshmem_init_thread(requested: c_int, provided: *mut c_int) -> c_int {
+    if !(0..=THREAD_MULTIPLE).contains(&requested) {
+        return status("pshmem_init_thread", || {
+            Err(Fail::new(
+                code::INVALID_ARG,
+                format!(
+                    "requested thread level {requested} is not one of PSHMEM_THREAD_SINGLE (0) \
+                     to PSHMEM_THREAD_MULTIPLE (3)"
+                ),
+            ))
+        });
+    }
     let rc = pshmem_init();
     if rc == code::SUCCESS {
         out(provided, THREAD_MULTIPLE);
@@ -49,6 +63,7 @@ pub extern "C" fn pshmemx_init_uniqueid(
     flags: u32,
 ) -> c_int {
     status("pshmem_init_uniqueid", || {
+        known_flags(flags)?;
         if id.is_null() {
             return Err(Fail::new(code::INVALID_ARG, "id is NULL"));
         }
@@ -57,7 +72,7 @@ pub extern "C" fn pshmemx_init_uniqueid(
             _ => {
                 return Err(Fail::new(
                     code::INVALID_ARG,
-                    format!("rank {rank} of {nranks} ranks"),
+                    format!("rank {rank} of nranks {nranks}: need 0 <= rank < nranks"),
                 ));
             }
         };
@@ -84,6 +99,7 @@ pub extern "C" fn pshmem_init_uniqueid(id: *const u8, rank: c_int, nranks: c_int
 pub extern "C" fn pshmemx_init_mpi_comm(comm: *const c_void, flags: u32) -> c_int {
     use pshmem_bootstrap::mpi::Mpi;
     status("pshmemx_init_mpi_comm", || {
+        known_flags(flags)?;
         let mpi = Mpi::find()
             .map_err(|e| Fail::new(code::UNSUPPORTED, e.to_string()))?
             .ok_or_else(|| {
@@ -184,7 +200,17 @@ pub extern "C" fn pshmem_team_my_pe(team: Team) -> c_int {
     guard(
         "pshmem_team_my_pe",
         |_| -1,
-        || Ok(global()?.s.team_my_pe(team)),
+        || {
+            let g = global()?;
+            let v = g.s.team_my_pe(team);
+            if v < 0 {
+                set_last_error(&format!(
+                    "pshmem_team_my_pe: {}",
+                    team_why(&g, team, "this PE is not a member of it")
+                ));
+            }
+            Ok(v)
+        },
     )
 }
 
@@ -194,7 +220,14 @@ pub extern "C" fn pshmem_team_n_pes(team: Team) -> c_int {
     guard(
         "pshmem_team_n_pes",
         |_| -1,
-        || Ok(global()?.s.team_n_pes(team)),
+        || {
+            let g = global()?;
+            let v = g.s.team_n_pes(team);
+            if v < 0 {
+                set_last_error(&format!("pshmem_team_n_pes: {}", team_why(&g, team, "")));
+            }
+            Ok(v)
+        },
     )
 }
 
@@ -204,8 +237,34 @@ pub extern "C" fn pshmem_team_translate_pe(src: Team, pe: c_int, dest: Team) -> 
     guard(
         "pshmem_team_translate_pe",
         |_| -1,
-        || Ok(global()?.s.team_translate_pe(src, pe, dest)),
+        || {
+            let g = global()?;
+            let v = g.s.team_translate_pe(src, pe, dest);
+            if v < 0 {
+                let n = g.s.team_n_pes(src);
+                let why = if n < 0 {
+                    format!("source {}", team_why(&g, src, ""))
+                } else if g.s.team_n_pes(dest) < 0 {
+                    format!("destination {}", team_why(&g, dest, ""))
+                } else if !(0..n).contains(&pe) {
+                    format!("PE {pe} is not in source team {src} of {n} PEs")
+                } else {
+                    format!("PE {pe} of team {src} is not a member of team {dest}")
+                };
+                set_last_error(&format!("pshmem_team_translate_pe: {why}"));
+            }
+            Ok(v)
+        },
     )
+}
+
+/// Why a team query answered -1: no such team, or (`member`, when given) this PE is not in it.
+fn team_why(g: &crate::Global, team: Team, member: &str) -> String {
+    if g.s.team_n_pes(team) < 0 {
+        format!("team {team}: no such team (not created, or destroyed)")
+    } else {
+        format!("team {team}: {member}")
+    }
 }
 
 /// `int pshmem_team_split_strided(pshmem_team_t parent, int start, int stride, int size,
@@ -221,6 +280,9 @@ pub extern "C" fn pshmem_team_split_strided(
     out(new_team, pshmem::team::TEAM_INVALID);
     status("pshmem_team_split_strided", || {
         let g = global()?;
+        if new_team.is_null() {
+            return Err(Fail::new(code::INVALID_ARG, "new_team is NULL"));
+        }
         if g.on_demand() {
             ensure_gpu(&g)?;
         }
@@ -243,6 +305,9 @@ pub extern "C" fn pshmem_team_split_2d(
     out(yaxis, pshmem::team::TEAM_INVALID);
     status("pshmem_team_split_2d", || {
         let g = global()?;
+        if xaxis.is_null() || yaxis.is_null() {
+            return Err(Fail::new(code::INVALID_ARG, "xaxis or yaxis is NULL"));
+        }
         if g.on_demand() {
             ensure_gpu(&g)?;
         }

@@ -129,5 +129,17 @@ pub extern "C" fn pshmemx_gpu_free(p: *mut c_void) -> c_int {
     if p.is_null() {
         return code::SUCCESS;
     }
-    status("pshmemx_gpu_free", || Ok(global()?.api().free(p as u64)?))
+    status("pshmemx_gpu_free", || {
+        let g = global()?;
+        gpu_or_fail(&g)?;
+        // pshmem_free takes either heap; this one only the GPU heap's (a host block freed
+        // here by mistake would leave the PEs' host heaps differing).
+        if g.api().heap_of(p as u64, 1) != Some(HeapKind::Gpu) {
+            return Err(Fail::new(
+                code::INVALID_ARG,
+                format!("{p:p} is not an allocation of the GPU symmetric heap"),
+            ));
+        }
+        Ok(g.api().free(p as u64)?)
+    })
 }

@@ -42,6 +42,17 @@ impl Global {
     }
 }
 
+/// Refuses flag bits pshmem.h does not define (before anything starts).
+fn known_flags(flags: u32) -> R<()> {
+    if flags & !GPU_ON_DEMAND != 0 {
+        return Err(Fail::new(
+            code::INVALID_ARG,
+            format!("unknown flags {flags:#x} (the only flag is PSHMEMX_INIT_GPU_ON_DEMAND, 1)"),
+        ));
+    }
+    Ok(())
+}
+
 /// Starts the PE (or counts one more init of the running one).
 fn start(flags: u32, make: impl FnOnce() -> Result<Pshmem, pshmem::Error>) -> R<()> {
     // The runtime logs through `tracing`; a C program has no subscriber unless one is

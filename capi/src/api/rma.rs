@@ -174,6 +174,9 @@ pub(super) fn signal_op(
 pub extern "C" fn pshmem_signal_fetch(sig: *const u64, value: *mut u64) -> c_int {
     status("pshmem_signal_fetch", || {
         let g = global()?;
+        if value.is_null() {
+            return Err(Fail::new(code::INVALID_ARG, "value is NULL"));
+        }
         out(value, g.api().read_word(sig as u64, true)?);
         Ok(())
     })
