@@ -28,6 +28,7 @@ Ctrl-C and end with :class:`Timeout` after ``PSHMEM_OP_TIMEOUT``. Errors are sub
 from __future__ import annotations
 
 import atexit
+import operator
 import os
 import sys
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
@@ -194,6 +195,10 @@ def init(group: Any = None, *, device: Any = None) -> Session:
     else:
         import torch.distributed as dist
 
+        if not isinstance(group, dist.ProcessGroup):
+            raise TypeError(
+                f"init: group must be a torch.distributed ProcessGroup (or None), not "
+                f"{type(group).__name__}")
         rank, size = dist.get_rank(group), dist.get_world_size(group)
         box = [_C.unique_id() if rank == 0 else None]
         dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0), group=group)
@@ -290,14 +295,33 @@ class Team:
         self.handle = handle
 
     def my_pe(self) -> int:
-        """This PE's index in the team (-1 when not a member)."""
-        return _C.team_my_pe(self.handle)
+        """This PE's index in the team (-1 when not a member); InvalidArgument when there is
+        no such team."""
+        v = _C.team_my_pe(self.handle)
+        if v < 0:
+            self.n_pes()
+        return v
 
     def n_pes(self) -> int:
-        return _C.team_n_pes(self.handle)
+        """The team's size; InvalidArgument when there is no such team (never created, or
+        destroyed)."""
+        v = _C.team_n_pes(self.handle)
+        if v < 0:
+            raise InvalidArgument(
+                f"PE {my_pe()}: team {self.handle}: no such team (not created, or destroyed)")
+        return v
 
     def translate_pe(self, pe: int, dest: "Team") -> int:
-        """The number in ``dest`` of this team's member ``pe`` (-1 when not a member)."""
+        """The number in ``dest`` of this team's member ``pe`` (-1 when it is not a member of
+        ``dest``); InvalidArgument for a team that does not exist or a ``pe`` outside this
+        team."""
+        if not isinstance(dest, Team):
+            raise TypeError(f"translate_pe: dest must be a pshmem.Team, not {type(dest).__name__}")
+        size, pe = self.n_pes(), operator.index(pe)
+        dest.n_pes()
+        if not 0 <= pe < size:
+            raise InvalidArgument(
+                f"PE {my_pe()}: translate_pe: PE {pe} is not in team {self.handle} of {size} PEs")
         return _C.team_translate_pe(self.handle, pe, dest.handle)
 
     def split_strided(self, start: int, stride: int, size: int) -> Optional["Team"]:
@@ -331,7 +355,34 @@ TEAM_NODE = Team(_C.TEAM_NODE)
 
 
 def _team(team: Optional[Team]) -> int:
-    return _C.TEAM_WORLD if team is None else team.handle
+    if team is None:
+        return _C.TEAM_WORLD
+    if not isinstance(team, Team):
+        raise TypeError(f"team must be a pshmem.Team or None, not {type(team).__name__}")
+    return team.handle
+
+
+def _tensor(op: str, what: str, t: Any) -> None:
+    """Refuses what is not a tensor (before any attribute of it is touched)."""
+    if not isinstance(t, _torch().Tensor):
+        raise TypeError(f"{op}: {what} must be a torch.Tensor, not {type(t).__name__}")
+
+
+def _pe(op: str, pe: Any) -> int:
+    """A PE number: an integer, not negative (the runtime names one past the job)."""
+    pe = operator.index(pe)
+    if pe < 0:
+        raise InvalidArgument(f"PE {my_pe()}: {op}: PE {pe} is not a PE (0 to n_pes() - 1)")
+    return pe
+
+
+def _word(op: str, what: str, v: Any) -> int:
+    """A 64-bit word's value."""
+    v = operator.index(v)
+    if not 0 <= v < 1 << 64:
+        raise InvalidArgument(f"PE {my_pe()}: {op}: {what} {v} does not fit a 64-bit word "
+                              "(0 to 2**64 - 1)")
+    return v
 
 
 # ---- symmetric tensors -------------------------------------------------------------------------
@@ -351,9 +402,10 @@ def _device(device: Any):
 
 
 def _shape(shape: Union[int, Sequence[int]]) -> tuple[int, ...]:
-    if isinstance(shape, int):
-        return (shape,)
-    return tuple(int(s) for s in shape)
+    dims = (shape,) if isinstance(shape, int) else tuple(operator.index(s) for s in shape)
+    if any(d < 0 for d in dims):
+        raise InvalidArgument(f"PE {my_pe()}: allocation: shape {dims} has a negative size")
+    return dims
 
 
 def _bytes_view(addr: int, extent: int, pe: int):
@@ -408,6 +460,7 @@ def full(shape: Union[int, Sequence[int]], fill_value: Any,
 def free(t: "torch.Tensor") -> None:
     """Frees a symmetric tensor (collective). ``t`` must be the tensor :func:`empty` returned
     (or a view starting where it starts); it and its views must not be used afterwards."""
+    _tensor("free", "t", t)
     # An empty tensor has no data pointer of its own: its storage starts at the allocation.
     addr = t.data_ptr() if t.numel() else t.untyped_storage().data_ptr()
     if addr not in _allocs:
@@ -434,6 +487,7 @@ def _extent(t) -> int:
 
 def is_symmetric(t: "torch.Tensor") -> bool:
     """Whether ``t`` lies in a symmetric heap of this PE."""
+    _tensor("is_symmetric", "t", t)
     return _C.heap_of(t.data_ptr(), _extent(t)) is not None
 
 
@@ -441,6 +495,8 @@ def peer_tensor(t: "torch.Tensor", pe: int) -> "Optional[torch.Tensor]":
     """A view of ``pe``'s copy of the symmetric tensor ``t``, loaded and stored directly (over
     NVLink for CUDA tensors, shared memory for host ones); None when ``pe`` is reached only
     through the network proxy. ``t`` itself for this PE."""
+    _tensor("peer_tensor", "t", t)
+    pe = _pe("peer_tensor", pe)
     if pe == my_pe():
         return t
     torch = _torch()
@@ -477,6 +533,8 @@ def _stream(op: str, t, stream: Any) -> Optional[int]:
 
 
 def _pair(op: str, sym, local) -> int:
+    _tensor(op, "the symmetric tensor", sym)
+    _tensor(op, "the local tensor", local)
     _dense(op, sym, "the symmetric tensor")
     _dense(op, local, "the local tensor")
     if sym.device != local.device:
@@ -516,7 +574,7 @@ def put(dst: "torch.Tensor", src: "torch.Tensor", pe: int, *, stream: Any = None
     quiet on the stream)."""
     n = _pair("put", dst, src)
     st = _stream("put", dst, stream)
-    _C.put(dst.data_ptr(), src.data_ptr(), n, pe, nbi, st)
+    _C.put(dst.data_ptr(), src.data_ptr(), n, _pe("put", pe), nbi, st)
     _hold(src, nbi, stream)
 
 
@@ -526,11 +584,12 @@ def get(dst: "torch.Tensor", src: "torch.Tensor", pe: int, *, stream: Any = None
     size). Completion as for :func:`put`."""
     n = _pair("get", src, dst)
     st = _stream("get", src, stream)
-    _C.get(dst.data_ptr(), src.data_ptr(), n, pe, nbi, st)
+    _C.get(dst.data_ptr(), src.data_ptr(), n, _pe("get", pe), nbi, st)
     _hold(dst, nbi, stream)
 
 
 def _signal_word(op: str, sig) -> int:
+    _tensor(op, "the signal", sig)
     if sig.element_size() * sig.numel() < 8 or sig.element_size() != 8:
         raise InvalidArgument(
             f"PE {my_pe()}: {op}: a signal is an 8-byte element (torch.int64 or torch.uint64)"
@@ -557,7 +616,7 @@ def put_signal(dst: "torch.Tensor", src: "torch.Tensor", signal: "torch.Tensor",
     st = _stream("put_signal", dst, stream)
     code = _code(_SIGNAL_OPS, "put_signal", "signal operation", op)
     _C.put_signal(dst.data_ptr(), src.data_ptr(), n, _signal_word("put_signal", signal),
-                  value, code, pe, nbi, st)
+                  _word("put_signal", "value", value), code, _pe("put_signal", pe), nbi, st)
     _hold(src, nbi, stream)
 
 
@@ -565,7 +624,8 @@ def signal_op(signal: "torch.Tensor", value: int, pe: int, *, op: Union[str, int
               stream: Any = None) -> None:
     """Sets (``op='set'``) or adds to (``'add'``) ``pe``'s signal word. Complete at quiet."""
     code = _code(_SIGNAL_OPS, "signal_op", "signal operation", op)
-    _C.signal_op(_signal_word("signal_op", signal), value, code, pe,
+    _C.signal_op(_signal_word("signal_op", signal), _word("signal_op", "value", value), code,
+                 _pe("signal_op", pe),
                  _stream("signal_op", signal, stream))
 
 
@@ -588,6 +648,8 @@ def signal_wait_until(signal: "torch.Tensor", cmp: Union[str, int], value: int, 
     code = _code(_CMPS, "signal_wait_until", "comparison", cmp)
     word = _signal_word("signal_wait_until", signal)
     st = None if host else _stream("signal_wait_until", signal, stream)
+    value = _word("signal_wait_until", "value", value)
+    reset = None if reset is None else _word("signal_wait_until", "reset", reset)
     return _C.signal_wait_until(word, code, value, st, reset)
 
 
@@ -595,6 +657,9 @@ def _atomic(op: int, dest, operand: int, compare: int, pe: int) -> int:
     # One 4- or 8-byte integer: a float would be added to as its bit pattern, a second element
     # ignored, and a value that does not fit truncated (issue 41) — each refused instead.
     torch = _torch()
+    _tensor("atomic", "the target", dest)
+    pe = _pe("atomic", pe)
+    operand, compare = operator.index(operand), operator.index(compare)
     if dest.dtype.is_floating_point or dest.dtype.is_complex or dest.dtype == torch.bool:
         raise InvalidArgument(
             f"PE {my_pe()}: atomic: the target is {dest.dtype}; atomics act on 4- or 8-byte "
@@ -680,6 +745,8 @@ def sync(team: Optional[Team] = None, *, stream: Any = None) -> None:
 
 
 def _coll_stream(op: str, dst, src, stream: Any) -> Optional[int]:
+    _tensor(op, "dst", dst)
+    _tensor(op, "src", src)
     _dense(op, dst, "dst")
     _dense(op, src, "src")
     if dst.device != src.device:
@@ -771,6 +838,9 @@ def all_reduce(dst: "torch.Tensor", src: "Optional[torch.Tensor]" = None, op: An
     ``'bor'``, ``'bxor'`` or a ``torch.distributed.ReduceOp``) of every member's ``src`` into
     every member's ``dst``. ``src=None`` (or overlapping ``dst``) reduces ``dst`` in place,
     through a cached symmetric scratch tensor."""
+    _tensor("all_reduce", "dst", dst)
+    if src is not None:
+        _tensor("all_reduce", "src", src)
     if src is None or _overlap(dst, src):
         scratch = _scratch_like(dst)
         scratch.copy_(dst if src is None else src)

@@ -60,6 +60,20 @@ def test_every_operation_through_the_proxy():
     assert r.stdout.count("ops on cpu: passed") == 3
 
 
+@pytest.mark.parametrize("n,p2p", [(2, "0"), (3, "1")])
+def test_every_call_with_bad_arguments_is_a_typed_error(n, p2p):
+    # Issue 41's sweep: every public call with bad arguments before init, while the job runs
+    # (direct, and through the proxy) and after finalize; each a typed error naming the fault.
+    r = job(n, str(WORKERS / "sweep.py"), PSHMEM_DISABLE_P2P=p2p)
+    assert "BAD" not in r.stdout, r.stdout
+    phases = [line for line in r.stdout.splitlines() if "SWEEP phase=" in line]
+    assert len(phases) == 3 * n, r.stdout
+    for line in phases:
+        calls = line.split("calls=")[1].split()[0]
+        assert f"refused={calls}" in line, line
+    assert r.stdout.count("missing=0") == n, r.stdout
+
+
 def free_port_pair() -> int:
     """A port P such that P and P + 1 are free now (torchrun's store listens on P, the
     bootstrap on P + 1), so that concurrent runs and other services do not collide.
