@@ -54,6 +54,9 @@ impl Pshmem {
                 &health,
             )?
         } else {
+            // Nothing is opened, but a provider that does not exist is still refused.
+            pshmem_transport::check(&cfg.transport)
+                .map_err(proxies::transport_error(me, "checking the transport"))?;
             tracing::info!(
                 "PE {me}: every PE maps the others' heaps on this machine: no proxy thread, \
                  no transport endpoint"

@@ -216,6 +216,8 @@ fn simulated_fabric_in_order_mode_keeps_order() {
 fn shm_region_file_of_a_reused_pid_does_not_stop_a_job() {
     let res = JobSpec::new(BIN, 2, &["rt-ops", "--rounds", "1", "--sizes", "1,4096"])
         .env("PSHMEM_PROVIDER", "shm")
+        // Through the proxy: a job on the direct path opens no endpoint at all.
+        .env("PSHMEM_DISABLE_P2P", "1")
         .env("PSHMEM_TEST_PLANT_SHM_REGION", "1")
         .env("PSHMEM_LOG", "pshmem_transport=info")
         .timeout(Duration::from_secs(60))

@@ -450,6 +450,15 @@ impl TransportConfig {
     }
 }
 
+/// Checks, without opening anything, that the transport `cfg` names exists here (for a job that
+/// opens none: see [`open`]); `sim` and `instant` always do.
+pub fn check(cfg: &TransportConfig) -> Result<()> {
+    match cfg.provider.as_deref() {
+        Some("sim" | "instant") => Ok(()),
+        _ => ofi::OfiTransport::check(&cfg.ofi).map(|_| ()),
+    }
+}
+
 /// Opens the transport `cfg` names for this PE of `job` (`sim`: the simulated fabric;
 /// `instant`: the instant transport; otherwise libfabric), with its libfabric rails on
 /// `domains` (this PE's NICs, from placement) when not empty, and connects it to every PE

@@ -34,19 +34,7 @@ impl Gpu {
             .map_err(cu(me, "loading the runtime kernels"))?;
         clock.mark("kernels");
         let rings_of = (&rings.rings[..], shape.threads);
-        // No PE reaches a peer through a GPU proxy: none is started, so no transport endpoint
-        // is opened (kernels push nothing: `any_ring` is 0 on every PE).
-        let started = if proxied {
-            start_proxies(&s, (&ctx, &runtime), (&heap, ordinal), rings_of)?
-        } else {
-            tracing::info!("PE {me}: every GPU heap is mapped through CUDA IPC: no GPU proxy");
-            Started {
-                proxies: Vec::new(),
-                landing: Vec::new(),
-                dmabuf: Vec::new(),
-                registration: None,
-            }
-        };
+        let started = start_proxies(&s, (&ctx, &runtime), (&heap, ordinal), rings_of, proxied)?;
         clock.mark("proxies");
         // The teams' sync words: the first allocation of the GPU heap, the same on every PE.
         let mut alloc = Allocator::new(s.cfg.gpu.heap_size as u64);
@@ -198,8 +186,21 @@ fn start_proxies(
     (ctx, runtime): (&Arc<CudaContext>, &Arc<CudaModule>),
     (heap, ordinal): (&DevAlloc, usize),
     (rings, threads): (&[Arc<Ring>], usize),
+    proxied: bool,
 ) -> Result<Started> {
     let me = s.me;
+    let mut out = Started {
+        proxies: Vec::with_capacity(threads),
+        landing: Vec::new(),
+        dmabuf: Vec::new(),
+        registration: None,
+    };
+    if !proxied {
+        // No PE reaches a peer through a GPU proxy: none is started, so no transport endpoint
+        // is opened (kernels push nothing: `any_ring` is 0 on every PE).
+        tracing::info!("PE {me}: every GPU heap is mapped through CUDA IPC: no GPU proxy");
+        return Ok(out);
+    }
     let threads = threads.min(rings.len()).max(1);
     // On an RDMA provider, every proxy thread stripes over the NICs placement put next to this
     // GPU (2 on p5en, 4 on p5), so its traffic never crosses a PCIe switch.
@@ -221,12 +222,6 @@ fn start_proxies(
         health: &s.health,
         name: "pshmem-gpu-proxy",
         heap: "the GPU heap",
-    };
-    let mut out = Started {
-        proxies: Vec::with_capacity(threads),
-        landing: Vec::new(),
-        dmabuf: Vec::new(),
-        registration: None,
     };
     for t in 0..threads {
         // Fetched here, once: with CUDA's lazy loading, fetching a function while a kernel

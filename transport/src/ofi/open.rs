@@ -67,6 +67,24 @@ impl OfiTransport {
         })
     }
 
+    /// The first of `cfg`'s providers that `fi_getinfo` offers here, without opening anything
+    /// (no fabric, domain or endpoint): a job that needs no transport still refuses a provider
+    /// that does not exist, as its open would have.
+    pub fn check(cfg: &OfiConfig) -> Result<String> {
+        let version = api_version();
+        let mut errors = Vec::new();
+        for prov in &cfg.providers {
+            match discover(prov, None, version, &[false]) {
+                Ok(_) => return Ok(prov.clone()),
+                Err(e) => errors.push(format!("{prov}: {e}")),
+            }
+        }
+        Err(TransportError::NoProvider {
+            wanted: cfg.providers.join(" > "),
+            reason: errors.join("; "),
+        })
+    }
+
     /// Opens with explicit rank and world size.
     pub fn open_raw(me: Pe, n: usize, cfg: &OfiConfig) -> Result<Self> {
         let version = api_version();

@@ -130,6 +130,28 @@ fn first_diff(a: &[u8], b: &[u8]) -> Option<usize> {
     a.iter().zip(b).position(|(x, y)| x != y)
 }
 
+/// Prints how this PE reaches `peer`, and checks that a job that maps every peer opens no
+/// transport for the GPU heap (nor for the host heap when on one machine with peer mappings
+/// on), and that one with any proxied peer does.
+fn paths(s: &Pshmem, g: &pshmem::gpu::Gpu, peer: usize) -> R<()> {
+    println!(
+        "INFO pe={} device={} peer={peer} direct={} remote_path={} transport={}",
+        s.my_pe(),
+        g.ordinal(),
+        g.is_direct(peer),
+        g.remote_path(),
+        s.transport_name().replace(' ', "_")
+    );
+    let all_mapped = (0..s.n_pes()).all(|p| g.is_direct(p));
+    if all_mapped != (g.remote_path() == "none") {
+        return Err(format!(
+            "every peer mapped: {all_mapped}, but the GPU proxy path is {}",
+            g.remote_path()
+        ));
+    }
+    Ok(())
+}
+
 /// Every device operation on the next PE; prints one OK line per part.
 pub fn ops_rank(s: &Pshmem) -> R<()> {
     let g = s.gpu_init().map_err(e)?;
@@ -142,22 +164,7 @@ pub fn ops_rank(s: &Pshmem) -> R<()> {
         m,
         st: g.stream().clone(),
     };
-    println!(
-        "INFO pe={me} device={} peer={peer} direct={} remote_path={} transport={}",
-        g.ordinal(),
-        g.is_direct(peer),
-        g.remote_path(),
-        s.transport_name().replace(' ', "_")
-    );
-    // A job that maps every peer opens no transport for the GPU heap (nor for the host heap
-    // when on one machine with peer mappings on); one with any proxied peer does.
-    let all_mapped = (0..n).all(|p| g.is_direct(p));
-    if all_mapped != (g.remote_path() == "none") {
-        return Err(format!(
-            "every peer mapped: {all_mapped}, but the GPU proxy path is {}",
-            g.remote_path()
-        ));
-    }
+    paths(s, g, peer)?;
 
     // put / get: 6 variants x sizes, odd destination offsets on odd variants.
     let sizes = [1usize, 8, 4099, (1 << 20) + 5, 3 << 20];

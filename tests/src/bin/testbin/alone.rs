@@ -6,24 +6,23 @@ use std::{process::ExitCode, time::Duration};
 
 use pshmem_bootstrap::Bootstrap;
 
-use crate::{Cmd, attack, flood, report, snoop};
+use crate::{AloneCmd, attack, flood, report, snoop};
 
-/// Runs `cmd` if it is one of these.
-pub fn run(cmd: &Cmd) -> Option<ExitCode> {
-    Some(match cmd {
-        Cmd::HeapSnoop { seconds, stop_file } => snoop::run(*seconds, stop_file),
-        Cmd::Attack { seconds, stop_file } => attack::run(*seconds, stop_file),
-        Cmd::BsFlood {
+/// Runs `cmd`.
+pub fn run(cmd: &AloneCmd) -> ExitCode {
+    match cmd {
+        AloneCmd::HeapSnoop { seconds, stop_file } => snoop::run(*seconds, stop_file),
+        AloneCmd::Attack { seconds, stop_file } => attack::run(*seconds, stop_file),
+        AloneCmd::BsFlood {
             addr,
             seconds,
             keep,
             probes,
         } => flood::run(addr, *seconds, *keep, *probes),
-        Cmd::BsThreadInit { hold_ms } => thread_init(*hold_ms),
-        Cmd::BsReinit => reinit(),
-        Cmd::BsStraggler { rank, ms } => straggler(*rank, *ms),
-        _ => return None,
-    })
+        AloneCmd::BsThreadInit { hold_ms } => thread_init(*hold_ms),
+        AloneCmd::BsReinit => reinit(),
+        AloneCmd::BsStraggler { rank, ms } => straggler(*rank, *ms),
+    }
 }
 
 fn thread_init(hold_ms: u64) -> ExitCode {
