@@ -5,7 +5,7 @@
 
 use std::{path::Path, process::Command, time::Duration};
 
-use pshmem_tests::{JobSpec, assert_all_ok};
+use pshmem_tests::{JobSpec, RankResult, assert_all_ok};
 
 mod common;
 
@@ -39,6 +39,22 @@ fn the_header_compiles_as_c_and_cpp_without_warnings() {
     }
 }
 
+/// Runs the C program `exe` on `n` PEs with `args` and `env` (a 16 MiB host heap, no CUDA);
+/// every rank must succeed.
+fn c_job(exe: &Path, n: usize, args: &[&str], env: &[(&str, &str)]) -> Vec<RankResult> {
+    let mut spec = JobSpec::new(exe, n, args)
+        .env("PSHMEM_SYMMETRIC_SIZE", "16M")
+        .env("PSHMEM_DISABLE_CUDA", "1")
+        .env("PSHMEM_OP_TIMEOUT", "10")
+        .timeout(Duration::from_secs(60));
+    for (k, v) in env {
+        spec = spec.env(k, v);
+    }
+    let res = spec.launch().wait();
+    assert_all_ok(&res);
+    res
+}
+
 #[test]
 fn a_c_program_runs_every_call_family_on_every_path() {
     let dir = std::env::temp_dir().join(format!("pshmem-capi-{}", std::process::id()));
@@ -58,15 +74,7 @@ fn a_c_program_runs_every_call_family_on_every_path() {
     ];
     for n in [2, 4] {
         for (how, env) in paths {
-            let mut spec = JobSpec::new(&exe, n, &[how])
-                .env("PSHMEM_SYMMETRIC_SIZE", "16M")
-                .env("PSHMEM_DISABLE_CUDA", "1")
-                .timeout(Duration::from_secs(60));
-            for (k, v) in env {
-                spec = spec.env(k, v);
-            }
-            let res = spec.launch().wait();
-            assert_all_ok(&res);
+            let res = c_job(&exe, n, &[how], env);
             for r in &res {
                 for part in [
                     "OK rma",
@@ -96,16 +104,7 @@ fn every_c_call_with_bad_arguments_is_a_typed_error() {
     compile("sweep.c", &exe);
     let mut total = 0;
     for env in [&[][..], &[("PSHMEM_DISABLE_P2P", "1")][..]] {
-        let mut spec = JobSpec::new(&exe, 2, &[])
-            .env("PSHMEM_SYMMETRIC_SIZE", "16M")
-            .env("PSHMEM_DISABLE_CUDA", "1")
-            .env("PSHMEM_OP_TIMEOUT", "10")
-            .timeout(Duration::from_secs(60));
-        for (k, v) in env {
-            spec = spec.env(k, v);
-        }
-        let res = spec.launch().wait();
-        assert_all_ok(&res);
+        let res = c_job(&exe, 2, &[], env);
         for r in &res {
             assert!(
                 !r.stdout.contains("BAD "),
