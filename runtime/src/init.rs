@@ -44,29 +44,14 @@ impl Pshmem {
             .map(|_| Ring::new_host(cfg.ring_slots))
             .collect();
         let health = watch_health(&bs, &rings);
-        let started = if needs_proxies(&bs, &cfg) {
-            start_proxies(
-                &bs,
-                &cfg,
-                local.view(),
-                &rings,
-                (&proxy_cpus, &rails),
-                &health,
-            )?
-        } else {
-            // Nothing is opened, but a provider that does not exist is still refused.
-            pshmem_transport::check(&cfg.transport)
-                .map_err(proxies::transport_error(me, "checking the transport"))?;
-            tracing::info!(
-                "PE {me}: every PE maps the others' heaps on this machine: no proxy thread, \
-                 no transport endpoint"
-            );
-            Started {
-                proxies: Vec::new(),
-                landings: Vec::new(),
-                transport: NO_TRANSPORT.to_string(),
-            }
-        };
+        let started = start_proxies(
+            &bs,
+            &cfg,
+            local.view(),
+            &rings,
+            (&proxy_cpus, &rails),
+            &health,
+        )?;
         clock.mark("proxies");
         let peer_maps = if cfg.disable_p2p {
             (0..n).map(|_| None).collect()
@@ -379,7 +364,7 @@ struct Started {
 }
 
 /// One proxy thread per `PSHMEM_PROXY_THREADS`, each on its own transport and registration of
-/// `heap`. Where the heap emulates a GPU heap (`PSHMEM_EMULATE_GPU_HEAP`), the proxies serve it
+/// `heap`; none where no route can use them ([`needs_proxies`]). Where the heap emulates a GPU heap (`PSHMEM_EMULATE_GPU_HEAP`), the proxies serve it
 /// as one: through a landing area of the host-staged path, or registered as DMA-BUF would.
 fn start_proxies(
     bs: &Bootstrap,
@@ -390,6 +375,20 @@ fn start_proxies(
     health: &Arc<Health>,
 ) -> Result<Started> {
     let (me, n) = (bs.rank(), bs.world_size());
+    if !needs_proxies(bs, cfg) {
+        // Nothing is opened, but a provider that does not exist is still refused.
+        pshmem_transport::check(&cfg.transport)
+            .map_err(proxies::transport_error(me, "checking the transport"))?;
+        tracing::info!(
+            "PE {me}: every PE maps the others' heaps on this machine: no proxy thread, no \
+             transport endpoint"
+        );
+        return Ok(Started {
+            proxies: Vec::new(),
+            landings: Vec::new(),
+            transport: NO_TRANSPORT.to_string(),
+        });
+    }
     let start = proxies::Start {
         bs,
         transport: &cfg.transport,
