@@ -117,6 +117,22 @@ mod tests {
 
     use super::*;
 
+    /// A skipped part, made visible in CI: `scripts/test.sh` prints every line written to
+    /// `PSHMEM_TEST_SKIPS` after the run (as `pshmem_tests::skipped` does; that crate depends
+    /// on this one, so it is not used here).
+    fn skipped(test: &str, why: &str) {
+        use std::io::Write;
+        let line = format!("SKIP {test}: {why}\n");
+        eprint!("{line}");
+        if let Some(path) = std::env::var_os("PSHMEM_TEST_SKIPS") {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path);
+            let _ = f.and_then(|mut f| f.write_all(line.as_bytes()));
+        }
+    }
+
     #[test]
     fn finds_the_uid_of_a_local_peer_and_nothing_for_an_unknown_one() {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -129,7 +145,7 @@ mod tests {
         // Each way on its own: /proc is the fallback where sock_diag is missing.
         match by_sock_diag(from, local) {
             Some(uid) => assert_eq!(uid, me),
-            None => eprintln!("SKIP the sock_diag lookup: this kernel has no inet_diag"),
+            None => skipped("peer_uid sock_diag lookup", "this kernel has no inet_diag"),
         }
         assert_eq!(by_proc_net(from, local), Some(me));
         // An address pair no socket has.
@@ -173,7 +189,7 @@ mod tests {
     #[test]
     fn finds_an_ipv6_peer_through_proc() {
         let Ok(l) = TcpListener::bind("[::1]:0") else {
-            eprintln!("SKIP the IPv6 lookup: no ::1 here");
+            skipped("peer_uid IPv6 lookup", "no ::1 here");
             return;
         };
         let c = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
