@@ -8,7 +8,7 @@ use bytes::Bytes;
 use crate::{
     Bootstrap, BootstrapError, Result,
     frame::{CollOp, CollTag, Kind, Reader, Writer},
-    net::Failure,
+    net::{Failure, Unsent},
 };
 
 /// How much longer than rank 0 a rank waits in a collective: time for rank 0's verdict on a
@@ -128,23 +128,40 @@ impl Bootstrap {
         })?;
         let mut results = results.into_iter();
         let mine = results.next().expect("one result per rank");
+        self.send_results(tag, opname, results)?;
+        Ok(mine)
+    }
+
+    /// Rank 0: queues every other rank's result of collective `tag`, with no failure's `Abort`
+    /// among them (see [`crate::net::Shared::send_each`]).
+    fn send_results(
+        &self,
+        tag: CollTag,
+        opname: &str,
+        results: impl Iterator<Item = Bytes>,
+    ) -> Result<()> {
         let mut prefix = Writer::default();
         tag.write(&mut prefix);
-        for (r, res) in results.enumerate() {
+        let payloads = results.map(|res| {
             let mut payload = Vec::with_capacity(CollTag::LEN + res.len());
             payload.extend_from_slice(&prefix.0);
             payload.extend_from_slice(&res);
-            if !self.shared.send(r + 1, Kind::Result, Bytes::from(payload)) {
-                return Err(self.failure_or(opname, r + 1));
-            }
-        }
-        Ok(mine)
+            Bytes::from(payload)
+        });
+        self.shared
+            .send_each(Kind::Result, payloads)
+            .map_err(|u| match u {
+                Unsent::Failed(f) => f.to_error(0, opname),
+                Unsent::NoWriter(r) => self.failure_or(opname, r),
+            })
     }
 
     /// Waits for the next message from `peer`, failing on job failure or at `deadline`. Rank 0,
     /// at its deadline, aborts the job naming the ranks it waited for (the stragglers); the
     /// others wait [`VERDICT_GRACE`] longer for that verdict, so that they name the straggler
-    /// too rather than rank 0, their relay (a rank 0 that never came is still named).
+    /// too rather than rank 0, their relay (a rank 0 that never came is still named). A failure
+    /// ends the wait once final (`State::final_failure`): a rank other than 0
+    /// waits for rank 0's last word, since a result rank 0 sent first completes the collective.
     fn wait_from(&self, peer: usize, deadline: Instant, op: &str) -> Result<Vec<u8>> {
         let deadline = if self.rank() == 0 {
             deadline
@@ -158,10 +175,11 @@ impl Bootstrap {
             if let Some(m) = st.inbox[peer].pop_front() {
                 return Ok(m);
             }
-            if let Some(f) = &st.failure {
+            let now = Instant::now();
+            let failed = st.final_failure(self.rank(), peer, now);
+            if let Some(f) = failed.or(st.failure.as_ref().filter(|_| now >= deadline)) {
                 return Err(f.to_error(self.rank(), op));
             }
-            let now = Instant::now();
             if now >= deadline {
                 let waiting_for = if self.rank() == 0 {
                     (peer..self.world_size())
@@ -193,10 +211,12 @@ impl Bootstrap {
                 }
                 return Err(err);
             }
+            // A failure not yet final becomes so at its own time, before the deadline.
+            let until = st.final_at().map_or(deadline, |t| t.min(deadline));
             st = self
                 .shared
                 .cv
-                .wait_timeout(st, deadline - now)
+                .wait_timeout(st, until.saturating_duration_since(now))
                 .map(|r| r.0)
                 .unwrap_or_else(|p| p.into_inner().0);
         }

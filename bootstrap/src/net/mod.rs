@@ -20,7 +20,7 @@ mod tasks;
 pub(crate) use self::{
     peer::peer_join,
     root::root_join,
-    shared::{Failure, Out, Shared},
+    shared::{Failure, Out, Shared, Unsent},
 };
 
 use std::time::Duration;

@@ -4,6 +4,7 @@
 use std::{
     collections::VecDeque,
     sync::{Condvar, Mutex, MutexGuard},
+    time::{Duration, Instant},
 };
 
 use bytes::Bytes;
@@ -68,6 +69,33 @@ impl Failure {
     }
 }
 
+/// How long a rank other than 0, waiting for rank 0's answer in a collective, holds back a
+/// failure that rank 0 did not tell it of (its data path lost a peer) until rank 0's last word.
+/// Rank 0 decides a collective's outcome: a rank that left right after getting its result (an
+/// error path) is seen gone by its peers' data paths, while their results, already sent, are
+/// still on the wire. Rank 0 relays the report within milliseconds; the bound is for a rank 0
+/// that cannot.
+pub(crate) const ROOT_WORD_GRACE: Duration = Duration::from_secs(1);
+
+impl State {
+    /// The failure that ends rank `me`'s wait for a message from `peer` at `now`, once it is
+    /// final: always on rank 0 and for other peers; for a wait on rank 0, once rank 0 said its
+    /// last word (after any result it sent) or [`ROOT_WORD_GRACE`] passed.
+    pub(crate) fn final_failure(&self, me: usize, peer: usize, now: Instant) -> Option<&Failure> {
+        let f = self.failure.as_ref()?;
+        let settled = me == 0
+            || peer != 0
+            || self.ended[0]
+            || self.failed_at.is_none_or(|t| now >= t + ROOT_WORD_GRACE);
+        settled.then_some(f)
+    }
+
+    /// When a failure not yet final (see [`State::final_failure`]) becomes final.
+    pub(crate) fn final_at(&self) -> Option<Instant> {
+        self.failed_at.map(|t| t + ROOT_WORD_GRACE)
+    }
+}
+
 /// Outgoing work for a connection's writer task.
 #[derive(Debug)]
 pub(crate) enum Out {
@@ -75,6 +103,15 @@ pub(crate) enum Out {
     Msg(Kind, Bytes),
     /// Flush, shut the socket down and report.
     Close(oneshot::Sender<()>),
+}
+
+/// Why [`Shared::send_each`] sent nothing more.
+#[derive(Debug)]
+pub(crate) enum Unsent {
+    /// The job had failed already.
+    Failed(Failure),
+    /// This rank has no live writer to that peer.
+    NoWriter(usize),
 }
 
 /// A callback run once when the job fails.
@@ -87,6 +124,11 @@ pub(crate) struct State {
     pub inbox: Vec<VecDeque<Vec<u8>>>,
     /// The first failure.
     pub failure: Option<Failure>,
+    /// When `failure` was recorded.
+    pub failed_at: Option<Instant>,
+    /// Per peer: its reader has stopped (it read an `Abort`, or the connection ended). For a
+    /// rank other than 0, rank 0's reader stopping is rank 0's last word.
+    pub ended: Vec<bool>,
     /// Peers that said goodbye.
     pub leaving: Vec<bool>,
     /// This rank is finalizing: connection ends are expected.
@@ -122,6 +164,7 @@ impl Shared {
         let state = State {
             inbox: vec![VecDeque::new(); n],
             leaving: vec![false; n],
+            ended: vec![false; n],
             ..State::default()
         };
         Self {
@@ -149,6 +192,28 @@ impl Shared {
             .is_some_and(|tx| tx.send(Out::Msg(kind, payload)).is_ok())
     }
 
+    /// Rank 0: queues `payloads` as `kind`, the first to rank 1, the next to rank 2 and so on,
+    /// holding the job's state so that no failure's `Abort` is queued among them. A rank that
+    /// leaves as soon as it has a collective's result (an error path: its call failed on what
+    /// the collective returned) is then reported to the others only after their results, which
+    /// they receive whole.
+    pub(crate) fn send_each(
+        &self,
+        kind: Kind,
+        payloads: impl IntoIterator<Item = Bytes>,
+    ) -> Result<(), Unsent> {
+        let st = self.lock();
+        if let Some(f) = &st.failure {
+            return Err(Unsent::Failed(f.clone()));
+        }
+        for (i, p) in payloads.into_iter().enumerate() {
+            if !self.send(i + 1, kind, p) {
+                return Err(Unsent::NoWriter(i + 1));
+            }
+        }
+        Ok(())
+    }
+
     /// Records the job's first failure, (on rank 0) queues an `Abort` to every other rank, then
     /// wakes every waiter and runs the hooks. The aborts are queued before any waiter can see the
     /// failure: a waiter that returns at once and drops the bootstrap closes the writers, and a
@@ -163,6 +228,7 @@ impl Shared {
                 self.relay_abort(&failure);
             }
             st.failure = Some(failure.clone());
+            st.failed_at = Some(Instant::now());
             self.cv.notify_all();
             std::mem::take(&mut st.hooks)
         };
@@ -250,5 +316,100 @@ pub(super) fn abort_failure(from: usize, payload: &[u8]) -> Failure {
         _ => Failure::Aborted {
             reason: format!("rank {from} aborted the job (unreadable reason)"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rank0_of_three() -> (Shared, Vec<mpsc::UnboundedReceiver<Out>>) {
+        let shared = Shared::new(0, 3, 7);
+        let mut rxs = Vec::new();
+        for r in 1..3 {
+            let (tx, rx) = mpsc::unbounded_channel();
+            shared.peers.lock().unwrap()[r] = Some(tx);
+            rxs.push(rx);
+        }
+        (shared, rxs)
+    }
+
+    fn kinds(rx: &mut mpsc::UnboundedReceiver<Out>) -> Vec<Kind> {
+        let mut got = Vec::new();
+        while let Ok(Out::Msg(kind, _)) = rx.try_recv() {
+            got.push(kind);
+        }
+        got
+    }
+
+    /// Rank 1 leaves (its departure recorded on another thread) while rank 0 is between
+    /// queuing rank 1's result and rank 2's: rank 2 must still get its result before the
+    /// `Abort` that reports rank 1.
+    #[test]
+    fn a_failure_during_the_results_is_queued_after_all_of_them() {
+        let (shared, mut rxs) = rank0_of_three();
+        std::thread::scope(|s| {
+            let mut leaver = None;
+            let payloads = (1..3).map(|r| {
+                if r == 2 {
+                    let t = s.spawn(|| {
+                        shared.fail(Failure::Died {
+                            dead: 1,
+                            detail: crate::net::LEFT.into(),
+                        })
+                    });
+                    // Long enough for `fail` to finish if nothing held it back.
+                    std::thread::sleep(Duration::from_millis(200));
+                    leaver = Some(t);
+                }
+                Bytes::from_static(b"result")
+            });
+            shared.send_each(Kind::Result, payloads).unwrap();
+            leaver.unwrap().join().unwrap();
+        });
+        assert_eq!(kinds(&mut rxs[1]), [Kind::Result, Kind::Abort]);
+        assert!(matches!(
+            shared.send_each(Kind::Result, [Bytes::new()]),
+            Err(Unsent::Failed(Failure::Died { dead: 1, .. }))
+        ));
+    }
+
+    /// A rank other than 0 whose data path saw a peer die holds that failure back, in a wait
+    /// for rank 0, until rank 0's last word or the grace; every other wait fails at once.
+    #[test]
+    fn a_failure_rank_0_did_not_announce_waits_for_its_last_word() {
+        let mut st = State {
+            inbox: vec![VecDeque::new(); 3],
+            leaving: vec![false; 3],
+            ended: vec![false; 3],
+            ..State::default()
+        };
+        let now = Instant::now();
+        assert!(st.final_failure(2, 0, now).is_none(), "no failure yet");
+        st.failure = Some(Failure::Died {
+            dead: 1,
+            detail: "seen by the data path".into(),
+        });
+        st.failed_at = Some(now);
+        assert!(
+            st.final_failure(2, 0, now).is_none(),
+            "rank 0 may have sent the result"
+        );
+        assert!(
+            st.final_failure(0, 1, now).is_some(),
+            "rank 0 decides at once"
+        );
+        assert!(
+            st.final_failure(2, 1, now).is_some(),
+            "not a wait for rank 0"
+        );
+        let later = now + ROOT_WORD_GRACE;
+        assert!(st.final_failure(2, 0, later).is_some(), "bounded");
+        assert_eq!(st.final_at(), Some(later));
+        st.ended[0] = true;
+        assert!(
+            st.final_failure(2, 0, now).is_some(),
+            "rank 0 said its last word"
+        );
     }
 }

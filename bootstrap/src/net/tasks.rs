@@ -19,13 +19,21 @@ use crate::{
     frame::{FrameError, Kind, MAX_FRAME},
 };
 
-/// Reads messages from `peer` until the connection ends, dispatching them.
+/// Reads messages from `peer` until the connection ends or the peer aborts, dispatching them,
+/// then records that this reader has stopped.
 pub(crate) async fn reader_task<R: AsyncRead + Unpin>(
     shared: Arc<Shared>,
     peer: usize,
-    mut r: R,
+    r: R,
     idle: Duration,
 ) {
+    read_loop(&shared, peer, r, idle).await;
+    let mut st = shared.lock();
+    st.ended[peer] = true;
+    shared.cv.notify_all();
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(shared: &Shared, peer: usize, mut r: R, idle: Duration) {
     loop {
         match read_message(&mut r, shared.secret, MAX_FRAME, idle).await {
             Ok((Kind::Heartbeat, _)) => {}
