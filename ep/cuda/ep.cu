@@ -5,25 +5,26 @@
  * SM, and with several PEs on one GPU (MPS) the peers' kernels need the rest. */
 #include "pshmem/ep/ll.cuh"
 
-extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS, 2)
-    pshmem_ep_ll_dispatch_send(const pshmem_ep_ll_args_t a) {
-    pshmem_ep::dispatch_send(a);
+/* One kernel per operation, its phases chosen per launch (ll.h). Named as DeepEP's users'
+ * profiling helpers look for them: one kernel whose name contains "dispatch" (resp.
+ * "combine"), as "::dispatch<" in the demangled name; so C++ templates in a namespace, loaded
+ * by their mangled names (ep/src/lib.rs, `LL_KERNELS`). */
+namespace pshmem_ep {
+namespace ll {
+template <typename Args>
+__global__ void __launch_bounds__(PSHMEM_EP_THREADS, 2) dispatch(const Args a) {
+    run<dispatch_send, dispatch_recv>(a);
 }
 
-extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS, 2)
-    pshmem_ep_ll_dispatch_recv(const pshmem_ep_ll_args_t a) {
-    pshmem_ep::dispatch_recv(a);
+template <typename Args>
+__global__ void __launch_bounds__(PSHMEM_EP_THREADS, 2) combine(const Args a) {
+    run<combine_send, combine_recv>(a);
 }
 
-extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS, 2)
-    pshmem_ep_ll_combine_send(const pshmem_ep_ll_args_t a) {
-    pshmem_ep::combine_send(a);
-}
-
-extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS, 2)
-    pshmem_ep_ll_combine_recv(const pshmem_ep_ll_args_t a) {
-    pshmem_ep::combine_recv(a);
-}
+template __global__ void dispatch<pshmem_ep_ll_args_t>(const pshmem_ep_ll_args_t);
+template __global__ void combine<pshmem_ep_ll_args_t>(const pshmem_ep_ll_args_t);
+} // namespace ll
+} // namespace pshmem_ep
 
 extern "C" __global__ void __launch_bounds__(PSHMEM_EP_THREADS, 2)
     pshmem_ep_ll_clean(const pshmem_ep_ll_clean_args_t a) {

@@ -8,7 +8,19 @@ use pshmem::cuda::KernelArgs;
 use crate::{Kernel, LlArgs, ht::HtArgs, ht::HtKernel};
 
 /// Fields of [`LlArgs`] the launcher fills (the caller's are refused).
-const LL_OWNED: &[&str] = &["my_rank", "rings", "n_rings", "msg_bytes", "_pad"];
+const LL_OWNED: &[&str] = &[
+    "my_rank",
+    "rings",
+    "n_rings",
+    "msg_bytes",
+    "_pad",
+    "send_x",
+    "send_y",
+    "recv_x",
+    "recv_y",
+    "phases",
+    "_pad2",
+];
 
 /// Fields of [`HtArgs`] the launcher fills from the ring table and the buffer's layout.
 const HT_OWNED: &[&str] = &[
@@ -132,8 +144,8 @@ const HT_COMBINE: &[&str] = &[
 /// The names an LL launch requires for kernel `k`.
 pub fn ll_required(k: Kernel) -> Vec<&'static str> {
     let own = match k {
-        Kernel::DispatchSend | Kernel::DispatchRecv => LL_DISPATCH,
-        Kernel::CombineSend | Kernel::CombineRecv => LL_COMBINE,
+        Kernel::Dispatch => LL_DISPATCH,
+        Kernel::Combine => LL_COMBINE,
     };
     LL_COMMON.iter().chain(own).copied().collect()
 }
@@ -211,12 +223,7 @@ mod tests {
     #[test]
     fn the_tables_name_fields() {
         let ll = ll_accepted();
-        for k in [
-            Kernel::DispatchSend,
-            Kernel::DispatchRecv,
-            Kernel::CombineSend,
-            Kernel::CombineRecv,
-        ] {
+        for k in [Kernel::Dispatch, Kernel::Combine] {
             for r in ll_required(k) {
                 assert!(ll.contains(&r), "{k:?} requires {r}, not an accepted field");
             }
@@ -240,18 +247,18 @@ mod tests {
 
     #[test]
     fn unknown_owned_and_missing_names_are_refused() {
-        let (acc, req) = (ll_accepted(), ll_required(Kernel::CombineSend));
+        let (acc, req) = (ll_accepted(), ll_required(Kernel::Combine));
         let mut given: Vec<&str> = req.clone();
-        assert!(check("combine_send", given.iter().copied(), &acc, &req).is_ok());
+        assert!(check("combine", given.iter().copied(), &acc, &req).is_ok());
         given.push("num_topks");
-        let e = check("combine_send", given.iter().copied(), &acc, &req).unwrap_err();
+        let e = check("combine", given.iter().copied(), &acc, &req).unwrap_err();
         assert!(e.contains("no argument \"num_topks\""), "{e}");
         given.pop();
         given.push("my_rank");
-        assert!(check("combine_send", given.iter().copied(), &acc, &req).is_err());
+        assert!(check("combine", given.iter().copied(), &acc, &req).is_err());
         given.pop();
         given.retain(|k| *k != "topk_weights");
-        let e = check("combine_send", given.iter().copied(), &acc, &req).unwrap_err();
+        let e = check("combine", given.iter().copied(), &acc, &req).unwrap_err();
         assert!(e.contains("missing argument(s) topk_weights"), "{e}");
     }
 }

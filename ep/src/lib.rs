@@ -50,6 +50,41 @@ pub mod flags {
     pub const ZERO_COPY: u32 = 0x8;
 }
 
+/// The phases one launch runs ([`LlArgs::phases`], `PSHMEM_EP_PHASE_*`).
+pub mod phases {
+    /// The send phase.
+    pub const SEND: u32 = 0x1;
+    /// The receive phase.
+    pub const RECV: u32 = 0x2;
+}
+
+/// What one LL launch runs: its phases (of [`phases`]) and each phase's grid of blocks
+/// (x, y); a phase not run has no grid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Phases {
+    /// The send phase's grid, if it runs.
+    pub send: Option<(u32, u32)>,
+    /// The receive phase's grid, if it runs.
+    pub recv: Option<(u32, u32)>,
+}
+
+impl Phases {
+    /// The blocks of the launch: the larger of the phases' grids.
+    pub fn blocks(&self) -> u32 {
+        let n = |g: Option<(u32, u32)>| g.map_or(0, |(x, y)| x.saturating_mul(y));
+        n(self.send).max(n(self.recv))
+    }
+
+    /// Fills `args`' phase fields.
+    fn fill(&self, args: &mut LlArgs) {
+        let (sx, sy) = self.send.unwrap_or((0, 0));
+        let (rx, ry) = self.recv.unwrap_or((0, 0));
+        (args.send_x, args.send_y, args.recv_x, args.recv_y) =
+            (sx as i32, sy as i32, rx as i32, ry as i32);
+        args.phases = self.send.map_or(0, |_| phases::SEND) | self.recv.map_or(0, |_| phases::RECV);
+    }
+}
+
 pshmem::kernel_args! {
 /// `pshmem_ep_ll_args_t`: what every LL kernel reads (addresses are device addresses).
 #[allow(missing_docs)]
@@ -80,6 +115,12 @@ pub struct LlArgs = "pshmem_ep_ll_args_t" {
     pub layout_range: u64,
     pub cum_stats: u64,
     pub wait_stats: u64,
+    pub send_x: i32,
+    pub send_y: i32,
+    pub recv_x: i32,
+    pub recv_y: i32,
+    pub phases: u32,
+    pub _pad2: u32,
 }
 }
 
@@ -94,8 +135,8 @@ pshmem::kernel_args! {
 }
 
 const _: () = assert!(
-    std::mem::size_of::<LlArgs>() == 168,
-    "pshmem_ep_ll_args_t is 168 bytes"
+    std::mem::size_of::<LlArgs>() == 192,
+    "pshmem_ep_ll_args_t is 192 bytes"
 );
 
 /// Where things are in the LL symmetric buffer (see `pshmem/ep/ll.h`): two buffers, each a
@@ -189,37 +230,40 @@ impl LlLayout {
     }
 }
 
-/// Which LL kernel.
+/// Which LL kernel: one per operation, its phases chosen per launch ([`Phases`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernel {
-    /// Dispatch, send phase.
-    DispatchSend,
-    /// Dispatch, receive phase.
-    DispatchRecv,
-    /// Combine, send phase.
-    CombineSend,
-    /// Combine, receive phase.
-    CombineRecv,
+    /// Dispatch.
+    Dispatch,
+    /// Combine.
+    Combine,
 }
 
 impl Kernel {
     /// From the names the Python layer uses.
     pub fn from_name(s: &str) -> Option<Self> {
         Some(match s {
-            "dispatch_send" => Self::DispatchSend,
-            "dispatch_recv" => Self::DispatchRecv,
-            "combine_send" => Self::CombineSend,
-            "combine_recv" => Self::CombineRecv,
+            "dispatch" => Self::Dispatch,
+            "combine" => Self::Combine,
             _ => return None,
         })
     }
 }
 
+/// The mangled names of the LL kernels (`cuda/ep.cu`: `pshmem_ep::ll::dispatch` and
+/// `::combine`, templates instantiated for `pshmem_ep_ll_args_t`), in [`Kernel`]'s order.
+/// C++ names, not `extern "C"` ones, so that a profiler shows `pshmem_ep::ll::dispatch<...>`,
+/// the form DeepEP's timing helpers match.
+pub const LL_KERNELS: [&str; 2] = [
+    "_ZN9pshmem_ep2ll8dispatchI17pshmem_ep_ll_argsEEvT_",
+    "_ZN9pshmem_ep2ll7combineI17pshmem_ep_ll_argsEEvT_",
+];
+
 /// The loaded MoE kernels of one PE's GPU (low-latency and normal mode).
 #[derive(Debug)]
 pub struct Ll {
     _module: Arc<CudaModule>,
-    ll: [cuda::Kernel<LlArgs>; 4],
+    ll: [cuda::Kernel<LlArgs>; 2],
     clean: cuda::Kernel<CleanArgs>,
     ht: [cuda::Kernel<ht::HtArgs>; 6],
     me: usize,
@@ -243,10 +287,8 @@ impl Ll {
                 .map_err(cuda_err(me, "loading the MoE kernels"))
         }
         let ll = [
-            load(gpu, &m, me, "pshmem_ep_ll_dispatch_send")?,
-            load(gpu, &m, me, "pshmem_ep_ll_dispatch_recv")?,
-            load(gpu, &m, me, "pshmem_ep_ll_combine_send")?,
-            load(gpu, &m, me, "pshmem_ep_ll_combine_recv")?,
+            load(gpu, &m, me, LL_KERNELS[0])?,
+            load(gpu, &m, me, LL_KERNELS[1])?,
         ];
         let clean = load(gpu, &m, me, "pshmem_ep_ll_clean")?;
         let [a, b, c, d, e, g] = ht::HtKernel::NAMES.map(|name| load(gpu, &m, me, name));
@@ -260,8 +302,11 @@ impl Ll {
         })
     }
 
-    /// Launches `k` with `args` on `stream` over `grid` blocks (x, y) of [`THREADS`]; fills
-    /// `my_rank` and the ring table from `gpu`.
+    /// Launches `k` with `args` on `stream`: the phases `run` names, each on its grid (one
+    /// launch of [`Phases::blocks`] blocks of [`THREADS`]); fills `my_rank`, the ring table and
+    /// the phase fields. A launch of both phases needs all its blocks resident at once (the
+    /// receive phase waits for every rank's send phase): the caller sizes the grids so, or
+    /// launches the phases one after the other.
     ///
     /// # Safety
     /// Every address in `args` must be a device address valid for what the kernel does with it
@@ -272,13 +317,15 @@ impl Ll {
         gpu: &Gpu,
         k: Kernel,
         mut args: LlArgs,
-        grid: (u32, u32),
+        run: Phases,
         stream: RawStream,
     ) -> Result<(), Error> {
         let (rings, n) = gpu.ring_table();
         args.my_rank = self.me as i32;
         args.rings = rings;
         args.n_rings = n as u32;
+        run.fill(&mut args);
+        let grid = (run.blocks().max(1), 1);
         // SAFETY: the addresses are the caller's contract.
         unsafe { self.ll[k as usize].launch(grid, THREADS, stream, args) }
             .map_err(cuda_err(self.me, "launching a MoE kernel"))
@@ -328,12 +375,26 @@ mod tests {
             ("PSHMEM_EP_ROUND_SCALE", u64::from(flags::ROUND_SCALE)),
             ("PSHMEM_EP_PER_TOKEN", u64::from(flags::PER_TOKEN)),
             ("PSHMEM_EP_ZERO_COPY", u64::from(flags::ZERO_COPY)),
+            ("PSHMEM_EP_PHASE_SEND", u64::from(phases::SEND)),
+            ("PSHMEM_EP_PHASE_RECV", u64::from(phases::RECV)),
         ]);
     }
 
     #[test]
     fn fatbin_is_embedded() {
         assert_eq!(&KERNELS[..4], &[0x50, 0xed, 0x55, 0xba]);
+    }
+
+    /// The LL kernels' mangled names are the ones `cuda/ep.cu` defines (the fatbin is not
+    /// compressed: its symbol table holds them as they are loaded).
+    #[test]
+    fn the_ll_kernels_are_found_by_their_mangled_names() {
+        for name in LL_KERNELS.iter().chain(ht::HtKernel::NAMES.iter()) {
+            let found = KERNELS
+                .windows(name.len() + 1)
+                .any(|w| &w[..name.len()] == name.as_bytes() && w[name.len()] == 0);
+            assert!(found, "{name} is not an entry point of the fatbin");
+        }
     }
 
     #[test]

@@ -7,9 +7,9 @@ use std::{
     sync::{Arc, Mutex, Weak},
 };
 
-use pshmem::Pshmem;
+use pshmem::{Pshmem, gpu::Gpu};
 use pshmem_ep::{
-    Kernel, Ll, LlArgs, LlLayout,
+    Kernel, Ll, LlArgs, LlLayout, Phases,
     ht::{HtArgs, HtKernel, HtLayout, HtShape},
     keys,
 };
@@ -136,23 +136,51 @@ fn ep_ring_count() -> PyResult<usize> {
     Ok(gpu_of(&s, "ep_ring_count")?.ring_table().1)
 }
 
-/// Launches LL kernel `kernel` ("dispatch_send", "dispatch_recv", "combine_send",
-/// "combine_recv") over (grid_x, grid_y) blocks on `stream` with the arguments of
-/// `pshmem_ep_ll_args_t` given by name: every field the kernel reads, and no name that is not a
-/// field the caller fills (`pshmem_ep::keys`).
+/// Launches LL kernel `kernel` ("dispatch", "combine") on `stream`: its send phase over
+/// `send_grid` (x, y) blocks and its receive phase over `recv_grid`, each if given (both in
+/// one launch need every block resident at once: the caller sizes them so). The arguments of
+/// `pshmem_ep_ll_args_t` come by name: every field the kernel reads, and no name that is not
+/// a field the caller fills (`pshmem_ep::keys`).
 #[pyfunction]
 fn ep_ll_launch(
     py: Python<'_>,
     kernel: &str,
-    grid_x: u32,
-    grid_y: u32,
+    send_grid: Option<(u32, u32)>,
+    recv_grid: Option<(u32, u32)>,
     stream: u64,
     args: HashMap<String, i64>,
 ) -> PyResult<()> {
     let op = "ep_ll_launch";
+    let run = Phases {
+        send: send_grid,
+        recv: recv_grid,
+    };
+    let empty = |g: Option<(u32, u32)>| g.is_some_and(|(x, y)| x == 0 || y == 0);
+    if run.blocks() == 0 || empty(send_grid) || empty(recv_grid) {
+        return Err(invalid_arg(
+            op,
+            format!("{kernel}: a launch runs a phase on a grid of at least one block"),
+        ));
+    }
     let keys = (keys::ll_accepted(), keys::ll_required as fn(_) -> _);
     let (k, g) = kernel_args(op, ("LL", kernel), &args, Kernel::from_name, keys)?;
-    let mut a = LlArgs {
+    let mut a = ll_args(&g)?;
+    let s = state()?;
+    let gpu = gpu_of(&s, op)?;
+    // The slot size follows from the shape: the layout's, not the caller's.
+    a.msg_bytes = ll_layout_of(&s, gpu, &a)?.msg_bytes as u64;
+    let ll = kernels(&s)?;
+    py.detach(|| {
+        // SAFETY: the buffer's ranges lie in the GPU heap (checked); the tensors are live
+        // device tensors the Python half sized and keeps referenced until the stream ran the
+        // kernel; `stream` is torch's current stream of this device.
+        unsafe { ll.launch(gpu, k, a, run, raw(stream)) }.map_err(to_py)
+    })
+}
+
+/// An LL launch's arguments from checked names.
+fn ll_args(g: &Args<'_>) -> PyResult<LlArgs> {
+    Ok(LlArgs {
         num_tokens: g.int("num_tokens")?,
         max_tokens: g.int("max_tokens")?,
         hidden: g.int("hidden")?,
@@ -175,9 +203,13 @@ fn ep_ll_launch(
         cum_stats: g.addr("cum_stats")?,
         wait_stats: g.addr("wait_stats")?,
         ..LlArgs::default()
-    };
-    let s = state()?;
-    let gpu = gpu_of(&s, op)?;
+    })
+}
+
+/// The LL buffer layout `a` describes, once checked against the job: its rank count, its
+/// areas on the GPU heap, its top-k.
+fn ll_layout_of(s: &Pshmem, gpu: &Gpu, a: &LlArgs) -> PyResult<LlLayout> {
+    let op = "ep_ll_launch";
     if a.num_ranks as usize != s.n_pes() {
         return Err(invalid(
             s.my_pe(),
@@ -212,15 +244,7 @@ fn ep_ll_launch(
             format!("top-k {} is not 1..={}", a.num_topk, pshmem_ep::MAX_TOPK),
         ));
     }
-    // The slot size follows from the shape: the layout's, not the caller's.
-    a.msg_bytes = l.msg_bytes as u64;
-    let ll = kernels(&s)?;
-    py.detach(|| {
-        // SAFETY: the buffer's ranges lie in the GPU heap (checked); the tensors are live
-        // device tensors the Python half sized and keeps referenced until the stream ran the
-        // kernel; `stream` is torch's current stream of this device.
-        unsafe { ll.launch(gpu, k, a, (grid_x, grid_y), raw(stream)) }.map_err(to_py)
-    })
+    Ok(l)
 }
 
 /// The shape of an HT buffer layout from checked arguments.

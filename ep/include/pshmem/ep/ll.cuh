@@ -1,6 +1,6 @@
-/* proxyshmem MoE expert parallelism, low-latency mode: dispatch and combine, each in a send
- * and a receive kernel (launched back to back, or the receive later as the "hook", so the
- * transfers overlap other work with no SM held). Layout and arguments: pshmem/ep/ll.h. Written
+/* proxyshmem MoE expert parallelism, low-latency mode: dispatch and combine, each a send and
+ * a receive phase of one kernel: both in one launch, or the receive phase in a later launch
+ * (the "hook", so the transfers overlap other work with no SM held). Layout and arguments: pshmem/ep/ll.h. Written
  * from the algorithm description in the design notes (DeepEP's low-latency mode), with these
  * choices of our own:
  *
@@ -31,6 +31,12 @@
 #include "pshmem/ep/ll.h"
 
 namespace pshmem_ep {
+
+/* A block's place in its phase's grid: one launch runs the send phase on a grid of nx * ny
+ * blocks and, when both phases run in it, the receive phase on another (see ep.cu). */
+struct Blk {
+    int x, y, nx, ny;
+};
 
 struct Geo {
     int T, Tmax, H, K, E, N, me, El;
@@ -147,16 +153,16 @@ __device__ __forceinline__ void write_message(uint8_t *m, const __nv_bfloat16 *r
  * writes every parts-th of their messages; the last part to finish (a done counter in this
  * rank's own signal words) sends the batched put and the count. Never waits for a peer (only
  * for ring space). */
-__device__ inline void dispatch_send(const pshmem_ep_ll_args_t &a) {
+__device__ inline void dispatch_send(const pshmem_ep_ll_args_t &a, const Blk &b) {
     __shared__ int list[PSHMEM_EP_MAX_TOKENS];
     __shared__ int wsum[PSHMEM_EP_THREADS / 32];
     __shared__ bool last;
     const Geo g(a);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-    const int part = blockIdx.y, parts = gridDim.y;
+    const int part = b.y, parts = b.ny;
     const uint64_t len = msg_len(a);
     const __nv_bfloat16 *x = (const __nv_bfloat16 *)a.x;
-    for (int e0 = blockIdx.x; e0 < g.E; e0 += gridDim.x) {
+    for (int e0 = b.x; e0 < g.E; e0 += b.nx) {
         /* Staggered: each rank starts with the next rank's experts, so that the ranks' first
          * messages do not all go to rank 0. */
         const int e = (e0 + (g.me + 1) * g.El) % g.E;
@@ -230,11 +236,11 @@ __device__ inline void dispatch_send(const pshmem_ep_ll_args_t &a) {
 
 /* Dispatch, receive phase. Grid: (El, parts); every block of local expert dl waits for the
  * counts of all sources, packs the rows by source rank and copies its share of them. */
-__device__ inline void dispatch_recv(const pshmem_ep_ll_args_t &a) {
+__device__ inline void dispatch_recv(const pshmem_ep_ll_args_t &a, const Blk &b) {
     __shared__ int cnt[PSHMEM_EP_MAX_RANKS];
     __shared__ int beg[PSHMEM_EP_MAX_RANKS + 1];
     const Geo g(a);
-    const int dl = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
+    const int dl = b.x, part = b.y, parts = b.ny;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
     uint64_t *words = a.sig + (uint64_t)dl * g.N;
     for (int s = threadIdx.x; s < g.N; s += blockDim.x) {
@@ -300,7 +306,7 @@ __device__ inline void dispatch_recv(const pshmem_ep_ll_args_t &a) {
  * (a done counter) sends the flag, and in batched mode first the one put of all the source's
  * rows, staged together; per token, or zero-copy (the rows stay where the caller wrote
  * them), each pair's rows go as their own counted puts. */
-__device__ inline void combine_send(const pshmem_ep_ll_args_t &a) {
+__device__ inline void combine_send(const pshmem_ep_ll_args_t &a, const Blk &b) {
     __shared__ uint64_t before_s, total_s;
     const Geo g(a);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
@@ -313,7 +319,7 @@ __device__ inline void combine_send(const pshmem_ep_ll_args_t &a) {
     const uint64_t region = (uint64_t)g.El * g.Tmax; /* rows of one sending rank */
     uint8_t *mine = a.recv + (uint64_t)g.me * region * row_bytes;
     uint64_t *flag = a.sig + g.E + g.me;
-    for (int p = blockIdx.x; p < g.E; p += gridDim.x) {
+    for (int p = b.x; p < g.E; p += b.nx) {
         /* Staggered: each rank starts with the next one, so that the ranks' first puts do
          * not all go to rank 0. */
         const int dl = p / g.N, src = (p % g.N + g.me + 1) % g.N;
@@ -394,7 +400,7 @@ __device__ inline void combine_send(const pshmem_ep_ll_args_t &a) {
  * expert (where each expert's rows start in its rank's region), waits for every rank's flag,
  * then warps reduce tokens: out[t] = sum_k w[t,k] * y[e_k][slot], in FP32, rounded once to
  * bf16. */
-__device__ inline void combine_recv(const pshmem_ep_ll_args_t &a) {
+__device__ inline void combine_recv(const pshmem_ep_ll_args_t &a, const Blk &b) {
     __shared__ int start[PSHMEM_EP_MAX_EXPERTS];
     const Geo g(a);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
@@ -418,7 +424,7 @@ __device__ inline void combine_recv(const pshmem_ep_ll_args_t &a) {
     __syncthreads();
     if (threadIdx.x == 0) {
         unsigned long long *done = (unsigned long long *)(a.sig + 2 * (uint64_t)g.E + g.El);
-        if (atomicAdd(done, 1ull) == (unsigned long long)(gridDim.x - 1)) {
+        if (atomicAdd(done, 1ull) == (unsigned long long)(b.nx - 1)) {
             for (int r = 0; r < g.N; ++r) flags[r] = 0;
             *done = 0;
         }
@@ -432,7 +438,7 @@ __device__ inline void combine_recv(const pshmem_ep_ll_args_t &a) {
     __shared__ float ws_s[PSHMEM_EP_THREADS / 32][MAX_K];
     const uint8_t **rows = rows_s[warp];
     float *ws = ws_s[warp];
-    for (int t = blockIdx.x * nw + warp; t < g.T; t += gridDim.x * nw) {
+    for (int t = b.x * nw + warp; t < g.T; t += b.nx * nw) {
         int n = 0;
         if (lane == 0)
             for (int k = 0; k < g.K; ++k) {
@@ -477,6 +483,24 @@ __device__ inline void combine_recv(const pshmem_ep_ll_args_t &a) {
 }
 
 /* Clears both buffers' signal words (the host brackets it with barriers). */
+/* This block's place in a phase's grid of nx * ny blocks, or false when the launch has more
+ * blocks than the phase. */
+__device__ __forceinline__ bool place(int nx, int ny, Blk &b) {
+    const int i = blockIdx.x;
+    if (i >= nx * ny) return false;
+    b = Blk{i % nx, i / nx, nx, ny};
+    return true;
+}
+
+/* One launch: the send phase, then the receive phase, those `a.phases` names (ll.h). */
+template <void (*Send)(const pshmem_ep_ll_args_t &, const Blk &),
+          void (*Recv)(const pshmem_ep_ll_args_t &, const Blk &)>
+__device__ inline void run(const pshmem_ep_ll_args_t &a) {
+    Blk b;
+    if ((a.phases & PSHMEM_EP_PHASE_SEND) && place(a.send_x, a.send_y, b)) Send(a, b);
+    if ((a.phases & PSHMEM_EP_PHASE_RECV) && place(a.recv_x, a.recv_y, b)) Recv(a, b);
+}
+
 __device__ inline void clean(uint64_t *sig, uint64_t words) {
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < words;
          i += (uint64_t)gridDim.x * blockDim.x)

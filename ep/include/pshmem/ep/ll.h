@@ -52,6 +52,10 @@
                                       (expert, destination): fewer, larger messages) */
 #define PSHMEM_EP_ZERO_COPY 0x8u   /* combine: x is the send buffer's view, already written */
 
+/* phases of one launch */
+#define PSHMEM_EP_PHASE_SEND 0x1u
+#define PSHMEM_EP_PHASE_RECV 0x2u
+
 typedef struct pshmem_ep_ll_args {
     int32_t num_tokens;  /* T */
     int32_t max_tokens;  /* Tmax */
@@ -80,9 +84,19 @@ typedef struct pshmem_ep_ll_args {
     int64_t *layout_range;      /* dispatch: [El][N] (begin << 32) | count per source */
     int32_t *cum_stats;         /* dispatch: [El] += rows received, or NULL */
     int64_t *wait_stats;        /* dispatch: [N] += ns waited for each source, or NULL */
+    /* What one launch of pshmem_ep_ll_dispatch or _combine runs: the phases named, each on its
+     * own grid of x * y blocks (block i of the launch is the phase's block (i % x, i / x);
+     * blocks past a phase's grid skip it). Filled by the launcher. Both phases in one launch
+     * need every block resident at once, since a receive phase waits for the send phases of
+     * all ranks, this launch's later blocks included: the host sizes the grids so, or
+     * launches the phases one after the other. */
+    int32_t send_x, send_y;
+    int32_t recv_x, recv_y;
+    uint32_t phases;
+    uint32_t _pad2;
 } pshmem_ep_ll_args_t;
 
-PSHMEM_STATIC_ASSERT(sizeof(pshmem_ep_ll_args_t) == 168, "LL args are 168 bytes");
+PSHMEM_STATIC_ASSERT(sizeof(pshmem_ep_ll_args_t) == 192, "LL args are 192 bytes");
 
 /* pshmem_ep_ll_clean: zeroes `words` signal words at `sig`. */
 typedef struct pshmem_ep_ll_clean_args {
