@@ -2,6 +2,7 @@
 kernels refuse. The kernels themselves run in ep/tests/workers/ep_ll.py (scripts/gpu-test.sh).
 """
 
+import os
 import re
 
 import pytest
@@ -116,7 +117,7 @@ def test_the_default_configs_use_the_sms_set():
 
 
 def _ll_args(**over):
-    """Every name combine_send reads, zero, with `over` applied (None removes a name)."""
+    """Every name the combine kernel reads, zero, with `over` applied (None removes a name)."""
     names = ["sig", "send", "recv", "num_tokens", "max_tokens", "hidden", "num_topk",
              "num_experts", "num_ranks", "flags", "x", "topk_idx", "slot_map", "out_x",
              "layout_range", "topk_weights"]
@@ -136,12 +137,23 @@ def _ll_args(**over):
 ])
 def test_ll_launch_refuses_unknown_owned_and_missing_names(over, words):
     with pytest.raises(C.InvalidArgument, match=re.escape(words)):
-        C.ep_ll_launch("combine_send", 1, 1, 0, _ll_args(**over))
+        C.ep_ll_launch("combine", (1, 1), (1, 1), 0, _ll_args(**over))
 
 
 def test_ll_launch_refuses_values_that_do_not_fit_their_field():
     with pytest.raises(C.InvalidArgument, match="x = -1 is not an address"):
-        C.ep_ll_launch("combine_send", 1, 1, 0, _ll_args(x=-1))
+        C.ep_ll_launch("combine", (1, 1), None, 0, _ll_args(x=-1))
+
+
+@pytest.mark.parametrize("kernel, send, recv, words", [
+    ("combine", None, None, "at least one block"),
+    ("combine", (0, 1), (1, 1), "at least one block"),
+    ("combine", (1, 1), (4, 0), "at least one block"),
+    ("combine_send", (1, 1), None, "combine_send"),  # the kernels before one per operation
+])
+def test_ll_launch_refuses_a_launch_that_runs_nothing_or_no_kernel(kernel, send, recv, words):
+    with pytest.raises(C.InvalidArgument, match=words):
+        C.ep_ll_launch(kernel, send, recv, 0, _ll_args())
 
 
 def test_ht_launch_and_layout_refuse_unknown_and_missing_names():
@@ -193,3 +205,64 @@ def test_the_workers_checks_record_and_name_failures(capsys):
     c.check(False, "rows differ")
     assert c.failures == ["rows differ"]
     assert "[PE 3] FAILED: rows differ" in capsys.readouterr().out
+
+
+# ---- DeepEP's names: pshmem.deep_ep, and the deep_ep package it installs ---------------------
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import torch  # noqa: E402
+
+import pshmem.deep_ep as deep_ep  # noqa: E402
+
+
+def test_deep_ep_names_are_the_ones_deepep_exports():
+    assert deep_ep.__all__ == ["Buffer", "Config", "EventOverlap", "topk_idx_t"]
+    assert deep_ep.Buffer is Buffer and deep_ep.topk_idx_t is torch.int64
+    assert deep_ep.Buffer.is_sm90_compiled() is True
+    # DeepEP's intranode test: Config(num_sms, nvl send chunk, nvl recv slots).
+    cfg = deep_ep.Config(24, 8, 256)
+    assert (cfg.num_sms, cfg.num_max_nvl_chunked_send_tokens,
+            cfg.num_max_nvl_chunked_recv_tokens) == (24, 8, 256)
+    for arg in ("use_fabric", "comm", "explicitly_destroy", "allow_mnnvl", "enable_shrink"):
+        assert arg in Buffer.__init__.__code__.co_varnames, arg
+
+
+@pytest.mark.parametrize("n", [0, -2, 3])
+def test_set_num_sms_takes_a_positive_even_count_as_deepep(n):
+    with pytest.raises(ValueError, match="positive and even"):
+        Buffer.set_num_sms(n)
+    assert Buffer.num_sms % 2 == 0
+
+
+def _deep_ep(args, target):
+    return subprocess.run([sys.executable, "-m", "pshmem.deep_ep", *args, "--target",
+                           str(target)], capture_output=True, text=True, timeout=120)
+
+
+def test_the_installed_deep_ep_package_lets_deepep_programs_import_it_unchanged(tmp_path):
+    for _ in range(2):  # installing again over our own is fine
+        r = _deep_ep(["install"], tmp_path)
+        assert r.returncode == 0, r.stderr
+    prog = ("import deep_ep, pshmem.ep\n"
+            "from deep_ep import Buffer, EventOverlap, Config\n"
+            "assert Buffer is pshmem.ep.Buffer and deep_ep.topk_idx_t is __import__('torch').int64\n"
+            "print('ok')")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    r = _deep_ep(["uninstall"], tmp_path)
+    assert r.returncode == 0 and not (tmp_path / "deep_ep").exists(), r.stderr
+    r = _deep_ep(["uninstall"], tmp_path)
+    assert r.returncode == 0 and "no deep_ep package" in r.stdout
+
+
+def test_a_deep_ep_package_that_is_not_ours_is_left_alone(tmp_path):
+    (tmp_path / "deep_ep").mkdir()
+    (tmp_path / "deep_ep" / "__init__.py").write_text("# DeepEP itself\n")
+    for action in ("install", "uninstall"):
+        r = _deep_ep([action], tmp_path)
+        assert r.returncode == 1 and "not made by pshmem" in r.stderr, (action, r)
+    assert (tmp_path / "deep_ep" / "__init__.py").read_text() == "# DeepEP itself\n"

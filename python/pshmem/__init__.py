@@ -417,13 +417,15 @@ def _bytes_view(addr: int, extent: int, pe: int):
 
 def _alloc(shape, dtype, device, zero: bool):
     torch = _torch()
-    dtype = torch.float32 if dtype is None else dtype
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype {dtype!r} is not a torch.dtype")
     dev = _device(device)
     shape = _shape(shape)
     numel = 1
     for s in shape:
         numel *= s
-    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    nbytes = numel * dtype.itemsize
     gpu = dev.type == "cuda"
     if gpu:
         _gpu_on(dev.index)
@@ -436,8 +438,8 @@ def _alloc(shape, dtype, device, zero: bool):
 
 def empty(shape: Union[int, Sequence[int]], dtype: "Optional[torch.dtype]" = None,
           device: Any = None) -> "torch.Tensor":
-    """A symmetric tensor (uninitialized) on ``device`` (default: torch's default device).
-    Collective: every PE allocates the same shape and dtype in the same order."""
+    """A symmetric tensor (uninitialized) on ``device`` of ``dtype`` (default: torch's default
+    device and dtype). Collective: every PE allocates the same shape and dtype in the same order."""
     return _alloc(shape, dtype, device, zero=False)
 
 

@@ -1,6 +1,8 @@
-"""MoE expert parallelism with DeepEP's ``Buffer`` interface, low-latency mode.
+"""MoE expert parallelism with DeepEP V1's ``Buffer`` interface: the low-latency mode and the
+normal (high-throughput) mode.
 
-A DeepEP user changes an import::
+A DeepEP user changes an import (``import pshmem.deep_ep as deep_ep``, or, unchanged, after
+``python -m pshmem.deep_ep install``: see ``pshmem.deep_ep``)::
 
     from pshmem.ep import Buffer, EventOverlap      # was: from deep_ep import Buffer, EventOverlap
 
@@ -12,18 +14,26 @@ A DeepEP user changes an import::
     ...
     combined, event, hook = buf.low_latency_combine(y, topk_idx, topk_weights, handle)
 
-The kernels (``pshmem-ep``) run on the current CUDA stream. Same-host peers are written over
-NVLink (CUDA IPC); other peers through the proxy, where every count and flag is a *counted
-signal*: applied only after all the data it announces has landed, on any fabric (no ordered
-delivery assumed). ``num_qps_per_rank`` sets how many GPU command rings the descriptors spread
-over (by local expert), ``PSHMEM_GPU_PROXY_THREADS`` how many proxy threads drain them.
+The kernels (``pshmem-ep``) run on the current CUDA stream, one kernel per operation: a
+low-latency dispatch or combine is one launch of its send and receive phases, or two with the
+receive hook (the second runs the receive phase), as DeepEP's; profilers name them
+``pshmem_ep::ll::dispatch`` and ``::combine``. Same-host peers are written over NVLink (CUDA
+IPC); other peers through the proxy, where every count and flag is a *counted signal*: applied
+only after all the data it announces has landed, on any fabric (no ordered delivery assumed).
+``num_qps_per_rank`` sets how many GPU command rings the descriptors spread over (by local
+expert), ``PSHMEM_GPU_PROXY_THREADS`` how many proxy threads drain them.
 
 Differences from DeepEP, all documented: rows of one local expert are packed by source rank
 (deterministic, whatever order the sources arrive in), not in arrival order; the receive
 kernels clear the signal words they consumed (the buffer is clean for its next use with no
-extra launch); ``dispatch_wait_recv_cost_stats`` counts nanoseconds, not cycles; the normal
-(high-throughput) mode, LogFMT, UE8M0 scales and rank masking are not provided yet and raise
-``NotImplementedError``. ``per_token=False`` (the default) sends one message per (expert,
+extra launch); ``dispatch_wait_recv_cost_stats`` counts nanoseconds, not cycles; errors are
+``pshmem.InvalidArgument`` (a ``ValueError``) where DeepEP asserts; ``group=None`` means the
+running pshmem job, and ``comm`` (an MPI communicator) must name the same ranks as the job
+(launched by the MPI launcher, which pshmem joins); ``allow_mnnvl`` and ``use_fabric`` change
+nothing (same-host peers are mapped through CUDA IPC; multi-node NVLink is not provided);
+``destroy`` works without ``explicitly_destroy``. Not provided, raising
+``NotImplementedError``: LogFMT, UE8M0 scales (``use_ue8m0``, int32 scales) and rank masking
+(``enable_shrink``). ``per_token=False`` (the default) sends one message per (expert,
 destination) to peers reached through the proxy; ``per_token=True`` one per token.
 """
 
@@ -82,11 +92,19 @@ class Buffer:
     def __init__(self, group: Any = None, num_nvl_bytes: int = 0, num_rdma_bytes: int = 0,
                  low_latency_mode: bool = False, num_qps_per_rank: int = 24,
                  allow_nvlink_for_low_latency_mode: bool = True, allow_mnnvl: bool = False,
-                 explicitly_destroy: bool = False, enable_shrink: bool = False,
+                 use_fabric: bool = False, explicitly_destroy: bool = False,
+                 enable_shrink: bool = False, comm: Any = None,
                  per_token: bool = False) -> None:
         torch = _torch()
         if enable_shrink:
             raise NotImplementedError("pshmem.ep: rank masking (enable_shrink) is not provided")
+        if comm is not None and group is not None:
+            raise InvalidArgument("Buffer: give a torch.distributed group or an MPI "
+                                  "communicator (comm), not both")
+        # allow_mnnvl, use_fabric: DeepEP's choices of how NVLink peers across nodes map
+        # memory. pshmem maps same-host peers through CUDA IPC whatever their values, and
+        # reaches other hosts through the proxy (multi-node NVLink is not provided).
+        self.allow_mnnvl, self.use_fabric = allow_mnnvl, use_fabric
         self.group = group
         self.low_latency_mode = low_latency_mode
         self.num_nvl_bytes, self.num_rdma_bytes = int(num_nvl_bytes), int(num_rdma_bytes)
@@ -110,10 +128,20 @@ class Buffer:
                 "Buffer: allow_nvlink_for_low_latency_mode=False needs PSHMEM_DISABLE_P2P=1 "
                 "before pshmem is initialized")
         self.rank, self.group_size = pshmem.my_pe(), pshmem.n_pes()
+        if comm is not None and (comm.Get_rank(), comm.Get_size()) != (self.rank,
+                                                                       self.group_size):
+            raise InvalidArgument(
+                f"Buffer: the communicator's rank {comm.Get_rank()} of {comm.Get_size()} is "
+                f"not the pshmem job's PE {self.rank} of {self.group_size} (launch the program "
+                f"with the MPI launcher, which pshmem joins)")
         # PEs sharing this GPU (CUDA MPS): the blocks that wait for peers must leave SMs to
         # the peers' send kernels, so every grid shrinks by that factor.
         local = int(os.environ.get("PSHMEM_LOCAL_SIZE", os.environ.get("LOCAL_WORLD_SIZE", "1")))
         self._sharing = max(1, -(-local // max(1, torch.cuda.device_count())))
+        # Blocks of one launch resident at once on this PE's share of the GPU: two per SM
+        # (the kernels' launch bounds).
+        sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+        self._resident = max(1, 2 * sms // self._sharing)
         if group is not None and group.size() != self.group_size:
             raise InvalidArgument(
                 f"Buffer: the group has {group.size()} ranks, the pshmem job "
@@ -139,10 +167,24 @@ class Buffer:
     def set_num_sms(new_num_sms: int) -> None:
         """Sizes the LL kernels' grids (DeepEP: SMs of the normal kernels): the send phases
         use up to 6x this many blocks, the receive phases up to 2x. Divided by the number of
-        PEs sharing the GPU (under CUDA MPS), since waiting blocks hold their SMs."""
-        if new_num_sms <= 0:
-            raise ValueError("set_num_sms: must be positive")
+        PEs sharing the GPU (under CUDA MPS), since waiting blocks hold their SMs. Even, as
+        DeepEP requires (the normal mode runs two SMs per channel)."""
+        if new_num_sms <= 0 or new_num_sms % 2:
+            raise ValueError(f"set_num_sms: {new_num_sms} SMs: the count must be positive "
+                             "and even")
         Buffer.num_sms = int(new_num_sms)
+
+    @staticmethod
+    def is_sm90_compiled() -> bool:
+        """True: the kernels are built for sm_90 (Hopper SASS, with compute_90 PTX for later
+        GPUs), FP8 included (``kernels/build-support``)."""
+        return True
+
+    @staticmethod
+    def capture() -> EventOverlap:
+        """An event recorded on the current stream now, e.g. the ``previous_event`` of a
+        later call."""
+        return _event(True, ())
 
     @staticmethod
     def get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank: int, hidden: int,
@@ -209,9 +251,27 @@ class Buffer:
     def _sms(self) -> int:
         return max(2, self.num_sms // self._sharing)
 
-    def _launch(self, kernel: str, grid: tuple, args: dict) -> None:
-        _C.ep_ll_launch(kernel, grid[0], grid[1], _torch().cuda.current_stream().cuda_stream,
-                        args)
+    def _launch(self, kernel: str, send: Optional[tuple], recv: Optional[tuple],
+                args: dict) -> None:
+        _C.ep_ll_launch(kernel, send, recv, _torch().cuda.current_stream().cuda_stream, args)
+
+    def _run(self, kernel: str, send: tuple, recv: tuple, args: dict, keep: tuple,
+             deferred: bool) -> Callable[[], None]:
+        """Runs ``kernel``'s send phase on the ``send`` grid and its receive phase on the
+        ``recv`` grid: in one launch, or (``deferred``) the receive phase as the returned hook's
+        launch. One launch needs both grids resident at once on this PE's share of the GPU (a
+        receive phase waits for every rank's send phase, this launch's later blocks
+        included); past that the phases go in two launches. The hook keeps the inputs alive
+        until it runs."""
+        if deferred:
+            self._launch(kernel, send, None, args)
+            return lambda: (self._launch(kernel, None, recv, args), keep)[0]
+        if max(send[0] * send[1], recv[0] * recv[1]) <= self._resident:
+            self._launch(kernel, send, recv, args)
+        else:
+            self._launch(kernel, send, None, args)
+            self._launch(kernel, None, recv, args)
+        return lambda: None
 
     def low_latency_dispatch(self, x: Any, topk_idx: Any, num_max_dispatch_tokens_per_rank: int,
                              num_experts: int, cumulative_local_expert_recv_stats: Any = None,
@@ -256,12 +316,14 @@ class Buffer:
         src_info = torch.empty((El, N * tmax), dtype=torch.int32, device=dev)
         layout_range = torch.empty((El, N), dtype=torch.int64, device=dev)
         slot_map = torch.empty((T, K), dtype=torch.int32, device=dev)
-        for name, t, n in (("cumulative_local_expert_recv_stats",
-                            cumulative_local_expert_recv_stats, El),
-                           ("dispatch_wait_recv_cost_stats", dispatch_wait_recv_cost_stats, N)):
-            if t is not None and (not t.is_cuda or t.numel() != n or not t.is_contiguous()):
+        for name, t, n, dt in (("cumulative_local_expert_recv_stats",
+                                cumulative_local_expert_recv_stats, El, torch.int32),
+                               ("dispatch_wait_recv_cost_stats", dispatch_wait_recv_cost_stats,
+                                N, torch.int64)):
+            if t is not None and (not t.is_cuda or t.numel() != n or not t.is_contiguous()
+                                  or t.dtype != dt):
                 raise InvalidArgument(f"low_latency_dispatch: {name} must be a contiguous CUDA "
-                                      f"tensor of {n} elements")
+                                      f"{dt} tensor of {n} elements")
         flags = (_FP8 if use_fp8 else 0) | (_ROUND_SCALE if round_scale else 0) | \
             (_PER_TOKEN if self.per_token else 0)
         args = dict(self._areas(lay, idx), num_tokens=T, max_tokens=tmax, hidden=H,
@@ -276,13 +338,9 @@ class Buffer:
                     wait_stats=dispatch_wait_recv_cost_stats.data_ptr()
                     if dispatch_wait_recv_cost_stats is not None else 0)
         budget = 6 * self._sms()  # send blocks: every expert, split in parts when there is room
-        self._launch("dispatch_send", (min(E, budget), max(1, budget // E)), args)
-        keep = (x, topk_idx)
-
-        def recv() -> None:
-            self._launch("dispatch_recv", (El, max(1, 2 * self._sms() // El)), args)
-
-        hook = self._hook(recv, keep, return_recv_hook)
+        hook = self._run("dispatch", (min(E, budget), max(1, budget // E)),
+                         (El, max(1, 2 * self._sms() // El)), args, (x, topk_idx),
+                         return_recv_hook)
         handle = (src_info, layout_range, tmax, H, E, slot_map)
         out = (recv_x, scales) if use_fp8 else recv_x
         return out, recv_count, handle, _event(async_finish, (x, topk_idx)), hook
@@ -292,15 +350,6 @@ class Buffer:
         if async_finish and return_recv_hook:
             raise InvalidArgument(f"{op}: async_finish and return_recv_hook are mutually "
                                   "exclusive")
-
-    @staticmethod
-    def _hook(recv: Callable[[], None], keep: tuple, deferred: bool) -> Callable[[], None]:
-        """The receive phase now (returning a no-op hook), or as the hook (which keeps the
-        inputs alive until it runs)."""
-        if deferred:
-            return lambda: (recv(), keep)[0]
-        recv()
-        return lambda: None
 
     def _check_handle(self, op: str, handle: Any) -> tuple:
         if not isinstance(handle, tuple) or len(handle) != 6:
@@ -347,11 +396,9 @@ class Buffer:
                                   "float32 tensor [tokens, top-k]")
         lay = self._layout(tmax, H, E)
         idx = self._idx
-        if zero_copy:
-            want = self._buf.data_ptr() + idx * lay["buffer_bytes"] + lay["send_offset"]
-            if x.data_ptr() != want:
-                raise InvalidArgument("low_latency_combine: zero_copy=True needs x to be the "
-                                      "tensor get_next_low_latency_combine_buffer returned")
+        # zero_copy: the rows are already where get_next_low_latency_combine_buffer's view
+        # lies, and are sent from there; x only gives the shape (DeepEP reads no more of it).
+        x_at = self._areas(lay, idx)["send"] if zero_copy else x.data_ptr()
         self._idx ^= 1
         if out is None:
             out = torch.empty((T, H), dtype=torch.bfloat16, device=x.device)
@@ -360,18 +407,14 @@ class Buffer:
                                   f"[{T}, {H}]")
         flags = (_PER_TOKEN if self.per_token else 0) | (_ZERO_COPY if zero_copy else 0)
         args = dict(self._areas(lay, idx), num_tokens=T, max_tokens=tmax, hidden=H,
-                    num_topk=K, num_experts=E, num_ranks=N, flags=flags, x=x.data_ptr(),
+                    num_topk=K, num_experts=E, num_ranks=N, flags=flags, x=x_at,
                     topk_idx=topk_idx.data_ptr(), topk_weights=topk_weights.data_ptr(),
                     slot_map=slot_map.data_ptr(), out_x=out.data_ptr(),
                     layout_range=layout_range.data_ptr())
-        self._launch("combine_send", (min(E, 6 * self._sms()), 1), args)
         keep = (x, topk_idx, topk_weights, slot_map, layout_range)
-
-        def recv() -> None:
-            blocks = max(1, min((T + 15) // 16, self._sms()))
-            self._launch("combine_recv", (blocks, 1), args)
-
-        hook = self._hook(recv, keep, return_recv_hook)
+        hook = self._run("combine", (min(E, 6 * self._sms()), 1),
+                         (max(1, min((T + 15) // 16, self._sms())), 1), args, keep,
+                         return_recv_hook)
         return out, _event(async_finish, keep), hook
 
     # ---- the normal (high-throughput) mode -------------------------------------------------
@@ -496,10 +539,15 @@ class Buffer:
         xs = None
         if isinstance(x, tuple):
             x, xs = x
-            if xs.dtype != torch.float32 or xs.dim() != 2 or xs.size(0) != x.size(0) \
-                    or not xs.is_contiguous():
-                raise InvalidArgument("dispatch: the scales must be a contiguous float32 tensor "
+            if xs.dtype == torch.int32:
+                raise NotImplementedError("pshmem.ep: UE8M0 (int32-packed) scales are not "
+                                          "provided")
+            if xs.dtype != torch.float32 or xs.dim() != 2 or xs.size(0) != x.size(0):
+                raise InvalidArgument("dispatch: the scales must be a float32 tensor "
                                       "[tokens, groups]")
+            # Any layout DeepEP takes (e.g. column-major, x.T.contiguous().T): the kernel
+            # reads rows, so a strided tensor is copied, on the stream, into one.
+            xs = xs.contiguous()
         if x.dim() != 2 or not x.is_cuda or not x.is_contiguous() or x.element_size() not in (1, 2):
             raise InvalidArgument("dispatch: x must be a contiguous CUDA tensor [tokens, hidden] "
                                   "of bf16 or FP8")
@@ -514,15 +562,23 @@ class Buffer:
             in_rank = h.is_token_in_rank
         else:
             if num_tokens_per_rank is None or is_token_in_rank is None \
-                    or num_tokens_per_expert is None or topk_idx is None:
+                    or num_tokens_per_expert is None:
                 raise InvalidArgument("dispatch: without a handle it needs num_tokens_per_rank, "
-                                      "is_token_in_rank, num_tokens_per_expert and topk_idx "
+                                      "is_token_in_rank and num_tokens_per_expert "
                                       "(get_dispatch_layout)")
-            if tuple(topk_idx.shape[:1]) != (T,) or topk_idx.dtype != torch.int64 \
-                    or not topk_idx.is_contiguous():
+            if (topk_idx is None) != (topk_weights is None):
+                raise InvalidArgument("dispatch: topk_idx and topk_weights come together, or "
+                                      "neither")
+            if topk_idx is None and num_worst_tokens:
+                raise InvalidArgument("dispatch: num_worst_tokens needs topk_idx and "
+                                      "topk_weights")
+            if topk_idx is not None and (tuple(topk_idx.shape[:1]) != (T,) or topk_idx.dim() != 2
+                                         or topk_idx.dtype != torch.int64
+                                         or not topk_idx.is_contiguous()):
                 raise InvalidArgument("dispatch: topk_idx must be a contiguous int64 tensor "
                                       "[tokens, top-k]")
-            K = topk_idx.size(1)
+            # Without top-k each token's slot still carries one id (-1, weight 0), unread.
+            K = 1 if topk_idx is None else topk_idx.size(1)
             if topk_weights is not None and (topk_weights.dtype != torch.float32
                                              or tuple(topk_weights.shape) != (T, K)
                                              or not topk_weights.is_contiguous()):
@@ -576,7 +632,8 @@ class Buffer:
                 # pinned memory, waited for with an event: a pageable copy would hold the
                 # driver while the barrier and notify before it wait for this PE's proxy,
                 # whose CUDA calls it would block (a stall until PSHMEM_OP_TIMEOUT).
-                host = torch.empty(counters.shape, dtype=counters.dtype, pin_memory=True)
+                host = torch.empty(counters.shape, dtype=counters.dtype, device="cpu",
+                                   pin_memory=True)
                 host.copy_(counters, non_blocking=True)
                 done = torch.cuda.Event()
                 done.record(torch.cuda.current_stream())
@@ -587,24 +644,31 @@ class Buffer:
         fwd = num_worst_tokens if num_worst_tokens else num_fwd
         recv_x = torch.empty((rows, H), dtype=x.dtype, device=dev)
         recv_scales = torch.empty((rows, ns), dtype=torch.float32, device=dev) if ns else None
-        recv_topk = None if cached else torch.empty((rows, K), dtype=torch.int64, device=dev)
-        recv_w = None if cached else torch.empty((rows, K), dtype=torch.float32, device=dev)
-        recv_src = torch.empty((rows,), dtype=torch.int32, device=dev)
-        send_head = torch.empty((T, N if R == 1 else R), dtype=torch.int32, device=dev)
-        fwd_mask = torch.empty((max(1, fwd),), dtype=torch.int32, device=dev)
+        with_topk = topk_idx is not None
+        recv_topk = torch.empty((rows, K), dtype=torch.int64, device=dev) if with_topk else None
+        recv_w = torch.empty((rows, K), dtype=torch.float32, device=dev) if with_topk else None
+        if cached:
+            # The handle's own: a combine after this dispatch uses the handle it was given.
+            recv_src, send_head, fwd_mask = h.recv_src_idx, h.send_head, h.fwd_mask
+        else:
+            recv_src = torch.empty((rows,), dtype=torch.int32, device=dev)
+            send_head = torch.empty((T, N if R == 1 else R), dtype=torch.int32, device=dev)
+            fwd_mask = torch.empty((max(1, fwd),), dtype=torch.int32, device=dev)
         args.update(counters=counters.data_ptr(), recv_prefix=recv_prefix.data_ptr(),
                     recv_node_prefix=recv_node_prefix.data_ptr(), max_recv=rows, max_fwd=fwd,
                     x=x.data_ptr(), x_scales=xs.data_ptr() if ns else 0,
-                    topk_idx=0 if cached else topk_idx.data_ptr(),
-                    topk_weights=topk_weights.data_ptr() if topk_weights is not None else 0,
+                    topk_idx=topk_idx.data_ptr() if with_topk else 0,
+                    topk_weights=topk_weights.data_ptr() if with_topk else 0,
                     recv_x=recv_x.data_ptr(), recv_scales=recv_scales.data_ptr() if ns else 0,
-                    recv_topk_idx=0 if cached else recv_topk.data_ptr(),
-                    recv_topk_weights=0 if cached else recv_w.data_ptr(),
+                    recv_topk_idx=recv_topk.data_ptr() if with_topk else 0,
+                    recv_topk_weights=recv_w.data_ptr() if with_topk else 0,
                     recv_src_idx=recv_src.data_ptr(), send_head=send_head.data_ptr(),
                     fwd_mask=fwd_mask.data_ptr())
         self._ht_launch("dispatch", (3 if R > 1 else 2) * C, args)
-        if recv_w is not None and topk_weights is None:
-            recv_w = None
+        out_x = (recv_x, recv_scales) if ns else recv_x
+        if cached:
+            keep = (x, xs, in_rank, fwd_mask, send_head)
+            return out_x, None, None, None, None, _event(async_finish, keep)
         new = _HtHandle((rank_prefix, channel_prefix, recv_prefix, recv_src, in_rank, send_head)
                         if R == 1 else
                         (in_rank, node_channel_prefix, channel_prefix, recv_node_prefix, None,
@@ -617,7 +681,6 @@ class Buffer:
                             send_head=send_head, fwd_mask=fwd_mask, recv_src_idx=recv_src,
                             num_recv=rows, num_fwd=fwd, per_expert_list=per_expert_list)
         keep = (x, xs, topk_idx, topk_weights, in_rank, fwd_mask, send_head)
-        out_x = (recv_x, recv_scales) if ns else recv_x
         return out_x, recv_topk, recv_w, per_expert_list, new, _event(async_finish, keep)
 
     def combine(self, x: Any, handle: Any, topk_weights: Any = None, bias: Any = None,

@@ -16,6 +16,9 @@ Every rank builds every rank's inputs from seeds, so each reference is computed 
   elsewhere); the per-expert counts equal the reference, rounded up to expert_alignment;
 - num_worst_tokens: the padded outputs equal the unpadded ones, the rest has top-k -1;
 - a cached re-dispatch (handle, new x) delivers the new rows at the same places;
+- FP8 scales may be column-major (DeepEP's tests pass them so); a dispatch may carry no top-k
+  (then none is received, and combine sums unweighted); `capture()` gives a previous event;
+- the default torch device is CUDA, as in DeepEP's tests;
 - combine returns x * (ranks the token went to) + both biases (calc_diff < 5e-6) and the
   original weights (masked -1 -> 0), with no NaN;
 - two input sets alternate and every output hashes the same each time its set comes back
@@ -51,6 +54,9 @@ if args.stacks_after > 0:
 
 local = int(os.environ.get("PSHMEM_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")))
 torch.cuda.set_device(local % torch.cuda.device_count())
+# As DeepEP's tests run (their init_dist): pshmem.ep must not assume CPU is the default device
+# (its pinned host buffer once failed so).
+torch.set_default_device("cuda")
 pshmem.init(device="cuda")
 me, N = pshmem.my_pe(), pshmem.n_pes()
 G = pshmem.TEAM_NODE.n_pes()
@@ -140,13 +146,15 @@ def run(s, fp8, worst, align):
     mine = MINE[s]
     pshmem.barrier(stream=torch.cuda.current_stream())
     per_rank, per_node, per_expert, in_rank, _ = buf.get_dispatch_layout(mine["topk"], E)
-    x = (mine["x"].to(torch.float8_e4m3fn), mine["scales"]) if fp8 else mine["x"]
+    # FP8 scales column-major, as DeepEP's intranode test passes them.
+    x = (mine["x"].to(torch.float8_e4m3fn), mine["scales"].T.contiguous().T) if fp8 \
+        else mine["x"]
     worst_rows = N * args.tokens if worst else 0
     recv_x, recv_topk, recv_w, per_e, handle, ev = buf.dispatch(
         x, num_tokens_per_rank=per_rank, num_tokens_per_rdma_rank=per_node,
         is_token_in_rank=in_rank, num_tokens_per_expert=per_expert, topk_idx=mine["topk"],
         topk_weights=mine["w"], expert_alignment=align, num_worst_tokens=worst_rows,
-        config=cfg, async_finish=True)
+        config=cfg, async_finish=True, previous_event=buf.capture() if s else None)
     ev.current_stream_wait()
     torch.cuda.synchronize()
     return recv_x, recv_topk, recv_w, per_e, handle
@@ -223,6 +231,31 @@ for fp8, worst in modes:
             check(rt2 is None and rw2 is None, f"{name}: a cached dispatch returned top-k")
             check(torch.equal(rx2[:n_recv], rows_x[:n_recv] + 1),
                   f"{name}: the cached re-dispatch's rows differ")
+
+        # A dispatch without top-k (DeepEP allows it): the same rows, no top-k, and a combine
+        # of them without weights.
+        if not fp8 and not worst:
+            per_rank, per_node, per_expert, in_rank, _ = buf.get_dispatch_layout(
+                MINE[s]["topk"], E)
+            rx3, rt3, rw3, pe3, h3, ev = buf.dispatch(
+                MINE[s]["x"], num_tokens_per_rank=per_rank, num_tokens_per_rdma_rank=per_node,
+                is_token_in_rank=in_rank, num_tokens_per_expert=per_expert, config=cfg,
+                async_finish=True)
+            ev.current_stream_wait()
+            check(rt3 is None and rw3 is None, f"{name}: a dispatch without top-k returned one")
+            check(pe3 == per_e, f"{name}: without top-k, per-expert counts {pe3} != {per_e}")
+            check(torch.equal(rx3[:n_recv], rows_x[:n_recv]),
+                  f"{name}: the rows of a dispatch without top-k differ")
+            out3, w3, ev = buf.combine(rx3, h3, config=Buffer.get_combine_config(N),
+                                       async_finish=True)
+            ev.current_stream_wait()
+            torch.cuda.synchronize()
+            if ALL[s][me]["T"]:
+                ref = ALL[s][me]
+                cnt = ranks_of(ref["topk"]).sum(1, keepdim=True).float()
+                d = calc_diff(ref["x"].float() * cnt, out3.float())
+                check(w3 is None and d < 5e-6, f"{name}: combine after a dispatch without "
+                                               f"top-k: calc_diff {d:.2e}, weights {w3}")
 
         # Combine: the received rows (as bf16), their weights, two biases.
         # (FP8 rows go back as their bf16 values, unscaled: exact, so the check stays tight.)

@@ -14,6 +14,9 @@ messages) x (zero-copy combine or not):
 - combine equals x * sum_k w_k (masked -> 0) within DeepEP's tolerance (calc_diff < 9e-4 with
   FP8, 1e-5 with BF16), with no NaN;
 - every call is queued behind a stream barrier still waiting for the peers;
+- a zero-copy combine reads the rows from the combine buffer's view, not from x (DeepEP's
+  test passes a separate tensor of the same shape as x);
+- a profiler shows one kernel per operation (DeepEP's timing helper matches kernel names);
 - two input sets alternate (values, top-k and weights differ), so a stale count, flag or row
   from the previous call fails; each set's outputs hash the same every time (determinism).
 """
@@ -150,9 +153,10 @@ def run(mode, x, topk_idx, topk_weights):
     t0 = time.monotonic()
     y = dequant(recv_x).to(torch.bfloat16)
     if zero_copy:
-        nxt = buf.get_next_low_latency_combine_buffer(handle)
-        nxt.copy_(y)
-        y = nxt
+        # As DeepEP's test: the rows written into the next combine buffer's view, and a tensor
+        # of the same shape passed as x, whose contents zero-copy must not read (zeros here).
+        buf.get_next_low_latency_combine_buffer(handle)[:, :, :] = y
+        y = torch.zeros_like(y)
     out, event, h = buf.low_latency_combine(y, topk_idx, topk_weights, handle,
                                             zero_copy=zero_copy, return_recv_hook=hook)
     if hook:
@@ -228,6 +232,34 @@ try:
     buf.check()
 except Exception as e:  # noqa: BLE001 - any device error fails the run, named
     check(False, f"a device call failed: {e}")
+
+# DeepEP's users time the kernels by name (its bench_kineto): exactly one row of the
+# profiler's table may contain "dispatch", one "combine"; with the hook, the kernel whose name
+# contains "::dispatch" runs twice (its two phases).
+if not failures:
+    from torch.profiler import ProfilerActivity, profile
+
+    x, topk_idx, topk_weights, _ = SETS[0]
+    for hook in (False, True):
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(2):
+                run(("fp8", hook, False, False), x, topk_idx, topk_weights)
+        if not any(e.device_type == torch.autograd.DeviceType.CUDA for e in prof.events()):
+            print(f"[PE {me}] SKIP: the profiler recorded no kernel here (no CUPTI), so the "
+                  "one-kernel-per-operation check did not run", flush=True)
+            break
+        table = prof.key_averages().table(sort_by="cuda_time_total", max_name_column_width=100)
+        for name in ("dispatch", "combine"):
+            rows = [line for line in table.splitlines() if name in line]
+            check(len(rows) == 1, f"profiler, hook={hook}: {len(rows)} rows name {name!r}: "
+                                  f"{rows}")
+            runs = [e for e in prof.events() if f"::{name}" in e.name
+                    and e.device_type == torch.autograd.DeviceType.CUDA]
+            want = 2 * (2 if hook else 1)
+            check(len(runs) == want, f"profiler, hook={hook}: {len(runs)} launches of the "
+                                     f"::{name} kernel in two calls, expected {want}")
+    print(f"[PE {me}] ep_ll {N} PEs: one kernel per operation in the profile: "
+          + ("passed" if not failures else "FAILED"), flush=True)
 
 # clean_low_latency_buffer, then one more round must still be right.
 buf.clean_low_latency_buffer(Tmax, H, E)
