@@ -48,6 +48,8 @@ pub mod flags {
     pub const PER_TOKEN: u32 = 0x4;
     /// Combine: `x` is the send buffer's view, already written.
     pub const ZERO_COPY: u32 = 0x8;
+    /// Dispatch FP8 with [`ROUND_SCALE`]: the scales as exponent bytes, four to an int32.
+    pub const UE8M0: u32 = 0x10;
 }
 
 /// The phases one launch runs ([`LlArgs::phases`], `PSHMEM_EP_PHASE_*`).
@@ -375,6 +377,7 @@ mod tests {
             ("PSHMEM_EP_ROUND_SCALE", u64::from(flags::ROUND_SCALE)),
             ("PSHMEM_EP_PER_TOKEN", u64::from(flags::PER_TOKEN)),
             ("PSHMEM_EP_ZERO_COPY", u64::from(flags::ZERO_COPY)),
+            ("PSHMEM_EP_UE8M0", u64::from(flags::UE8M0)),
             ("PSHMEM_EP_PHASE_SEND", u64::from(phases::SEND)),
             ("PSHMEM_EP_PHASE_RECV", u64::from(phases::RECV)),
         ]);

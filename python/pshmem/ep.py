@@ -32,8 +32,8 @@ running pshmem job, and ``comm`` (an MPI communicator) must name the same ranks 
 (launched by the MPI launcher, which pshmem joins); ``allow_mnnvl`` and ``use_fabric`` change
 nothing (same-host peers are mapped through CUDA IPC; multi-node NVLink is not provided);
 ``destroy`` works without ``explicitly_destroy``. Not provided, raising
-``NotImplementedError``: LogFMT, UE8M0 scales (``use_ue8m0``, int32 scales) and rank masking
-(``enable_shrink``). ``per_token=False`` (the default) sends one message per (expert,
+``NotImplementedError``: LogFMT, UE8M0 scales as the normal mode's input (int32 scales) and
+rank masking (``enable_shrink``); the low-latency dispatch gives UE8M0 scales (``use_ue8m0``). ``per_token=False`` (the default) sends one message per (expert,
 destination) to peers reached through the proxy; ``per_token=True`` one per token.
 """
 
@@ -45,7 +45,7 @@ from typing import Any, Callable, Optional
 import pshmem
 from pshmem import _C, InvalidArgument
 
-_FP8, _ROUND_SCALE, _PER_TOKEN, _ZERO_COPY = 0x1, 0x2, 0x4, 0x8
+_FP8, _ROUND_SCALE, _PER_TOKEN, _ZERO_COPY, _UE8M0 = 0x1, 0x2, 0x4, 0x8, 0x10
 
 
 def _torch():
@@ -282,11 +282,14 @@ class Buffer:
         recv_count, handle, event, hook)``: ``recv_x`` is ``(fp8 [El, N*Tmax, H],
         scales [El, N*Tmax, H/128])`` (scales column-major) or bf16 ``[El, N*Tmax, H]``;
         ``recv_count[El]`` int32 rows per local expert; ``hook()`` runs the receive phase when
-        ``return_recv_hook=True`` (else it is a no-op)."""
+        ``return_recv_hook=True`` (else it is a no-op). ``use_ue8m0`` (with ``round_scale``,
+        hidden a multiple of 512): the scales as their exponent bytes (UE8M0), four 128-channel
+        groups to an int32, ``[El, N*Tmax, H/512]`` column-major."""
         torch = _torch()
         self._begin("low_latency_dispatch", async_finish, return_recv_hook)
-        if use_ue8m0:
-            raise NotImplementedError("pshmem.ep: UE8M0 scales are not provided")
+        if use_ue8m0 and not (use_fp8 and round_scale):
+            raise InvalidArgument("low_latency_dispatch: use_ue8m0 needs use_fp8 and "
+                                  "round_scale (UE8M0 holds powers of two)")
         if x.dim() != 2 or x.dtype != torch.bfloat16 or not x.is_cuda or not x.is_contiguous():
             raise InvalidArgument("low_latency_dispatch: x must be a contiguous CUDA bf16 "
                                   "tensor [tokens, hidden]")
@@ -300,6 +303,9 @@ class Buffer:
         if T > tmax:
             raise InvalidArgument(f"low_latency_dispatch: {T} tokens > "
                                   f"num_max_dispatch_tokens_per_rank={tmax}")
+        if use_ue8m0 and H % 512:
+            raise InvalidArgument(f"low_latency_dispatch: use_ue8m0 needs hidden {H} to be a "
+                                  "multiple of 512")
         lay = self._layout(tmax, H, num_experts)
         N, E = self.group_size, num_experts
         El = E // N
@@ -307,8 +313,8 @@ class Buffer:
         dev = x.device
         if use_fp8:
             recv_x = torch.empty((El, N * tmax, H), dtype=torch.float8_e4m3fn, device=dev)
-            scales = torch.empty((El, H // 128, N * tmax), dtype=torch.float32,
-                                 device=dev).transpose(1, 2)
+            groups, sdt = (H // 512, torch.int32) if use_ue8m0 else (H // 128, torch.float32)
+            scales = torch.empty((El, groups, N * tmax), dtype=sdt, device=dev).transpose(1, 2)
         else:
             recv_x = torch.empty((El, N * tmax, H), dtype=torch.bfloat16, device=dev)
             scales = None
@@ -325,7 +331,7 @@ class Buffer:
                 raise InvalidArgument(f"low_latency_dispatch: {name} must be a contiguous CUDA "
                                       f"{dt} tensor of {n} elements")
         flags = (_FP8 if use_fp8 else 0) | (_ROUND_SCALE if round_scale else 0) | \
-            (_PER_TOKEN if self.per_token else 0)
+            (_PER_TOKEN if self.per_token else 0) | (_UE8M0 if use_ue8m0 else 0)
         args = dict(self._areas(lay, idx), num_tokens=T, max_tokens=tmax, hidden=H,
                     num_topk=K, num_experts=E, num_ranks=N, flags=flags, x=x.data_ptr(),
                     topk_idx=topk_idx.data_ptr(), slot_map=slot_map.data_ptr(),

@@ -5,7 +5,7 @@ listing the failed checks; prints one line per mode and "ep_ll: all checks passe
     pshmrun -n 4 python ep/tests/workers/ep_ll.py [--tokens 64 --hidden 2048 --topk 8]
 
 Per mode (FP8 / FP8 with power-of-two scales / BF16) x (hook or not) x (per-token or batched
-messages) x (zero-copy combine or not):
+messages) x (zero-copy combine or not), and FP8 with UE8M0 scales (exponent bytes) x hook:
 - the rows received per local expert equal the occurrences of that expert in the all-gathered
   top-k (masked entries excluded), and so does the per-source range of each source rank;
 - every received row is constant over its first H-128 channels, equal to its source's value,
@@ -72,6 +72,8 @@ def all_gather(t):
 def dequant(recv_x):
     if isinstance(recv_x, tuple):
         q, s = recv_x
+        if s.dtype == torch.int32:  # UE8M0: exponent bytes, as DeepEP's per_token_cast_back
+            s = (s.contiguous().view(torch.uint8).int() << 23).view(torch.float32)
         f = q.float().view(q.shape[0], q.shape[1], H // 128, 128) * s.unsqueeze(-1)
         return f.view(q.shape)
     return recv_x.float()
@@ -118,6 +120,7 @@ for dtype in ("fp8", "fp8-round", "bf16"):
         for per_token in (False, True):
             for zero_copy in (False, True):
                 modes.append((dtype, hook, per_token, zero_copy))
+modes += [("fp8-ue8m0", hook, False, False) for hook in (False, True)]
 if args.quick:
     modes = [m for i, m in enumerate(modes) if i % 5 == 0]
 
@@ -137,13 +140,13 @@ def run(mode, x, topk_idx, topk_weights):
     dtype, hook, per_token, zero_copy = mode
     t0 = time.monotonic()
     buf.per_token = per_token
-    use_fp8, round_scale = dtype != "bf16", dtype == "fp8-round"
+    use_fp8, round_scale = dtype != "bf16", dtype in ("fp8-round", "fp8-ue8m0")
     # Queued behind a barrier kernel that waits for the peers (as a benchmark does): nothing
     # the dispatch call does on the host may hold up this PE's proxy meanwhile.
     pshmem.barrier(stream=torch.cuda.current_stream())
     recv_x, recv_count, handle, event, h = buf.low_latency_dispatch(
         x, topk_idx, Tmax, E, use_fp8=use_fp8, round_scale=round_scale,
-        return_recv_hook=hook, async_finish=not hook)
+        use_ue8m0=dtype == "fp8-ue8m0", return_recv_hook=hook, async_finish=not hook)
     if hook:
         h()
     else:
@@ -206,7 +209,7 @@ for mode in modes:
                                   f"{body_value(j, si_)} (off by {err}; first row starts "
                                   f"{body[0, :4].tolist()})")
                 tail = rows[:, -128:]
-                ttol = 0.0625 * T if dtype == "fp8-round" else 0.0
+                ttol = 0.0625 * T if dtype in ("fp8-round", "fp8-ue8m0") else 0.0
                 err = (tail - si.view(-1, 1).float()).abs().max().item()
                 check(err <= ttol, f"{name}: expert {e} from PE {j}: token index channels "
                                    f"differ (by {err} at most)")

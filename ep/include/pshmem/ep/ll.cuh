@@ -291,8 +291,17 @@ __device__ inline void dispatch_recv(const pshmem_ep_ll_args_t &a, const Blk &b)
             int4 *dst = (int4 *)((uint8_t *)a.out_x + row * H);
             for (int j = lane; j < H / 16; j += 32) dst[j] = src[j];
             const float *sc = (const float *)(m + 16 + H);
-            for (int c = lane; c < H / 128; c += 32)
-                a.out_scales[((int64_t)dl * (H / 128) + c) * rows + r] = sc[c];
+            if (a.flags & PSHMEM_EP_UE8M0) {
+                /* The scales are powers of two (ROUND_SCALE): their exponent bytes, four
+                 * groups to an int32 (group 4j + b in byte b of int j), ints column-major. */
+                uint8_t *e8 = (uint8_t *)a.out_scales;
+                for (int c = lane; c < H / 128; c += 32)
+                    e8[4 * (((int64_t)dl * (H / 512) + c / 4) * rows + r) + c % 4] =
+                        (uint8_t)(__float_as_uint(sc[c]) >> 23);
+            } else {
+                for (int c = lane; c < H / 128; c += 32)
+                    a.out_scales[((int64_t)dl * (H / 128) + c) * rows + r] = sc[c];
+            }
         } else {
             int4 *dst = (int4 *)((uint8_t *)a.out_x + row * 2 * H);
             for (int j = lane; j < H / 8; j += 32) dst[j] = src[j];

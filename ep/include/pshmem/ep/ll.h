@@ -51,6 +51,9 @@
 #define PSHMEM_EP_PER_TOKEN 0x4u   /* proxied peers: one message per token (else one per
                                       (expert, destination): fewer, larger messages) */
 #define PSHMEM_EP_ZERO_COPY 0x8u   /* combine: x is the send buffer's view, already written */
+#define PSHMEM_EP_UE8M0 0x10u      /* dispatch FP8 with ROUND_SCALE: out_scales holds the scales'
+                                      exponent bytes (UE8M0), four groups per int32,
+                                      [El][H / 512][N * Tmax] int32 */
 
 /* phases of one launch */
 #define PSHMEM_EP_PHASE_SEND 0x1u
@@ -78,7 +81,7 @@ typedef struct pshmem_ep_ll_args {
     int32_t *slot_map;          /* [T][K]: the token's row among those sent to that expert
                                    (dispatch writes it, combine reads it) */
     void *out_x;                /* dispatch: [El][N * Tmax][H] fp8 or bf16; combine: bf16 [T][H] */
-    float *out_scales;          /* dispatch FP8: [El][H / 128][N * Tmax] */
+    float *out_scales;          /* dispatch FP8: [El][H / 128][N * Tmax] (UE8M0: see the flag) */
     int32_t *recv_count;        /* dispatch: [El] rows received per local expert */
     int32_t *src_info;          /* dispatch: [El][N * Tmax] source token index of each row */
     int64_t *layout_range;      /* dispatch: [El][N] (begin << 32) | count per source */
