@@ -30,13 +30,14 @@ run() {
 }
 (command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv) 2>&1 | tee -a "$LOG"
 NGPU="$(nvidia-smi -L 2>/dev/null | wc -l)"
-# Before MPS starts: two PEs on one GPU without MPS must say so (and not with it, below); for
+# Before MPS starts: two PEs on one GPU without MPS must say so (and not with it, below; a
+# daemon left by an interrupted run, with another pipe directory, is "not serving"); for
 # pshmem-info, one local PE more than there are GPUs (on 2 GPUs, 2 PEs take one each).
 NO_MPS="$(mktemp -d)"
 run env CUDA_MPS_PIPE_DIRECTORY="$NO_MPS" "$BIN/pshmem-gpu-tests" mps-check --expect-warning
 if [ "$NGPU" -ge 1 ]; then
   run env CUDA_MPS_PIPE_DIRECTORY="$NO_MPS" bash -c \
-    '"$0" --local-size "$1" | tee /dev/stderr | grep -q "share GPUs, but CUDA MPS is not running"' \
+    '"$0" --local-size "$1" | tee /dev/stderr | grep -q "share GPUs, but CUDA MPS is not"' \
     "$BIN/pshmem-info" "$((NGPU + 1))"
 else
   echo "SKIP pshmem-info's MPS warning: no GPU (nvidia-smi lists none)" | tee -a "$LOG"

@@ -17,6 +17,7 @@ messages) x (zero-copy combine or not), and FP8 with UE8M0 scales (exponent byte
 - a zero-copy combine reads the rows from the combine buffer's view, not from x (DeepEP's
   test passes a separate tensor of the same shape as x);
 - a profiler shows one kernel per operation (DeepEP's timing helper matches kernel names);
+- a dispatch + combine step captured in a CUDA graph replays to the eager step's outputs;
 - two input sets alternate (values, top-k and weights differ), so a stale count, flag or row
   from the previous call fails; each set's outputs hash the same every time (determinism).
 """
@@ -262,6 +263,34 @@ if not failures:
             check(len(runs) == want, f"profiler, hook={hook}: {len(runs)} launches of the "
                                      f"::{name} kernel in two calls, expected {want}")
     print(f"[PE {me}] ep_ll {N} PEs: one kernel per operation in the profile: "
+          + ("passed" if not failures else "FAILED"), flush=True)
+
+# A decode step captured in a CUDA graph (dispatch and combine, no host work between them)
+# replays to what an eager step gives. thread_local: this PE's proxy thread keeps making CUDA
+# calls during the capture.
+if not failures:
+    x, topk_idx, topk_weights, _ = SETS[1]
+
+    def step():
+        recv_x, count, handle, _, _ = buf.low_latency_dispatch(x, topk_idx, Tmax, E,
+                                                               use_fp8=False)
+        out, _, _ = buf.low_latency_combine(recv_x, topk_idx, topk_weights, handle)
+        return count, out
+
+    eager = [t.clone() for t in step()]
+    torch.cuda.synchronize()
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            captured = step()
+        for _ in range(3):
+            graph.replay()
+            torch.cuda.synchronize()
+            check(torch.equal(captured[0], eager[0]) and torch.equal(captured[1], eager[1]),
+                  "a CUDA-graph replay of dispatch + combine differs from an eager step")
+    except Exception as e:  # noqa: BLE001 - reported as a failed check, named
+        check(False, f"capturing dispatch + combine in a CUDA graph failed: {e}")
+    print(f"[PE {me}] ep_ll {N} PEs: CUDA-graph capture of dispatch + combine: "
           + ("passed" if not failures else "FAILED"), flush=True)
 
 # clean_low_latency_buffer, then one more round must still be right.

@@ -35,8 +35,8 @@ impl MpsStatus {
                 self.pipe_dir.display()
             ),
             (false, true) => format!(
-                "a daemon runs, but not with pipe directory {}: set CUDA_MPS_PIPE_DIRECTORY as \
-                 it was set for nvidia-cuda-mps-control",
+                "not serving this process (a daemon runs, but not with pipe directory {}: set \
+                 CUDA_MPS_PIPE_DIRECTORY as it was set for nvidia-cuda-mps-control)",
                 self.pipe_dir.display()
             ),
             (false, false) => "not running".into(),
