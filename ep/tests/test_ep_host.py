@@ -247,7 +247,8 @@ def test_the_installed_deep_ep_package_lets_deepep_programs_import_it_unchanged(
         assert r.returncode == 0, r.stderr
     prog = ("import deep_ep, pshmem.ep\n"
             "from deep_ep import Buffer, EventOverlap, Config\n"
-            "assert Buffer is pshmem.ep.Buffer and deep_ep.topk_idx_t is __import__('torch').int64\n"
+            "import torch\n"
+            "assert Buffer is pshmem.ep.Buffer and deep_ep.topk_idx_t is torch.int64\n"
             "print('ok')")
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
     r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env,

@@ -31,10 +31,12 @@ extra launch); ``dispatch_wait_recv_cost_stats`` counts nanoseconds, not cycles;
 running pshmem job, and ``comm`` (an MPI communicator) must name the same ranks as the job
 (launched by the MPI launcher, which pshmem joins); ``allow_mnnvl`` and ``use_fabric`` change
 nothing (same-host peers are mapped through CUDA IPC; multi-node NVLink is not provided);
-``destroy`` works without ``explicitly_destroy``. Not provided, raising
-``NotImplementedError``: LogFMT, UE8M0 scales as the normal mode's input (int32 scales) and
-rank masking (``enable_shrink``); the low-latency dispatch gives UE8M0 scales (``use_ue8m0``). ``per_token=False`` (the default) sends one message per (expert,
-destination) to peers reached through the proxy; ``per_token=True`` one per token.
+``destroy`` works without ``explicitly_destroy``; the low-latency dispatch gives UE8M0
+scales (``use_ue8m0``). Not provided, raising ``NotImplementedError``: LogFMT, UE8M0 scales
+as the normal mode's input (int32 scales) and rank masking (``enable_shrink``)
+(``NotImplementedError`` is a ``RuntimeError``, the type DeepEP's own checks raise).
+``per_token=False`` (the default) sends one message per (expert, destination) to peers
+reached through the proxy; ``per_token=True`` one per token.
 """
 
 from __future__ import annotations
@@ -481,11 +483,18 @@ class Buffer:
             self._nodes = _contiguous_node_size(self.rank, self.group_size)
         return self._nodes
 
-    def _start_ht(self, op: str, previous_event: Any) -> "tuple[int, int, int]":
+    def _start_ht(self, op: str, previous_event: Any, async_finish: bool,
+                  allocate_on_comm_stream: bool) -> "tuple[int, int, int]":
         """Every normal-mode call's start: the buffer is live, ``previous_event`` waited for;
-        returns (ranks, ranks per node, nodes)."""
+        returns (ranks, ranks per node, nodes). ``allocate_on_comm_stream`` asks, as DeepEP
+        does, for ``previous_event`` and ``async_finish``; it changes nothing else here: the
+        kernels run on the current stream and the outputs are allocated there (no separate
+        communication stream)."""
         if self._destroyed:
             raise InvalidArgument(f"Buffer.{op}: the buffer was destroyed")
+        if allocate_on_comm_stream and (previous_event is None or not async_finish):
+            raise InvalidArgument(f"{op}: allocate_on_comm_stream needs previous_event and "
+                                  "async_finish")
         _wait(previous_event)
         N, G = self.group_size, self._node_size()
         return N, G, N // G
@@ -497,7 +506,8 @@ class Buffer:
         is_token_in_rank bool [T, N], event)`` (int32 counts; a token counts once per rank and
         once per node)."""
         torch = _torch()
-        N, G, R = self._start_ht("get_dispatch_layout", previous_event)
+        N, G, R = self._start_ht("get_dispatch_layout", previous_event, async_finish,
+                                 allocate_on_comm_stream)
         if topk_idx.dim() != 2 or topk_idx.dtype != torch.int64 or not topk_idx.is_cuda \
                 or not topk_idx.is_contiguous():
             raise InvalidArgument("get_dispatch_layout: topk_idx must be a contiguous CUDA int64 "
@@ -541,7 +551,7 @@ class Buffer:
         empty."""
         torch = _torch()
         op = "dispatch"
-        N, G, R = self._start_ht(op, previous_event)
+        N, G, R = self._start_ht(op, previous_event, async_finish, allocate_on_comm_stream)
         xs = None
         if isinstance(x, tuple):
             x, xs = x
@@ -699,7 +709,7 @@ class Buffer:
         the sums of ``topk_weights`` (the received ones: the original weights come back)."""
         torch = _torch()
         op = "combine"
-        N, G, R = self._start_ht(op, previous_event)
+        N, G, R = self._start_ht(op, previous_event, async_finish, allocate_on_comm_stream)
         h = _check_ht_handle(op, handle, None)
         rows, T, H = h.num_recv, h.num_tokens, x.size(-1)
         if x.dtype != torch.bfloat16 or x.dim() != 2 or x.size(0) != rows or not x.is_contiguous():

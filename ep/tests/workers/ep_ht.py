@@ -137,6 +137,19 @@ for s in (0, 1):
         check(per_node is None, "layout: tokens per node given with one node")
 
 
+# allocate_on_comm_stream asks for previous_event and async_finish, as DeepEP's does.
+try:
+    buf.get_dispatch_layout(MINE[0]["topk"], E, allocate_on_comm_stream=True)
+    check(False, "allocate_on_comm_stream without previous_event was accepted")
+except pshmem.InvalidArgument as e:
+    check("previous_event" in str(e), f"allocate_on_comm_stream refused without saying why: {e}")
+got = buf.get_dispatch_layout(MINE[0]["topk"], E, previous_event=buf.capture(),
+                              async_finish=True, allocate_on_comm_stream=True)
+got[-1].current_stream_wait()
+check(torch.equal(got[3], ranks_of(ALL[0][me]["topk"])),
+      "layout with allocate_on_comm_stream: is_token_in_rank differs")
+
+
 def expected(s):
     """For this rank: per source, the token indices it receives (ascending)."""
     return [ranks_of(ALL[s][r]["topk"])[:, me].nonzero().view(-1) for r in range(N)]
