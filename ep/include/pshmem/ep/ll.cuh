@@ -1,8 +1,8 @@
 /* proxyshmem MoE expert parallelism, low-latency mode: dispatch and combine, each a send and
  * a receive phase of one kernel: both in one launch, or the receive phase in a later launch
- * (the "hook", so the transfers overlap other work with no SM held). Layout and arguments: pshmem/ep/ll.h. Written
- * from the algorithm description in the design notes (DeepEP's low-latency mode), with these
- * choices of our own:
+ * (the "hook", so the transfers overlap other work with no SM held). Layout and arguments:
+ * pshmem/ep/ll.h. Written from the algorithm description in the design notes (DeepEP's
+ * low-latency mode), with these choices of our own:
  *
  * - A block owns destination experts, not tokens: it lists the tokens that chose its expert
  *   (a block-wide compaction over topk_idx, in token order), writes their messages and then
