@@ -142,18 +142,30 @@ impl Bootstrap {
     ) -> Result<()> {
         let mut prefix = Writer::default();
         tag.write(&mut prefix);
-        let payloads = results.map(|res| {
-            let mut payload = Vec::with_capacity(CollTag::LEN + res.len());
-            payload.extend_from_slice(&prefix.0);
-            payload.extend_from_slice(&res);
-            Bytes::from(payload)
-        });
-        self.shared
-            .send_each(Kind::Result, payloads)
-            .map_err(|u| match u {
-                Unsent::Failed(f) => f.to_error(0, opname),
-                Unsent::NoWriter(r) => self.failure_or(opname, r),
+        // Framed before the job's state is taken: the copies of a large collective would hold
+        // up the connection tasks that need it.
+        let payloads: Vec<Bytes> = results
+            .map(|res| {
+                let mut payload = Vec::with_capacity(CollTag::LEN + res.len());
+                payload.extend_from_slice(&prefix.0);
+                payload.extend_from_slice(&res);
+                Bytes::from(payload)
             })
+            .collect();
+        match self.shared.send_each(Kind::Result, payloads) {
+            Ok(()) => Ok(()),
+            Err(Unsent::Failed(f)) => Err(f.to_error(0, opname)),
+            Err(Unsent::NoWriter(r)) => {
+                // The ranks after r got no result: the job fails, so that they hear why now
+                // rather than at their deadline.
+                let err = self.failure_or(opname, r);
+                self.shared.fail(Failure::Died {
+                    dead: r,
+                    detail: "its connection is gone".into(),
+                });
+                Err(err)
+            }
+        }
     }
 
     /// Waits for the next message from `peer`, failing on job failure or at `deadline`. Rank 0,
