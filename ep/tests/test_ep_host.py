@@ -150,10 +150,20 @@ def test_ll_launch_refuses_values_that_do_not_fit_their_field():
     ("combine", (0, 1), (1, 1), "at least one block"),
     ("combine", (1, 1), (4, 0), "at least one block"),
     ("combine_send", (1, 1), None, "combine_send"),  # the kernels before one per operation
+    ("combine", (4, 2), None, "rows, not 1"),  # the combine's phases are one row of blocks
+    ("combine", (4, 1), (2, 3), "rows, not 1"),
 ])
 def test_ll_launch_refuses_a_launch_that_runs_nothing_or_no_kernel(kernel, send, recv, words):
     with pytest.raises(C.InvalidArgument, match=words):
         C.ep_ll_launch(kernel, send, recv, 0, _ll_args())
+
+
+def test_ll_dispatch_receive_grid_has_a_column_per_local_expert():
+    args = dict(_ll_args(), num_experts=8, num_ranks=2, out_scales=0, recv_count=0,
+                src_info=0, cum_stats=0, wait_stats=0)
+    args.pop("topk_weights")
+    with pytest.raises(C.InvalidArgument, match=r"3 columns, one per local expert \(4\)"):
+        C.ep_ll_launch("dispatch", (8, 1), (3, 2), 0, args)
 
 
 def test_ht_launch_and_layout_refuse_unknown_and_missing_names():

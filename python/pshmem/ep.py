@@ -16,7 +16,8 @@ A DeepEP user changes an import (``import pshmem.deep_ep as deep_ep``, or, uncha
 
 The kernels (``pshmem-ep``) run on the current CUDA stream, one kernel per operation: a
 low-latency dispatch or combine is one launch of its send and receive phases, or two with the
-receive hook (the second runs the receive phase), as DeepEP's; profilers name them
+receive hook (the second runs the receive phase), as DeepEP's (also two when the grids are too
+large to be resident at once: ``set_num_sms`` past two blocks an SM); profilers name them
 ``pshmem_ep::ll::dispatch`` and ``::combine``. Same-host peers are written over NVLink (CUDA
 IPC); other peers through the proxy, where every count and flag is a *counted signal*: applied
 only after all the data it announces has landed, on any fabric (no ordered delivery assumed).
@@ -27,14 +28,15 @@ Differences from DeepEP, all documented: rows of one local expert are packed by 
 (deterministic, whatever order the sources arrive in), not in arrival order; the receive
 kernels clear the signal words they consumed (the buffer is clean for its next use with no
 extra launch); ``dispatch_wait_recv_cost_stats`` counts nanoseconds, not cycles; errors are
-``pshmem.InvalidArgument`` (a ``ValueError``) where DeepEP asserts; ``group=None`` means the
+``pshmem.InvalidArgument`` (a ``RuntimeError``, as DeepEP's C++ checks raise) where DeepEP
+asserts; ``group=None`` means the
 running pshmem job, and ``comm`` (an MPI communicator) must name the same ranks as the job
 (launched by the MPI launcher, which pshmem joins); ``allow_mnnvl`` and ``use_fabric`` change
 nothing (same-host peers are mapped through CUDA IPC; multi-node NVLink is not provided);
 ``destroy`` works without ``explicitly_destroy``; the low-latency dispatch gives UE8M0
 scales (``use_ue8m0``). Not provided, raising ``NotImplementedError``: LogFMT, UE8M0 scales
 as the normal mode's input (int32 scales) and rank masking (``enable_shrink``)
-(``NotImplementedError`` is a ``RuntimeError``, the type DeepEP's own checks raise).
+(``NotImplementedError`` is a ``RuntimeError`` too).
 ``per_token=False`` (the default) sends one message per (expert, destination) to peers
 reached through the proxy; ``per_token=True`` one per token.
 """
@@ -406,7 +408,13 @@ class Buffer:
         idx = self._idx
         # zero_copy: the rows are already where get_next_low_latency_combine_buffer's view
         # lies, and are sent from there; x only gives the shape (DeepEP reads no more of it).
+        # A view of this buffer elsewhere is a view taken before another call moved on.
         x_at = self._areas(lay, idx)["send"] if zero_copy else x.data_ptr()
+        at, end = self._buf.data_ptr(), self._buf.data_ptr() + self._buf.numel()
+        if zero_copy and at <= x.data_ptr() < end and x.data_ptr() != x_at:
+            raise InvalidArgument("low_latency_combine: x is a combine buffer view from before "
+                                  "another dispatch or combine: take it again with "
+                                  "get_next_low_latency_combine_buffer(handle)")
         self._idx ^= 1
         if out is None:
             out = torch.empty((T, H), dtype=torch.bfloat16, device=x.device)
@@ -663,13 +671,11 @@ class Buffer:
         with_topk = topk_idx is not None
         recv_topk = torch.empty((rows, K), dtype=torch.int64, device=dev) if with_topk else None
         recv_w = torch.empty((rows, K), dtype=torch.float32, device=dev) if with_topk else None
-        if cached:
-            # The handle's own: a combine after this dispatch uses the handle it was given.
-            recv_src, send_head, fwd_mask = h.recv_src_idx, h.send_head, h.fwd_mask
-        else:
-            recv_src = torch.empty((rows,), dtype=torch.int32, device=dev)
-            send_head = torch.empty((T, N if R == 1 else R), dtype=torch.int32, device=dev)
-            fwd_mask = torch.empty((max(1, fwd),), dtype=torch.int32, device=dev)
+        # A cached dispatch writes these too, anew: they equal the handle's (the same layout
+        # gives the same rows and ring positions), which a later combine uses.
+        recv_src = torch.empty((rows,), dtype=torch.int32, device=dev)
+        send_head = torch.empty((T, N if R == 1 else R), dtype=torch.int32, device=dev)
+        fwd_mask = torch.empty((max(1, fwd),), dtype=torch.int32, device=dev)
         args.update(counters=counters.data_ptr(), recv_prefix=recv_prefix.data_ptr(),
                     recv_node_prefix=recv_node_prefix.data_ptr(), max_recv=rows, max_fwd=fwd,
                     x=x.data_ptr(), x_scales=xs.data_ptr() if ns else 0,

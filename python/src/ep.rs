@@ -165,6 +165,7 @@ fn ep_ll_launch(
     let keys = (keys::ll_accepted(), keys::ll_required as fn(_) -> _);
     let (k, g) = kernel_args(op, ("LL", kernel), &args, Kernel::from_name, keys)?;
     let mut a = ll_args(&g)?;
+    ll_grids(k, &run, &a).map_err(|e| invalid_arg(op, format!("{kernel}: {e}")))?;
     let s = state()?;
     let gpu = gpu_of(&s, op)?;
     // The slot size follows from the shape: the layout's, not the caller's.
@@ -176,6 +177,28 @@ fn ep_ll_launch(
         // kernel; `stream` is torch's current stream of this device.
         unsafe { ll.launch(gpu, k, a, run, raw(stream)) }.map_err(to_py)
     })
+}
+
+/// The grid shapes kernel `k`'s phases assume (`ll.cuh`): a dispatch receive phase has one
+/// column of blocks per local expert; the combine's phases are one row of blocks.
+fn ll_grids(k: Kernel, run: &Phases, a: &LlArgs) -> Result<(), String> {
+    match k {
+        Kernel::Dispatch => {
+            let local = a.num_experts / a.num_ranks.max(1);
+            match run.recv {
+                Some((x, _)) if x as i32 != local => Err(format!(
+                    "the receive phase's grid has {x} columns, one per local expert ({local})"
+                )),
+                _ => Ok(()),
+            }
+        }
+        Kernel::Combine => match (run.send, run.recv) {
+            (Some((_, y)), _) | (_, Some((_, y))) if y != 1 => {
+                Err(format!("a combine phase's grid has {y} rows, not 1"))
+            }
+            _ => Ok(()),
+        },
+    }
 }
 
 /// An LL launch's arguments from checked names.

@@ -491,7 +491,6 @@ __device__ inline void combine_recv(const pshmem_ep_ll_args_t &a, const Blk &b) 
     }
 }
 
-/* Clears both buffers' signal words (the host brackets it with barriers). */
 /* This block's place in a phase's grid of nx * ny blocks, or false when the launch has more
  * blocks than the phase. */
 __device__ __forceinline__ bool place(int nx, int ny, Blk &b) {
@@ -510,6 +509,7 @@ __device__ inline void run(const pshmem_ep_ll_args_t &a) {
     if ((a.phases & PSHMEM_EP_PHASE_RECV) && place(a.recv_x, a.recv_y, b)) Recv(a, b);
 }
 
+/* Clears both buffers' signal words (the host brackets it with barriers). */
 __device__ inline void clean(uint64_t *sig, uint64_t words) {
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < words;
          i += (uint64_t)gridDim.x * blockDim.x)

@@ -87,7 +87,7 @@ typedef struct pshmem_ep_ll_args {
     int64_t *layout_range;      /* dispatch: [El][N] (begin << 32) | count per source */
     int32_t *cum_stats;         /* dispatch: [El] += rows received, or NULL */
     int64_t *wait_stats;        /* dispatch: [N] += ns waited for each source, or NULL */
-    /* What one launch of pshmem_ep_ll_dispatch or _combine runs: the phases named, each on its
+    /* What one launch of pshmem_ep::ll::dispatch or ::combine (cuda/ep.cu) runs: the phases named, each on its
      * own grid of x * y blocks (block i of the launch is the phase's block (i % x, i / x);
      * blocks past a phase's grid skip it). Filled by the launcher. Both phases in one launch
      * need every block resident at once, since a receive phase waits for the send phases of
