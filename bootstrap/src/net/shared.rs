@@ -374,6 +374,20 @@ mod tests {
         ));
     }
 
+    /// A rank with no live writer stops the fan-out there, naming it; the ranks before it
+    /// have their results.
+    #[test]
+    fn a_gone_writer_stops_the_results_and_names_its_rank() {
+        let (shared, mut rxs) = rank0_of_three();
+        shared.peers.lock().unwrap()[2] = None;
+        let payloads = [Bytes::from_static(b"1"), Bytes::from_static(b"2")];
+        assert!(matches!(
+            shared.send_each(Kind::Result, payloads),
+            Err(Unsent::NoWriter(2))
+        ));
+        assert_eq!(kinds(&mut rxs[0]), [Kind::Result]);
+    }
+
     /// A rank other than 0 whose data path saw a peer die holds that failure back, in a wait
     /// for rank 0, until rank 0's last word or the grace; every other wait fails at once.
     #[test]
