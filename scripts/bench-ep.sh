@@ -3,7 +3,7 @@
 # 128 tokens per rank, hidden 7168, top-8, 8 experts per rank, FP8 dispatch / BF16 combine, at
 # EP 2, 4 and 8 (several PEs share one GPU under CUDA MPS when there are fewer GPUs), over
 # NVLink/IPC ("direct") and forced through the proxy ("proxy": host-staged over tcp), with
-# batched (one message per (expert, destination)) and per-token messages. On the proxy path a
+# batched (one message per destination rank) and per-token messages. On the proxy path a
 # second, traced run (PSHMEM_TRACE) counts the messages each dispatch posts and the proxy time
 # per message. Writes OUT/ep*-*.out (one JSON line per rank), OUT/ep-ll.json (merged) and
 # OUT/ep-ll.md.

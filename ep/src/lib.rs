@@ -44,7 +44,7 @@ pub mod flags {
     pub const FP8: u32 = 0x1;
     /// Dispatch: scales are powers of two.
     pub const ROUND_SCALE: u32 = 0x2;
-    /// Proxied peers: one message per token (else one per (expert, destination)).
+    /// Proxied peers: one message per token (else one per destination rank).
     pub const PER_TOKEN: u32 = 0x4;
     /// Combine: `x` is the send buffer's view, already written.
     pub const ZERO_COPY: u32 = 0x8;
@@ -193,7 +193,11 @@ impl LlLayout {
         let local = experts / ranks;
         // ll.h: counts, flags, receive and dispatch-send done counters, combine-send ones.
         let sig_bytes = ((3 * experts + local + 1 + ranks) * 8).next_multiple_of(128);
-        let area_bytes = (experts * max_tokens * msg.max(2 * hidden)).next_multiple_of(128);
+        // ll.h: a dispatch region per rank, its header (a row count per local expert, padded
+        // to 16 bytes) and room for every row of the largest stride; the combine's rows are
+        // smaller. The headers take at most 16 bytes per expert (ranks <= experts), reserved
+        // as such so that the size depends on the experts only, as DeepEP's hint does.
+        let area_bytes = (16 * experts + experts * max_tokens * msg).next_multiple_of(128);
         Ok(Self {
             max_tokens,
             hidden,
@@ -405,7 +409,13 @@ mod tests {
         // DeepEP's benchmark shape: 128 tokens, hidden 7168, 8 ranks, 64 experts.
         let l = LlLayout::new(128, 7168, 8, 64).unwrap();
         assert_eq!(l.msg_bytes, 16 + 2 * 7168);
-        assert_eq!(l.area_bytes, 64 * 128 * (16 + 2 * 7168));
+        assert_eq!(l.area_bytes, 16 * 64 + 64 * 128 * (16 + 2 * 7168));
+        for (ranks, experts) in [(1, 1), (2, 2), (3, 9), (8, 64), (16, 64), (512, 4096)] {
+            let l = LlLayout::new(1, 256, ranks, experts).unwrap();
+            let header = (4 * (experts / ranks)).next_multiple_of(16);
+            let regions = ranks * (header + experts / ranks * l.msg_bytes);
+            assert!(regions <= l.area_bytes, "{ranks} ranks, {experts} experts");
+        }
         assert_eq!(
             l.sig_bytes,
             ((3 * 64 + 8 + 1 + 8) * 8usize).next_multiple_of(128)

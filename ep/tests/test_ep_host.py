@@ -15,7 +15,8 @@ def test_the_size_hint_covers_two_buffers_of_the_documented_layout():
     lay = C.ep_ll_layout(128, 7168, 8, 64)
     msg = 16 + 2 * 7168  # the BF16 slot, the larger one
     assert lay["msg_bytes"] == msg
-    assert lay["area_bytes"] == 64 * 128 * msg
+    # The dispatch regions' headers (ll.h): 16 bytes reserved per expert.
+    assert lay["area_bytes"] == 16 * 64 + 64 * 128 * msg
     assert lay["send_offset"] == lay["sig_bytes"]
     assert lay["recv_offset"] == lay["sig_bytes"] + lay["area_bytes"]
     assert lay["buffer_bytes"] == lay["sig_bytes"] + 2 * lay["area_bytes"]

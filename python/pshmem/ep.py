@@ -37,8 +37,8 @@ nothing (same-host peers are mapped through CUDA IPC; multi-node NVLink is not p
 scales (``use_ue8m0``). Not provided, raising ``NotImplementedError``: LogFMT, UE8M0 scales
 as the normal mode's input (int32 scales) and rank masking (``enable_shrink``)
 (``NotImplementedError`` is a ``RuntimeError`` too).
-``per_token=False`` (the default) sends one message per (expert, destination) to peers
-reached through the proxy; ``per_token=True`` one per token.
+``per_token=False`` (the default) sends one message (and one flag) per destination rank to
+peers reached through the proxy; ``per_token=True`` one per token.
 """
 
 from __future__ import annotations
@@ -260,18 +260,19 @@ class Buffer:
         _C.ep_ll_launch(kernel, send, recv, _torch().cuda.current_stream().cuda_stream, args)
 
     def _run(self, kernel: str, send: tuple, recv: tuple, args: dict, keep: tuple,
-             deferred: bool) -> Callable[[], None]:
+             deferred: bool, recv_with_send: Optional[tuple] = None) -> Callable[[], None]:
         """Runs ``kernel``'s send phase on the ``send`` grid and its receive phase on the
-        ``recv`` grid: in one launch, or (``deferred``) the receive phase as the returned hook's
-        launch. One launch needs both grids resident at once on this PE's share of the GPU (a
-        receive phase waits for every rank's send phase, this launch's later blocks
-        included); past that the phases go in two launches. The hook keeps the inputs alive
-        until it runs."""
+        ``recv`` grid (``recv_with_send`` when both phases share a launch, if given): in one
+        launch, or (``deferred``) the receive phase as the returned hook's launch. One launch
+        needs both grids resident at once on this PE's share of the GPU (a receive phase waits
+        for every rank's send phase, this launch's later blocks included); past that the
+        phases go in two launches. The hook keeps the inputs alive until it runs."""
         if deferred:
             self._launch(kernel, send, None, args)
             return lambda: (self._launch(kernel, None, recv, args), keep)[0]
-        if max(send[0] * send[1], recv[0] * recv[1]) <= self._resident:
-            self._launch(kernel, send, recv, args)
+        fused = recv_with_send or recv
+        if max(send[0] * send[1], fused[0] * fused[1]) <= self._resident:
+            self._launch(kernel, send, fused, args)
         else:
             self._launch(kernel, send, None, args)
             self._launch(kernel, None, recv, args)
@@ -428,9 +429,16 @@ class Buffer:
                     slot_map=slot_map.data_ptr(), out_x=out.data_ptr(),
                     layout_range=layout_range.data_ptr())
         keep = (x, topk_idx, topk_weights, slot_map, layout_range)
+        # Receive blocks: in a launch of their own (the hook, or grids too large to share
+        # one), enough for a warp per 256 channels of a token (16 a block), up to 2x the SMs;
+        # beside the send phase, a block per 16 tokens, as many waiting blocks in that launch
+        # made it several times slower (H200, EP 2: 400-480 us against 87-90;
+        # benches/results/efa-path).
+        units = T * (H // 256)
         hook = self._run("combine", (min(E, 6 * self._sms()), 1),
-                         (max(1, min((T + 15) // 16, self._sms())), 1), args, keep,
-                         return_recv_hook)
+                         (max(1, min((units + 15) // 16, 2 * self._sms())), 1), args, keep,
+                         return_recv_hook,
+                         recv_with_send=(max(1, min((T + 15) // 16, self._sms())), 1))
         return out, _event(async_finish, keep), hook
 
     # ---- the normal (high-throughput) mode -------------------------------------------------

@@ -8,15 +8,15 @@
  *   (a block-wide compaction over topk_idx, in token order), writes their messages and then
  *   knows the count with no cross-block counter. Row i of (expert, source) is the i-th token,
  *   so the order is deterministic, and combine can send expert outputs back contiguously.
+ * - Both directions are packed by sending rank: at the receiver, rank r's rows for it lie
+ *   together (its experts one after another; a dispatch's led by a header of the row count of
+ *   each expert, since the receiver cannot know them in advance), so a batched operation sends
+ *   one put and one flag per destination rank, not one per (expert, destination): fewer,
+ *   larger messages, what a fabric with a per-message cost wants (issue 37's EFA model).
  * - Same-host peers (mapped) get the messages written straight into their receive area, then
- *   the count with a release store after __threadfence_system. Other peers get counted puts
- *   (pshmem/counted.cuh): per token or one per (expert, destination), then one counted signal;
- *   the proxy never exposes a count before the data it covers, on any fabric. A dispatch's
- *   ring is chosen by the destination's local expert, a combine's by the destination rank,
- *   so descriptors spread over rings and proxies.
- * - Combine rows go back packed by sending rank: at the receiver, rank r's rows for it lie
- *   together (its experts one after another), so a batched combine sends one put and one flag
- *   per destination rank, not one per (expert, destination): fewer, larger messages.
+ *   the flag with a release store after __threadfence_system. Other peers get counted puts
+ *   (pshmem/counted.cuh): per token, or the one put, then one counted signal; the proxy never
+ *   exposes a flag before the data it covers, on any fabric.
  * - Receive rows are packed by source rank (begin = the counts of the ranks before), so the
  *   output is the same whatever order the counts arrive in.
  * - The receivers clear the words they consumed (the last block to read them), so the buffer
@@ -45,13 +45,8 @@ struct Geo {
           N(a.num_ranks), me(a.my_rank), El(a.num_experts / a.num_ranks) {}
 };
 
-__device__ __forceinline__ const pshmem_ring_device_t *ring_for(const pshmem_ep_ll_args_t &a,
-                                                                int local_expert) {
-    return a.n_rings ? &a.rings[(uint32_t)local_expert % a.n_rings] : NULL;
-}
-
-/* The ring of everything a combine sends to `rank` (a counted signal covers only the counted
- * puts of its own ring). Per token, spread by destination over the rings and proxy threads
+/* The ring of everything a dispatch or combine sends to `rank` (a counted signal covers only
+ * the counted puts of its own ring). Per token, spread by destination over the rings and proxy threads
  * (thousands of puts); batched, ring 0 for every destination: one proxy thread posts the few
  * large puts one after another, so each NIC serves them in turn and every receiver's data
  * ends as early as the order allows, where several threads' queues would share each NIC and
@@ -148,39 +143,70 @@ __device__ __forceinline__ void write_message(uint8_t *m, const __nv_bfloat16 *r
     }
 }
 
+/* Bytes of a dispatch region's header: El int32 row counts, padded to 16 bytes. */
+__device__ __forceinline__ uint64_t header_bytes(const Geo &g) {
+    return ((uint64_t)g.El * 4 + 15) & ~15ull;
+}
+
+/* Offset of source s's dispatch region in a receive area (and of destination s's in the send
+ * area, staged the same way): the header, then room for El * Tmax slots of the largest
+ * stride (ll.h). */
+__device__ __forceinline__ uint64_t region_at(const pshmem_ep_ll_args_t &a, const Geo &g, int s) {
+    return (uint64_t)s * (header_bytes(g) + (uint64_t)g.El * g.Tmax * a.msg_bytes);
+}
+
 /* Dispatch, send phase. Grid: (blocks sharing the experts, parts per expert),
- * PSHMEM_EP_THREADS threads. Every block of an expert lists the tokens that chose it; part p
- * writes every parts-th of their messages; the last part to finish (a done counter in this
- * rank's own signal words) sends the batched put and the count. Never waits for a peer (only
- * for ring space). */
+ * PSHMEM_EP_THREADS threads. Every block of an expert lists the tokens that chose it and
+ * counts the rows this rank sends to the expert's rank for its lower experts (where this
+ * expert's rows start in the region) and for all of them; part p writes every parts-th of the
+ * messages, part 0 the header's count. The last of the El * parts blocks of a destination
+ * rank (a done counter in this rank's own signal words) sends its one put (header and every
+ * row; per token, the header alone) and the flag. Never waits for a peer (only for ring
+ * space). */
 __device__ inline void dispatch_send(const pshmem_ep_ll_args_t &a, const Blk &b) {
     __shared__ int list[PSHMEM_EP_MAX_TOKENS];
-    __shared__ int wsum[PSHMEM_EP_THREADS / 32];
+    __shared__ int wsum[3][PSHMEM_EP_THREADS / 32];
     __shared__ bool last;
     const Geo g(a);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
     const int part = b.y, parts = b.ny;
-    const uint64_t len = msg_len(a);
+    const uint64_t len = msg_len(a), stride = msg_stride(a), head = header_bytes(g);
+    const bool per_token = (a.flags & PSHMEM_EP_PER_TOKEN) != 0;
     const __nv_bfloat16 *x = (const __nv_bfloat16 *)a.x;
     for (int e0 = b.x; e0 < g.E; e0 += b.nx) {
         /* Staggered: each rank starts with the next rank's experts, so that the ranks' first
          * messages do not all go to rank 0. */
         const int e = (e0 + (g.me + 1) * g.El) % g.E;
-        const int dst = e / g.El, dl = e % g.El;
-        /* The tokens that chose e, in token order (a token names an expert at most once). */
-        int count = 0;
+        const int dst = e / g.El, dl = e % g.El, first = dst * g.El;
+        /* The tokens that chose e, in token order (a token names an expert at most once), and
+         * the rows for dst's lower experts and for all of its experts. */
+        int count = 0, lower = 0, all = 0;
         for (int base = 0; base < g.T; base += blockDim.x) {
-            int t = base + threadIdx.x, k_sel = -1;
+            int t = base + threadIdx.x, k_sel = -1, lo = 0, in = 0;
             if (t < g.T)
-                for (int k = 0; k < g.K; ++k)
-                    if (a.topk_idx[(int64_t)t * g.K + k] == e) k_sel = k;
+                for (int k = 0; k < g.K; ++k) {
+                    const int64_t c = a.topk_idx[(int64_t)t * g.K + k];
+                    if (c == e) k_sel = k;
+                    lo += c >= first && c < e;
+                    in += c >= first && c < first + g.El;
+                }
+            for (int o = 16; o >= 1; o >>= 1) {
+                lo += __shfl_xor_sync(0xffffffffu, lo, o);
+                in += __shfl_xor_sync(0xffffffffu, in, o);
+            }
             unsigned ballot = __ballot_sync(0xffffffffu, k_sel >= 0);
-            if (lane == 0) wsum[warp] = __popc(ballot);
+            if (lane == 0) {
+                wsum[0][warp] = __popc(ballot);
+                wsum[1][warp] = lo;
+                wsum[2][warp] = in;
+            }
             __syncthreads();
             int before = count, total = 0;
             for (int w = 0; w < nw; ++w) {
-                if (w < warp) before += wsum[w];
-                total += wsum[w];
+                if (w < warp) before += wsum[0][w];
+                total += wsum[0][w];
+                lower += wsum[1][w];
+                all += wsum[2][w];
             }
             if (k_sel >= 0) {
                 int i = before + __popc(ballot & ((1u << lane) - 1));
@@ -190,66 +216,88 @@ __device__ inline void dispatch_send(const pshmem_ep_ll_args_t &a, const Blk &b)
             count += total;
             __syncthreads();
         }
-        /* Where the messages go: the destination's receive area for (dl, this rank). */
-        const uint64_t stride = msg_stride(a);
-        uint8_t *there = a.recv + ((uint64_t)dl * g.N + g.me) * g.Tmax * stride;
-        uint8_t *peer = (uint8_t *)pshmem_ptr(there, dst);
-        uint8_t *staged = a.send + (uint64_t)e * g.Tmax * stride;
-        uint64_t *count_word = a.sig + (uint64_t)dl * g.N + g.me;
-        const pshmem_ring_device_t *ring = ring_for(a, dl);
-        const bool per_token = (a.flags & PSHMEM_EP_PER_TOKEN) != 0;
+        /* Where the messages go: this rank's region of the destination's receive area, after
+         * the header and the rows of the lower experts; staged alike in the send area. */
+        uint8_t *region = a.recv + region_at(a, g, g.me);
+        uint8_t *peer = (uint8_t *)pshmem_ptr(region, dst);
+        uint8_t *staged = a.send + region_at(a, g, dst);
+        uint8_t *rows = (peer ? peer : staged) + head + (uint64_t)lower * stride;
+        uint8_t *there = region + head + (uint64_t)lower * stride;
+        uint64_t *flag = a.sig + g.me;
+        const pshmem_ring_device_t *ring = ring_to(a, dst);
+        if (part == 0 && threadIdx.x == 0) ((int *)(peer ? peer : staged))[dl] = count;
         for (int i = part * nw + warp; i < count; i += parts * nw) {
             int t = list[i];
-            uint8_t *m = (peer ? peer : staged) + (uint64_t)i * stride;
+            uint8_t *m = rows + (uint64_t)i * stride;
             write_message(m, x + (int64_t)t * g.H, t, g.H, a.flags);
             if (!peer && per_token) {
                 /* Every lane's bytes are visible system-wide before lane 0 publishes. */
                 __threadfence_system();
                 __syncwarp();
-                pshmemx_putmem_counted_nbi_warp_on(ring, there + (uint64_t)i * stride, m,
-                                                   len, count_word, dst);
+                pshmemx_putmem_counted_nbi_warp_on(ring, there + (uint64_t)i * stride, m, len,
+                                                   flag, dst);
             }
         }
-        /* Every thread's stores (messages, slot_map, and in per-token mode the published
-         * puts) before the done count; the last part's block then sees all of them. */
+        /* Every thread's stores (messages, count, slot_map, and in per-token mode the
+         * published puts) before the done count; the destination's last block then sees all
+         * of them. */
         __threadfence_system();
         __syncthreads();
         if (threadIdx.x == 0) {
             unsigned long long *done =
-                (unsigned long long *)(a.sig + 2 * (uint64_t)g.E + g.El + 1 + e);
-            last = parts == 1 || atomicAdd(done, 1ull) == (unsigned long long)(parts - 1);
-            if (last && parts > 1) {
+                (unsigned long long *)(a.sig + 2 * (uint64_t)g.E + g.El + 1 + dst);
+            const unsigned long long blocks = (unsigned long long)g.El * parts;
+            last = blocks == 1 || atomicAdd(done, 1ull) == blocks - 1;
+            if (last && blocks > 1) {
                 *done = 0;
-                __threadfence_system(); /* acquire side of the other parts' fences */
+                __threadfence_system(); /* acquire side of the other blocks' fences */
             }
             if (last) {
-                if (!peer && !per_token && count > 0)
-                    pshmem_i_put_counted(ring, there, staged, (uint64_t)count * stride,
-                                         count_word, dst, 0, 1);
-                pshmemx_signal_counted_on(ring, count_word, (uint64_t)(-(int64_t)count - 1),
+                /* No rows: the flag says so and the header is not read. */
+                if (!peer && all > 0)
+                    pshmem_i_put_counted(ring, region, staged,
+                                         head + (per_token ? 0 : (uint64_t)all * stride), flag,
+                                         dst, 0, 1);
+                pshmemx_signal_counted_on(ring, flag, (uint64_t)(-(int64_t)all - 1),
                                           PSHMEM_SIGNAL_SET, dst);
             }
         }
-        __syncthreads(); /* `list` is reused */
+        __syncthreads(); /* `list` and `wsum` are reused */
     }
 }
 
-/* Dispatch, receive phase. Grid: (El, parts); every block of local expert dl waits for the
- * counts of all sources, packs the rows by source rank and copies its share of them. */
+/* Dispatch, receive phase. Grid: (El, parts); every block of local expert dl waits for every
+ * source's flag, reads its expert's count and offset from the sources' headers, packs the
+ * rows by source rank and copies its share of them. */
 __device__ inline void dispatch_recv(const pshmem_ep_ll_args_t &a, const Blk &b) {
     __shared__ int cnt[PSHMEM_EP_MAX_RANKS];
+    __shared__ int off[PSHMEM_EP_MAX_RANKS];
     __shared__ int beg[PSHMEM_EP_MAX_RANKS + 1];
     const Geo g(a);
     const int dl = b.x, part = b.y, parts = b.ny;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-    uint64_t *words = a.sig + (uint64_t)dl * g.N;
-    for (int s = threadIdx.x; s < g.N; s += blockDim.x) {
+    uint64_t *flags = a.sig;
+    /* A warp per source: lane 0 waits for the flag, the lanes sum the header's lower
+     * counts. */
+    for (int s = warp; s < g.N; s += nw) {
         uint64_t t0 = pshmem_globaltimer();
-        uint64_t v = wait_nonzero(&words[s]);
-        cnt[s] = v ? (int)(-(int64_t)v - 1) : 0;
-        if (part == 0 && a.wait_stats)
-            atomicAdd((unsigned long long *)&a.wait_stats[s],
-                      (unsigned long long)(pshmem_globaltimer() - t0));
+        uint64_t v = lane == 0 ? wait_nonzero(&flags[s]) : 0;
+        v = __shfl_sync(0xffffffffu, v, 0);
+        const int all = v ? (int)(-(int64_t)v - 1) : 0;
+        int o = 0, c = 0;
+        if (all > 0) {
+            const int *head = (const int *)(a.recv + region_at(a, g, s));
+            for (int d = lane; d < dl; d += 32) o += head[d];
+            for (int k = 16; k >= 1; k >>= 1) o += __shfl_xor_sync(0xffffffffu, o, k);
+            c = head[dl];
+        }
+        if (lane == 0) {
+            cnt[s] = c;
+            off[s] = o;
+            if (part == 0 && a.wait_stats)
+                atomicAdd((unsigned long long *)&a.wait_stats[s],
+                          (unsigned long long)(pshmem_globaltimer() - t0));
+        }
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -259,10 +307,10 @@ __device__ inline void dispatch_recv(const pshmem_ep_ll_args_t &a, const Blk &b)
             b += cnt[s];
         }
         beg[g.N] = b;
-        /* The last block of this expert to have read the counts clears them. */
-        unsigned long long *done = (unsigned long long *)(a.sig + 2 * (uint64_t)g.E + dl);
-        if (atomicAdd(done, 1ull) == (unsigned long long)(parts - 1)) {
-            for (int s = 0; s < g.N; ++s) words[s] = 0;
+        /* The last receiving block (of any expert) to have read the flags clears them. */
+        unsigned long long *done = (unsigned long long *)(a.sig + 2 * (uint64_t)g.E);
+        if (atomicAdd(done, 1ull) == (unsigned long long)g.El * parts - 1) {
+            for (int s = 0; s < g.N; ++s) flags[s] = 0;
             *done = 0;
         }
     }
@@ -279,17 +327,18 @@ __device__ inline void dispatch_recv(const pshmem_ep_ll_args_t &a, const Blk &b)
     const int64_t rows = (int64_t)g.N * g.Tmax;
     const bool fp8 = (a.flags & PSHMEM_EP_FP8) != 0;
     const int H = g.H;
+    const uint64_t head = header_bytes(g), stride = msg_stride(a);
     for (int r = part * nw + warp; r < total; r += parts * nw) {
         int s = 0;
         while (s + 1 < g.N && beg[s + 1] <= r) ++s;
         const int i = r - beg[s];
-        const uint8_t *m = a.recv + (((uint64_t)dl * g.N + s) * g.Tmax + i) * msg_stride(a);
+        const uint8_t *m = a.recv + region_at(a, g, s) + head + (uint64_t)(off[s] + i) * stride;
         const int64_t row = dl * rows + r;
         if (lane == 0) a.src_info[row] = *(const int *)m;
-        const int4 *src = (const int4 *)(m + 16);
+        /* pshmem_i_copy keeps four vectors in flight per lane (a plain loop waited for each
+         * load before the next). */
         if (fp8) {
-            int4 *dst = (int4 *)((uint8_t *)a.out_x + row * H);
-            for (int j = lane; j < H / 16; j += 32) dst[j] = src[j];
+            pshmem_i_copy((uint8_t *)a.out_x + row * H, m + 16, (size_t)H, lane, 32);
             const float *sc = (const float *)(m + 16 + H);
             if (a.flags & PSHMEM_EP_UE8M0) {
                 /* The scales are powers of two (ROUND_SCALE): their exponent bytes, four
@@ -303,8 +352,7 @@ __device__ inline void dispatch_recv(const pshmem_ep_ll_args_t &a, const Blk &b)
                     a.out_scales[((int64_t)dl * (H / 128) + c) * rows + r] = sc[c];
             }
         } else {
-            int4 *dst = (int4 *)((uint8_t *)a.out_x + row * 2 * H);
-            for (int j = lane; j < H / 8; j += 32) dst[j] = src[j];
+            pshmem_i_copy((uint8_t *)a.out_x + row * 2 * H, m + 16, 2 * (size_t)H, lane, 32);
         }
     }
 }
@@ -407,8 +455,8 @@ __device__ inline void combine_send(const pshmem_ep_ll_args_t &a, const Blk &b) 
 
 /* Combine, receive phase. Grid: any number of blocks; each counts this rank's tokens per
  * expert (where each expert's rows start in its rank's region), waits for every rank's flag,
- * then warps reduce tokens: out[t] = sum_k w[t,k] * y[e_k][slot], in FP32, rounded once to
- * bf16. */
+ * then warps reduce slices of tokens: out[t] = sum_k w[t,k] * y[e_k][slot], in FP32, rounded
+ * once to bf16. */
 __device__ inline void combine_recv(const pshmem_ep_ll_args_t &a, const Blk &b) {
     __shared__ int start[PSHMEM_EP_MAX_EXPERTS];
     const Geo g(a);
@@ -440,54 +488,56 @@ __device__ inline void combine_recv(const pshmem_ep_ll_args_t &a, const Blk &b) 
     }
     const uint64_t row_bytes = 2 * (uint64_t)g.H;
     __nv_bfloat16 *out = (__nv_bfloat16 *)a.out_x;
-    /* The token's rows and weights, once per token, in this warp's shared slots; then up to
-     * CHUNK rows' 16-byte vectors in flight per lane. */
-    constexpr int MAX_K = PSHMEM_EP_MAX_TOPK, CHUNK = 8;
-    __shared__ const uint8_t *rows_s[PSHMEM_EP_THREADS / 32][MAX_K];
-    __shared__ float ws_s[PSHMEM_EP_THREADS / 32][MAX_K];
-    const uint8_t **rows = rows_s[warp];
-    float *ws = ws_s[warp];
-    for (int t = b.x * nw + warp; t < g.T; t += b.nx * nw) {
-        int n = 0;
-        if (lane == 0)
-            for (int k = 0; k < g.K; ++k) {
-                int64_t e = a.topk_idx[(int64_t)t * g.K + k];
-                if (e < 0) continue;
+    /* A warp's unit is 256 channels of one token (a 16-byte vector a lane), so that every
+     * block has work (a warp a token left most SMs idle and read its rows one dependent step
+     * after another). Lane k holds the token's k-th row and weight; then up to CHUNK rows'
+     * vectors are in flight per lane. The rows are summed in top-k order, as one warp per
+     * token did. */
+    constexpr int CHUNK = 8;
+    const int slices = g.H / 256, units = g.T * slices;
+    for (int u = b.x * nw + warp; u < units; u += b.nx * nw) {
+        const int t = u / slices, c = (u % slices) * 256 + lane * 8;
+        const uint8_t *mine = NULL;
+        float w = 0.f;
+        if (lane < g.K) {
+            const int64_t e = a.topk_idx[(int64_t)t * g.K + lane];
+            if (e >= 0) {
                 /* Rank e / El's region, then its expert's start, then the token's slot. */
                 const uint64_t r = (uint64_t)(e - e % g.El) * g.Tmax + start[e] +
-                                   a.slot_map[(int64_t)t * g.K + k];
-                rows[n] = a.recv + r * row_bytes;
-                ws[n++] = a.topk_weights[(int64_t)t * g.K + k];
+                                   a.slot_map[(int64_t)t * g.K + lane];
+                mine = a.recv + r * row_bytes;
+                w = a.topk_weights[(int64_t)t * g.K + lane];
             }
-        n = __shfl_sync(0xffffffffu, n, 0);
-        __syncwarp();
-        for (int c = lane * 8; c < g.H; c += 256) {
-            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            for (int k0 = 0; k0 < n; k0 += CHUNK) {
-                int4 raw[CHUNK];
+        }
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int k0 = 0; k0 < g.K; k0 += CHUNK) {
+            /* A missing row (no expert, or past K) loads as zeros with weight 0: adding +0
+             * leaves the sum as it was. */
+            int4 raw[CHUNK];
 #pragma unroll
-                for (int u = 0; u < CHUNK; ++u)
-                    if (k0 + u < n) raw[u] = *(const int4 *)(rows[k0 + u] + 2 * (uint64_t)c);
+            for (int v = 0; v < CHUNK; ++v) {
+                const uint8_t *row = (const uint8_t *)__shfl_sync(
+                    0xffffffffu, (unsigned long long)mine, (k0 + v) & 31);
+                raw[v] = row && k0 + v < g.K ? *(const int4 *)(row + 2 * (uint64_t)c)
+                                              : make_int4(0, 0, 0, 0);
+            }
 #pragma unroll
-                for (int u = 0; u < CHUNK; ++u) {
-                    if (k0 + u >= n) break;
-                    const float w = ws[k0 + u];
-                    const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&raw[u];
+            for (int v = 0; v < CHUNK; ++v) {
+                const float wv = __shfl_sync(0xffffffffu, w, (k0 + v) & 31);
+                const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&raw[v];
 #pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        float2 f = __bfloat1622float2(h2[j]);
-                        acc[2 * j] += w * f.x;
-                        acc[2 * j + 1] += w * f.y;
-                    }
+                for (int j = 0; j < 4; ++j) {
+                    float2 f = __bfloat1622float2(h2[j]);
+                    acc[2 * j] += wv * f.x;
+                    acc[2 * j + 1] += wv * f.y;
                 }
             }
-            int4 res;
-            __nv_bfloat162 *r2 = (__nv_bfloat162 *)&res;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) r2[j] = __floats2bfloat162_rn(acc[2 * j], acc[2 * j + 1]);
-            *(int4 *)(out + (int64_t)t * g.H + c) = res;
         }
-        __syncwarp(); /* the shared slots are rewritten for the next token */
+        int4 res;
+        __nv_bfloat162 *r2 = (__nv_bfloat162 *)&res;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) r2[j] = __floats2bfloat162_rn(acc[2 * j], acc[2 * j + 1]);
+        *(int4 *)(out + (int64_t)t * g.H + c) = res;
     }
 }
 

@@ -6,31 +6,40 @@
  * local experts. Expert e lives on rank e / El as its local expert e % El.
  *
  * One LL buffer (there are two, used alternately; every dispatch and every combine flips):
- *   sig   u64 words: [0, E)            dispatch counts, word (dl * N + src) = -n-1 from src
+ *   sig   u64 words: [0, N)            dispatch flags, word src = -n-1 once src's n rows for
+ *                                      this rank (all of its experts) and its header have
+ *                                      landed ([N, E) unused)
  *                    [E, E + N)        combine flags, word E + r = 1 once rank r's expert
  *                                      outputs for this rank have landed ([E + N, 2E) unused)
- *                    [2E, 2E + El)     this rank's own: recv blocks done per local expert
+ *                    [2E]              this rank's own: dispatch recv blocks done
+ *                                      ([2E + 1, 2E + El) unused)
  *                    [2E + El]         this rank's own: combine recv blocks done
- *                    [2E + El + 1, 3E + El + 1)  this rank's own: dispatch send blocks done
- *                                      per destination expert
+ *                    [2E + El + 1, 2E + El + 1 + N)  this rank's own: dispatch send blocks
+ *                                      done per destination rank ([.. + N, 3E + El + 1) unused)
  *                    [3E + El + 1, 3E + El + 1 + N)  this rank's own: combine send pairs done
  *                                      per destination rank
- *   send  E * Tmax * msg bytes         dispatch: the message of the i-th token sent to expert e
- *                                      at (e * Tmax + i) * msg; combine: rows of 2H bytes,
+ *   send  area bytes                   dispatch: staged as at the receiver, destination d's
+ *                                      region at region(d); combine: rows of 2H bytes,
  *                                      [El][N * Tmax][H] bf16 (the zero-copy view), or (batched,
  *                                      staged) [N][El * Tmax] packed as at the receiver
- *   recv  E * Tmax * msg bytes         dispatch: [El][N][Tmax] messages of msg bytes; combine:
- *                                      [N][El * Tmax] rows of 2H bytes: rank r's region holds
- *                                      its experts' rows for this rank packed, expert r * El
- *                                      first; row i of expert g is the i-th token this rank
- *                                      sent to g (so one put per rank carries them all)
+ *   recv  area bytes                   dispatch: N regions, source s's at region(s) =
+ *                                      s * (hdr + El * Tmax * msg_bytes), hdr = 4 El rounded up
+ *                                      to 16: El int32 counts (rows per local expert), then the
+ *                                      rows of expert 0, expert 1, ... packed at the call's
+ *                                      slot stride (one put carries a source's header and rows);
+ *                                      combine: [N][El * Tmax] rows of 2H bytes: rank r's region
+ *                                      holds its experts' rows for this rank packed, expert
+ *                                      r * El first; row i of expert g is the i-th token this
+ *                                      rank sent to g (so one put per rank carries them all)
+ *   area bytes = 16 E + E * Tmax * msg_bytes, rounded up to 128 (N headers take at most
+ *   16 E bytes, since N <= E).
  * A dispatch message: 16-byte header (int32 source token index, 3 reserved), then H FP8 e4m3
  * bytes and H/128 float scales (1/scale: x ~= fp8 * scale_inv), or 2H bytes of bf16.
  * A slot holds one message rounded up to 16 bytes (FP8 slots are packed tighter than BF16
  * ones, so a batched put carries no padding); msg_bytes = 16 + max(2H, H + 4H/128), rounded
  * up to 16, is the largest, which sizes the areas.
  *
- * The count and flag words are cleared by their consumer (the receive kernels, after every
+ * The flag words are cleared by their consumer (the receive kernels, after every
  * block read them), so the buffer is clean for its next use with no separate launch. */
 #ifndef PSHMEM_EP_LL_H
 #define PSHMEM_EP_LL_H
@@ -39,9 +48,9 @@
 #include "pshmem/ring.h"
 
 #define PSHMEM_EP_MAX_TOKENS 1024 /* Tmax limit (one shared-memory list per expert) */
-#define PSHMEM_EP_MAX_RANKS 512   /* N limit (one polling thread per source) */
+#define PSHMEM_EP_MAX_RANKS 512   /* N limit (shared-memory counts per source) */
 #define PSHMEM_EP_THREADS 512     /* threads per block of every LL kernel */
-#define PSHMEM_EP_MAX_TOPK 16     /* top-k limit (combine keeps a token's rows in shared memory) */
+#define PSHMEM_EP_MAX_TOPK 16     /* top-k limit (combine holds a token's rows a lane each) */
 #define PSHMEM_EP_MAX_EXPERTS 4096 /* E limit (combine counts a rank's rows per expert in shared
                                       memory) */
 
@@ -49,7 +58,7 @@
 #define PSHMEM_EP_FP8 0x1u         /* dispatch: FP8 e4m3 + per-128-channel scales (else bf16) */
 #define PSHMEM_EP_ROUND_SCALE 0x2u /* dispatch: scales are powers of two */
 #define PSHMEM_EP_PER_TOKEN 0x4u   /* proxied peers: one message per token (else one per
-                                      (expert, destination): fewer, larger messages) */
+                                      destination rank: fewer, larger messages) */
 #define PSHMEM_EP_ZERO_COPY 0x8u   /* combine: x is the send buffer's view, already written */
 #define PSHMEM_EP_UE8M0 0x10u      /* dispatch FP8 with ROUND_SCALE: out_scales holds the scales'
                                       exponent bytes (UE8M0), four groups per int32,
