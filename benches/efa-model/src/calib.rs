@@ -19,8 +19,8 @@ pub fn uccl() -> System {
     System {
         name: "UCCL-EP (per-token)".into(),
         pattern: Pattern::PerToken,
-        combine_pattern: None,
-        combine_flag_per_peer: false,
+        flags_per_peer: false,
+        dispatch_header: false,
         signalling: Signalling::ReceiverCount,
         threads: 4,
         post_us: 0.3,
@@ -49,8 +49,8 @@ pub fn pplx() -> System {
     System {
         name: "pplx-garden (per-peer bulk)".into(),
         pattern: Pattern::PerPeer { shard_peers: true },
-        combine_pattern: None,
-        combine_flag_per_peer: false,
+        flags_per_peer: false,
+        dispatch_header: false,
         signalling: Signalling::ReceiverCount,
         threads: 1,
         post_us: 0.3,
@@ -87,23 +87,31 @@ pub fn deepep_nvshmem() -> System {
 /// the receive kernels over NVLink (through the proxy they include the network wait). The
 /// earlier inputs (84.3 / 60.1 and 39.1 / 37.5, 2 PEs sharing one H100 under MPS) were
 /// pessimistic for a GPU of one's own.
+///
+/// The dispatch since it sends one put and one flag per peer: those values moved by what the
+/// new kernels cost against the old ones side by side on one machine (H200 x4, EP 4, medians
+/// of 2 runs × 4 ranks, benches/results/efa-path): −0.5 µs sending through the proxy, +1.0 µs
+/// receiving over NVLink (the headers' reads).
 pub const OURS_DISPATCH: Kernels = Kernels {
-    pack_us: 48.1,
-    unpack_us: 19.4,
+    pack_us: 47.6,
+    unpack_us: 20.4,
 };
 /// See [`OURS_DISPATCH`]. The combine since it sends one put and one flag per peer: the EP 4
 /// values measured with the per-expert combine (35.1 + 32.5) moved by what the new kernels
 /// cost against the old ones side by side on one machine (H200 x2, EP 2, medians of 2 runs ×
 /// 2 ranks, benches/results/efa-path): −1.0 µs sending through the proxy, +3.3 µs receiving
-/// over NVLink.
+/// over NVLink. Then the receive in channel slices (a warp per 256 channels of a token, its
+/// own launch: the hook), side by side the same way (H200 x2, EP 2, 1 run × 2 ranks):
+/// −20.4 µs receiving over NVLink (39.3 → 18.9).
 pub const OURS_COMBINE: Kernels = Kernels {
     pack_us: 34.1,
-    unpack_us: 35.8,
+    unpack_us: 15.4,
 };
 
-/// pshmem.ep's LL kernels: batched (dispatch: one counted put and count per (remote expert,
-/// peer); combine: one counted put of every row and one flag per peer) or per-token (a row a
-/// write, a count or flag per (remote expert, peer)), counted at the receiver's proxy; 4 proxy threads
+/// pshmem.ep's LL kernels: batched (one counted put of every row, the dispatch's led by its
+/// header, and one flag per peer, on ring 0) or per-token (a row a write, then the dispatch's
+/// header write and a flag per peer, on the receiver's ring), counted at the receiver's
+/// proxy; 4 proxy threads
 /// (`PSHMEM_GPU_PROXY_THREADS=4`) posting at UCCL's cost (0.3 µs; the registered path was not
 /// measured on EFA).
 pub fn ours(per_token: bool) -> System {
@@ -113,15 +121,15 @@ pub fn ours(per_token: bool) -> System {
         } else {
             "pshmem.ep batched".into()
         },
+        // Both directions packed by sending rank at the receiver (ep/include/pshmem/ep/ll.h):
+        // batched, one put and one flag per peer, the dispatch's put led by its header.
         pattern: if per_token {
             Pattern::PerToken
         } else {
-            Pattern::PerExpert
+            Pattern::PerPeer { shard_peers: false }
         },
-        // Batched, the combine sends one put and one flag per peer (its rows are packed by
-        // sending rank at the receiver: ep/include/pshmem/ep/ll.h).
-        combine_pattern: (!per_token).then_some(Pattern::PerPeer { shard_peers: false }),
-        combine_flag_per_peer: true,
+        flags_per_peer: true,
+        dispatch_header: true,
         signalling: Signalling::ReceiverCount,
         threads: 4,
         post_us: 0.3,
@@ -167,8 +175,8 @@ fn normal(name: &str, tail_msgs: bool, dispatch_us: f64, combine_us: f64) -> Sys
     System {
         name: name.into(),
         pattern: Pattern::NodeRing(rings),
-        combine_pattern: None,
-        combine_flag_per_peer: false,
+        flags_per_peer: false,
+        dispatch_header: false,
         signalling: Signalling::ReceiverCount,
         threads: 4,
         post_us: 0.3,

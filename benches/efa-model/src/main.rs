@@ -21,7 +21,10 @@ struct Args {
     #[arg(long, default_value = "efa-model-out")]
     out: PathBuf,
     /// The low-latency MoE benchmark's merged results with trace-derived message counts.
-    #[arg(long, default_value = "benches/results/ep-ll-h100/ep-ll.json")]
+    #[arg(
+        long,
+        default_value = "benches/results/efa-path/packed-41128ad/ep-ll.json"
+    )]
     traces: PathBuf,
     /// The normal-mode MoE benchmark's merged results with trace-derived message counts.
     #[arg(long, default_value = "benches/results/ep-ht-h100/ep-ht.json")]
@@ -165,7 +168,7 @@ fn trace_checks(path: &PathBuf, normal: bool) -> Result<Vec<TraceCheck>, String>
                 mode: if per_token { "per-token" } else { "batched" },
                 traced: r.get("messages_per_dispatch_per_pe")?.as_f64()?,
                 generated,
-                traced_mb: None,
+                traced_mb: r.get("MB_per_dispatch_per_pe").and_then(|v| v.as_f64()),
                 generated_mb,
             })
         })
@@ -315,9 +318,10 @@ fn markdown(r: &Report) -> String {
         let _ = writeln!(
             s,
             "\n## Our message streams: generator against proxy traces of real runs\n\n\
-             Messages (puts and counted signals) and MB per dispatch per PE in the traced H100 \
-             runs (`benches/results/ep-ll-h100`: every peer through the proxy, 8 experts per \
-             PE; `benches/results/ep-ht-h100`: two emulated nodes, IPC inside, so every proxy \
+             Messages (puts and counted signals) and MB per dispatch per PE in the traced \
+             runs (`benches/results/efa-path/packed-41128ad`, 2 H200s: every peer through the \
+             proxy, 8 experts per PE, the counted puts and signals the kernel posted; \
+             `benches/results/ep-ht-h100`: two emulated nodes, IPC inside, so every proxy \
              message crosses between them) and from the stream generator the projection uses, \
              at the same shape and placement:\n\n\
              | run | mode | EP | traced msgs | generated | traced MB | generated MB |\n\

@@ -88,7 +88,7 @@ pub enum Pattern {
     /// (UCCL-EP; DeepEP; pshmem.ep `per_token=True`).
     PerToken,
     /// One write per (remote expert, peer) of all its rows, after the send kernel
-    /// (pshmem.ep's default, batched).
+    /// (pshmem.ep's batched mode before its dispatch was packed by sending rank).
     PerExpert,
     /// One bulk write per remote peer GPU (pplx-garden, `p2p-all-to-all/src/a2a_worker.rs`):
     /// a row per (token, expert) both ways (its send buffer is laid out by expert: no
@@ -149,11 +149,13 @@ pub struct System {
     pub name: String,
     /// Its message pattern.
     pub pattern: Pattern,
-    /// Its combine's, where it differs (pshmem.ep batched: one put per peer).
-    pub combine_pattern: Option<Pattern>,
-    /// The combine's flags (with `count_msgs`) are one per peer, not one per (expert, peer)
-    /// (pshmem.ep: the rows come back packed by sending rank).
-    pub combine_flag_per_peer: bool,
+    /// The counts or flags (with `count_msgs`) are one per peer, not one per (expert, peer)
+    /// (pshmem.ep: both directions packed by sending rank).
+    pub flags_per_peer: bool,
+    /// The dispatch tells each peer its row count per expert in a header of 4 bytes per
+    /// local expert (pshmem.ep): in the bulk write, or per token as a write of its own before
+    /// the peer's flag.
+    pub dispatch_header: bool,
     /// Its ordering mechanism.
     pub signalling: Signalling,
     /// Proxy threads per GPU.
@@ -164,22 +166,13 @@ pub struct System {
     pub dispatch: Kernels,
     /// Combine kernels.
     pub combine: Kernels,
-    /// One count (or flag) message per (remote expert, peer) besides the data.
+    /// Count (or flag) messages besides the data: one per (remote expert, peer), or one per
+    /// peer (`flags_per_peer`, or after a [`Pattern::PerPeer`] write).
     pub count_msgs: bool,
     /// Counts are exchanged while the first rows go (pplx-garden): per peer, up to this many
     /// rows are written into a private buffer at once, the rest after every peer's counts
     /// arrived (a second write, its bytes sharded over the NICs). `None`: no exchange.
     pub private_rows: Option<usize>,
-}
-
-impl System {
-    /// Its message pattern for `op`.
-    pub fn pattern_of(&self, op: Op) -> Pattern {
-        match op {
-            Op::Dispatch => self.pattern,
-            Op::Combine => self.combine_pattern.unwrap_or(self.pattern),
-        }
-    }
 }
 
 /// One network message.
@@ -279,7 +272,7 @@ pub fn messages(sys: &System, r: &Routing, op: Op, per_node: usize, nics: usize)
         Op::Combine => sh.combine_row(),
     };
     let thr = |key: usize| (key % sys.threads.max(1)) as u32;
-    let pattern = sys.pattern_of(op);
+    let pattern = sys.pattern;
     // (source GPU s, expert e, rows n): the traffic of s's tokens with expert e, before
     // choosing who sends (dispatch: s to e's GPU; combine: e's GPU back to s).
     if let Pattern::NodeRing(rings) = pattern {
@@ -312,7 +305,12 @@ pub fn messages(sys: &System, r: &Routing, op: Op, per_node: usize, nics: usize)
                 per_gpu_rows[g] += 1;
                 if pattern == Pattern::PerToken && remote(s, g, per_node) {
                     let ready = k.pack_us * (t + 1) as f64 / sh.tokens as f64;
-                    out.push(msg(s, g, row, ready, e, false));
+                    let key = if sys.flags_per_peer {
+                        receiver(op, s, g)
+                    } else {
+                        e
+                    };
+                    out.push(msg(s, g, row, ready, key, false));
                 }
             }
         }
@@ -346,7 +344,8 @@ pub fn messages(sys: &System, r: &Routing, op: Op, per_node: usize, nics: usize)
                     // Keyed (proxy thread) by the sending GPU: one thread per GPU posts them
                     // (pplx-garden's worker; pshmem.ep's batched combine, on ring 0).
                     let from = if op == Op::Dispatch { s } else { g };
-                    let mut m = msg(s, g, rows.min(private) * row, k.pack_us, from, false);
+                    let head = if rows > 0 { header(sys, r, op) } else { 0 };
+                    let mut m = msg(s, g, rows.min(private) * row + head, k.pack_us, from, false);
                     m.nic = (shard_peers && op == Op::Dispatch).then_some((i / shard) as u8);
                     if op == Op::Dispatch && rows > private {
                         out.push(m);
@@ -367,9 +366,27 @@ pub fn messages(sys: &System, r: &Routing, op: Op, per_node: usize, nics: usize)
     out
 }
 
+/// The GPU that receives the traffic between token GPU `s` and expert GPU `g`.
+fn receiver(op: Op, s: usize, g: usize) -> usize {
+    match op {
+        Op::Dispatch => g,
+        Op::Combine => s,
+    }
+}
+
+/// Bytes of the dispatch header `sys` sends a peer (a row count per local expert), or 0.
+fn header(sys: &System, r: &Routing, op: Op) -> u64 {
+    if sys.dispatch_header && op == Op::Dispatch {
+        (4 * r.shape.experts / r.n).next_multiple_of(16) as u64
+    } else {
+        0
+    }
+}
+
 /// The count or flag messages of token GPU `s` (after the data they cover): one per (remote
-/// expert, peer), or one per peer after a bulk write or where the system's combine flags are
-/// per peer. `experts` in the staggered order; `msg` builds a message as [`messages`] does.
+/// expert, peer), or one per peer after a bulk write or where the system's flags are per peer
+/// (then per token, the dispatch's header write before each flag). `experts` in the
+/// staggered order; `msg` builds a message as [`messages`] does.
 #[allow(clippy::too_many_arguments)]
 fn counts(
     out: &mut Vec<Msg>,
@@ -385,21 +402,32 @@ fn counts(
         Op::Dispatch => sys.dispatch,
         Op::Combine => sys.combine,
     };
-    let pattern = sys.pattern_of(op);
-    let per_peer = matches!(pattern, Pattern::PerPeer { .. })
-        || (op == Op::Combine && sys.combine_flag_per_peer);
-    let keys: Vec<(usize, usize)> = if per_peer {
+    let bulk = matches!(sys.pattern, Pattern::PerPeer { .. });
+    let keys: Vec<(usize, usize)> = if bulk {
         // Keyed (proxy thread) by the sending GPU, as the bulk writes they follow.
         (0..r.n)
             .map(|g| (g, if op == Op::Dispatch { s } else { g }))
             .collect()
+    } else if sys.flags_per_peer {
+        // On the ring of the per-token writes they cover: the receiver's.
+        (0..r.n).map(|g| (g, receiver(op, s, g))).collect()
     } else {
         experts.map(|e| (r.gpu_of(e), e)).collect()
     };
+    let head = if bulk { 0 } else { header(sys, r, op) };
     for (g, key) in keys {
-        if remote(s, g, per_node) {
-            out.push(msg(s, g, 8, k.pack_us, key, true));
+        if !remote(s, g, per_node) {
+            continue;
         }
+        let rows = r.choice[s]
+            .iter()
+            .flatten()
+            .filter(|&&e| r.gpu_of(e) == g)
+            .count();
+        if head > 0 && rows > 0 {
+            out.push(msg(s, g, head, k.pack_us, key, false));
+        }
+        out.push(msg(s, g, 8, k.pack_us, key, true));
     }
 }
 
