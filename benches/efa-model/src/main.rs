@@ -23,7 +23,7 @@ struct Args {
     /// The low-latency MoE benchmark's merged results with trace-derived message counts.
     #[arg(
         long,
-        default_value = "benches/results/efa-path/packed-41128ad/ep-ll.json"
+        default_value = "benches/results/efa-path/packed-c6420c5/ep-ll.json"
     )]
     traces: PathBuf,
     /// The normal-mode MoE benchmark's merged results with trace-derived message counts.
@@ -319,7 +319,7 @@ fn markdown(r: &Report) -> String {
             s,
             "\n## Our message streams: generator against proxy traces of real runs\n\n\
              Messages (puts and counted signals) and MB per dispatch per PE in the traced \
-             runs (`benches/results/efa-path/packed-41128ad`, 2 H200s: every peer through the \
+             runs (`benches/results/efa-path/packed-c6420c5`, 2 H200s: every peer through the \
              proxy, 8 experts per PE, the counted puts and signals the kernel posted; \
              `benches/results/ep-ht-h100`: two emulated nodes, IPC inside, so every proxy \
              message crosses between them) and from the stream generator the projection uses, \
