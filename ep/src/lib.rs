@@ -191,7 +191,8 @@ impl LlLayout {
         }
         let msg = (16 + (2 * hidden).max(hidden + hidden / 128 * 4)).next_multiple_of(16);
         let local = experts / ranks;
-        // ll.h: counts, flags, receive and dispatch-send done counters, combine-send ones.
+        // ll.h: dispatch and combine flags, receive and dispatch-send done counters,
+        // combine-send ones.
         let sig_bytes = ((3 * experts + local + 1 + ranks) * 8).next_multiple_of(128);
         // ll.h: a dispatch region per rank, its header (a row count per local expert, padded
         // to 16 bytes) and room for every row of the largest stride; the combine's rows are
