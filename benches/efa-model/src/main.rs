@@ -319,11 +319,10 @@ fn markdown(r: &Report) -> String {
             s,
             "\n## Our message streams: generator against proxy traces of real runs\n\n\
              Messages (puts and counted signals) and MB per dispatch per PE in the traced \
-             runs (`benches/results/efa-path/packed-c6420c5`, 2 H200s: every peer through the \
-             proxy, 8 experts per PE, the counted puts and signals the kernel posted; \
-             `benches/results/ep-ht-h100`: two emulated nodes, IPC inside, so every proxy \
-             message crosses between them) and from the stream generator the projection uses, \
-             at the same shape and placement:\n\n\
+             runs (`benches/results/efa-path/packed-c6420c5`, 2 H200s, every peer through \
+             the proxy, 8 experts per PE; `benches/results/ep-ht-h100`: two emulated nodes, \
+             IPC inside, so every proxy message crosses between them) and from the stream \
+             generator the projection uses, at the same shape and placement:\n\n\
              | run | mode | EP | traced msgs | generated | traced MB | generated MB |\n\
              | --- | --- | --- | --- | --- | --- | --- |"
         );

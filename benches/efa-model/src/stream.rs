@@ -330,33 +330,17 @@ pub fn messages(sys: &System, r: &Routing, op: Op, per_node: usize, nics: usize)
                 }
             }
             Pattern::PerPeer { shard_peers } => {
-                // pplx-garden's peer list: the next node's GPUs by local index, then the
-                // node after; its NIC shards follow this list (the queues stagger the
-                // posting order).
-                let node = s / per_node;
-                let peers: Vec<usize> = (1..r.n.div_ceil(per_node))
-                    .flat_map(|d| (0..per_node).map(move |l| ((node + d) * per_node + l) % r.n))
-                    .collect();
-                let private = sys.private_rows.unwrap_or(usize::MAX) as u64;
-                let shard = peers.len().div_ceil(nics.max(1)).max(1);
-                for (i, &g) in peers.iter().enumerate() {
-                    let rows = per_gpu_rows[g];
-                    // Keyed (proxy thread) by the sending GPU: one thread per GPU posts them
-                    // (pplx-garden's worker; pshmem.ep's batched combine, on ring 0).
-                    let from = if op == Op::Dispatch { s } else { g };
-                    let head = if rows > 0 { header(sys, r, op) } else { 0 };
-                    let mut m = msg(s, g, rows.min(private) * row + head, k.pack_us, from, false);
-                    m.nic = (shard_peers && op == Op::Dispatch).then_some((i / shard) as u8);
-                    if op == Op::Dispatch && rows > private {
-                        out.push(m);
-                        m.bytes = (rows - private) * row;
-                        m.nic = None;
-                        m.after_route = true;
-                    }
-                    if m.bytes > 0 {
-                        out.push(m);
-                    }
-                }
+                let head = header(sys, r, op);
+                let bulk = Bulk {
+                    s,
+                    op,
+                    shard_peers,
+                    nics,
+                    head,
+                    row,
+                    ready: k.pack_us,
+                };
+                bulk_writes(&mut out, sys, r, &bulk, &per_gpu_rows, per_node, &msg);
             }
         }
         if sys.count_msgs {
@@ -364,6 +348,57 @@ pub fn messages(sys: &System, r: &Routing, op: Op, per_node: usize, nics: usize)
         }
     }
     out
+}
+
+/// What [`bulk_writes`] needs of its caller's loop: token GPU `s`'s side of `op`.
+struct Bulk {
+    s: usize,
+    op: Op,
+    shard_peers: bool,
+    nics: usize,
+    /// Header bytes leading a write that carries rows.
+    head: u64,
+    row: u64,
+    ready: f64,
+}
+
+/// The bulk writes of [`Pattern::PerPeer`] for token GPU `b.s`, `rows[g]` rows with GPU `g`.
+fn bulk_writes(
+    out: &mut Vec<Msg>,
+    sys: &System,
+    r: &Routing,
+    b: &Bulk,
+    rows: &[u64],
+    per_node: usize,
+    msg: &dyn Fn(usize, usize, u64, f64, usize, bool) -> Msg,
+) {
+    let (s, op) = (b.s, b.op);
+    // pplx-garden's peer list: the next node's GPUs by local index, then the node after; its
+    // NIC shards follow this list (the queues stagger the posting order).
+    let node = s / per_node;
+    let peers: Vec<usize> = (1..r.n.div_ceil(per_node))
+        .flat_map(|d| (0..per_node).map(move |l| ((node + d) * per_node + l) % r.n))
+        .collect();
+    let private = sys.private_rows.unwrap_or(usize::MAX) as u64;
+    let shard = peers.len().div_ceil(b.nics.max(1)).max(1);
+    for (i, &g) in peers.iter().enumerate() {
+        let n = rows[g];
+        // Keyed (proxy thread) by the sending GPU: one thread per GPU posts them
+        // (pplx-garden's worker; pshmem.ep's batched mode, on ring 0).
+        let from = if op == Op::Dispatch { s } else { g };
+        let head = if n > 0 { b.head } else { 0 };
+        let mut m = msg(s, g, n.min(private) * b.row + head, b.ready, from, false);
+        m.nic = (b.shard_peers && op == Op::Dispatch).then_some((i / shard) as u8);
+        if op == Op::Dispatch && n > private {
+            out.push(m);
+            m.bytes = (n - private) * b.row;
+            m.nic = None;
+            m.after_route = true;
+        }
+        if m.bytes > 0 {
+            out.push(m);
+        }
+    }
 }
 
 /// The GPU that receives the traffic between token GPU `s` and expert GPU `g`.
