@@ -32,7 +32,8 @@ if mps_needed "$NGPU" "$MOST" && mps_start; then
 fi
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader > "$OUT/machine.txt" 2>&1
 export PSHMEM_OP_TIMEOUT=60
-# One GPU ring per local expert (DeepEP: num_qps_per_rank = experts per rank).
+# 8 GPU rings (DeepEP's num_qps_per_rank = experts per rank; per-token messages spread over
+# them by destination rank, batched ones take ring 0).
 export PSHMEM_GPU_RINGS="${PSHMEM_GPU_RINGS:-8}"
 MODES=" ${EP_MODES:-ll ht} "
 ARGS="--tokens 128 --hidden 7168 --topk 8 --experts-per-rank 8 --iters ${EP_ITERS:-30}"

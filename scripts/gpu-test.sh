@@ -172,7 +172,7 @@ if [ "$NGPU" -ge 1 ] && [ -n "$PYBIN" ] && want ep; then
     run "$BIN/pshmrun" -n $n -- "$PYBIN" ep/tests/workers/ep_ll.py $q
     run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp "$BIN/pshmrun" -n $n -- "$PYBIN" ep/tests/workers/ep_ll.py --quick
   done
-  # The benchmark's shape through the proxy with one ring per local expert (8 rings).
+  # The benchmark's shape through the proxy with 8 rings (DeepEP's num_qps_per_rank).
   run env PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=tcp PSHMEM_GPU_RINGS=8 "$BIN/pshmrun" -n 2 -- "$PYBIN" \
     ep/tests/workers/ep_ll.py --tokens 128 --hidden 7168 --experts-per-rank 8 --quick
   for n in 2 4; do

@@ -21,8 +21,9 @@ large to be resident at once: ``set_num_sms`` past two blocks an SM); profilers 
 ``pshmem_ep::ll::dispatch`` and ``::combine``. Same-host peers are written over NVLink (CUDA
 IPC); other peers through the proxy, where every count and flag is a *counted signal*: applied
 only after all the data it announces has landed, on any fabric (no ordered delivery assumed).
-``num_qps_per_rank`` sets how many GPU command rings the descriptors spread over (by local
-expert), ``PSHMEM_GPU_PROXY_THREADS`` how many proxy threads drain them.
+``num_qps_per_rank`` sets how many GPU command rings the descriptors spread over (per-token
+messages by destination rank; batched ones take ring 0, so that one proxy thread posts the few
+large puts in turn), ``PSHMEM_GPU_PROXY_THREADS`` how many proxy threads drain them.
 
 Differences from DeepEP, all documented: rows of one local expert are packed by source rank
 (deterministic, whatever order the sources arrive in), not in arrival order; the receive
@@ -433,10 +434,10 @@ class Buffer:
                     layout_range=layout_range.data_ptr())
         keep = (x, topk_idx, topk_weights, slot_map, layout_range)
         # Receive blocks: in a launch of their own (the hook, or grids too large to share
-        # one), enough for a warp per 256 channels of a token (16 a block), up to 2x the SMs;
+        # one), a warp per 256 channels of a token (16 a block), up to 2x num_sms blocks;
         # beside the send phase, a block per 16 tokens, as many waiting blocks in that launch
-        # made it several times slower (H200, EP 2: 400-480 us against 87-90;
-        # benches/results/efa-path).
+        # made it several times slower (H200, EP 2, 48 blocks: 400-480 us against 87-90
+        # with 8; benches/results/efa-path).
         units = T * (H // 256)
         hook = self._run("combine", (min(E, 6 * self._sms()), 1),
                          (max(1, min((units + 15) // 16, 2 * self._sms())), 1), args, keep,

@@ -211,8 +211,9 @@ fn kernel_note(s: &mut String) {
     let _ = writeln!(
         s,
         "\nOur LL kernel times (µs: dispatch {:.1} send + {:.1} receive, combine {:.1} + {:.1}) \
-         are measured with each EP rank on an H100 of its own (EP 4; send kernels through the \
-         proxy, receive kernels over NVLink); our proxy's post cost on EFA's registered path \
+         are measured with each EP rank on a GPU of its own (4 H100s at EP 4, moved by later \
+         kernels' differences side by side on H200s; send kernels through the proxy, receive \
+         kernels over NVLink); our proxy's post cost on EFA's registered path \
          is assumed equal to UCCL-EP's (0.3 µs).\n\n\
          ## Projection, normal mode (4096 tokens; dispatch / combine µs; dispatch messages per \
          GPU)\n",

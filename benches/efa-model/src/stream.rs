@@ -95,7 +95,8 @@ pub enum Pattern {
     /// deduplication per GPU). With `shard_peers` (pplx-garden's dispatch) the writes shard
     /// the *peers* over the sender's NICs — its list of remote peers, by node then local
     /// index, cut in one contiguous part per NIC — and NIC i writes to the receiver's NIC i;
-    /// otherwise (its combine) each peer's bytes are sharded over every NIC.
+    /// otherwise (its combine; pshmem.ep's batched dispatch and combine) each peer's bytes
+    /// are sharded over every NIC.
     PerPeer {
         /// Dispatch writes pinned to a NIC by the peer's place in the list.
         shard_peers: bool,
