@@ -278,3 +278,14 @@ def test_a_deep_ep_package_that_is_not_ours_is_left_alone(tmp_path):
         r = _deep_ep([action], tmp_path)
         assert r.returncode == 1 and "not made by pshmem" in r.stderr, (action, r)
     assert (tmp_path / "deep_ep" / "__init__.py").read_text() == "# DeepEP itself\n"
+
+
+def test_the_ll_grids_at_the_benchmark_shape():
+    # 128 tokens, hidden 7168, 2 ranks of 8 experts, DeepEP's num_sms 24 on a GPU of one's own.
+    send, recv, shared = Buffer._ll_grids("dispatch", 128, 7168, 16, 2, 24)
+    assert (send, recv, shared) == ((16, 9), (8, 6), None)
+    # The combine's receive: 3584 slices of 256 channels, at most 48 blocks in a launch of
+    # its own; a block per 16 tokens beside the send phase.
+    send, recv, shared = Buffer._ll_grids("combine", 128, 7168, 16, 2, 24)
+    assert (send, recv, shared) == ((16, 1), (48, 1), (8, 1))
+    assert Buffer._ll_grids("combine", 16, 256, 4, 2, 24)[1:] == ((1, 1), (1, 1))

@@ -256,6 +256,22 @@ class Buffer:
     def _sms(self) -> int:
         return max(2, self.num_sms // self._sharing)
 
+    @staticmethod
+    def _ll_grids(kernel: str, T: int, H: int, E: int, N: int, sms: int) -> "tuple":
+        """The LL kernel's grids for ``sms`` (this PE's share of ``num_sms``): ``(send,
+        recv, recv_with_send)`` as ``_run`` takes them. Dispatch: send blocks cover every
+        expert, split in parts when there is room; receive blocks are (local expert, part).
+        Combine: receive blocks in a launch of their own are a warp per 256 channels of a
+        token (16 a block), up to 2x ``sms``; beside the send phase a block per 16 tokens, as
+        many waiting blocks in that launch made it several times slower (H200, EP 2, 48
+        blocks: 400-480 us against 87-90 with 8; benches/results/efa-path)."""
+        if kernel == "dispatch":
+            El, budget = E // N, 6 * sms
+            return (min(E, budget), max(1, budget // E)), (El, max(1, 2 * sms // El)), None
+        units = T * (H // 256)
+        return ((min(E, 6 * sms), 1), (max(1, min((units + 15) // 16, 2 * sms)), 1),
+                (max(1, min((T + 15) // 16, sms)), 1))
+
     def _launch(self, kernel: str, send: Optional[tuple], recv: Optional[tuple],
                 args: dict) -> None:
         _C.ep_ll_launch(kernel, send, recv, _torch().cuda.current_stream().cuda_stream, args)
@@ -352,10 +368,8 @@ class Buffer:
                     if cumulative_local_expert_recv_stats is not None else 0,
                     wait_stats=dispatch_wait_recv_cost_stats.data_ptr()
                     if dispatch_wait_recv_cost_stats is not None else 0)
-        budget = 6 * self._sms()  # send blocks: every expert, split in parts when there is room
-        hook = self._run("dispatch", (min(E, budget), max(1, budget // E)),
-                         (El, max(1, 2 * self._sms() // El)), args, (x, topk_idx),
-                         return_recv_hook)
+        send, recv, _ = self._ll_grids("dispatch", T, H, E, N, self._sms())
+        hook = self._run("dispatch", send, recv, args, (x, topk_idx), return_recv_hook)
         handle = (src_info, layout_range, tmax, H, E, slot_map)
         out = (recv_x, scales) if use_fp8 else recv_x
         return out, recv_count, handle, _event(async_finish, (x, topk_idx)), hook
@@ -433,16 +447,9 @@ class Buffer:
                     slot_map=slot_map.data_ptr(), out_x=out.data_ptr(),
                     layout_range=layout_range.data_ptr())
         keep = (x, topk_idx, topk_weights, slot_map, layout_range)
-        # Receive blocks: in a launch of their own (the hook, or grids too large to share
-        # one), a warp per 256 channels of a token (16 a block), up to 2x num_sms blocks;
-        # beside the send phase, a block per 16 tokens, as many waiting blocks in that launch
-        # made it several times slower (H200, EP 2, 48 blocks: 400-480 us against 87-90
-        # with 8; benches/results/efa-path).
-        units = T * (H // 256)
-        hook = self._run("combine", (min(E, 6 * self._sms()), 1),
-                         (max(1, min((units + 15) // 16, 2 * self._sms())), 1), args, keep,
-                         return_recv_hook,
-                         recv_with_send=(max(1, min((T + 15) // 16, self._sms())), 1))
+        send, recv, shared = self._ll_grids("combine", T, H, E, N, self._sms())
+        hook = self._run("combine", send, recv, args, keep, return_recv_hook,
+                         recv_with_send=shared)
         return out, _event(async_finish, keep), hook
 
     # ---- the normal (high-throughput) mode -------------------------------------------------

@@ -261,11 +261,9 @@ if not failures:
                     and e.device_type == torch.autograd.DeviceType.CUDA]
             # One launch a call, or two with the hook (or when the grids, as pshmem.ep sizes
             # them, exceed what is resident at once).
-            sms = max(2, Buffer.num_sms // buf._sharing)
-            blocks = {"dispatch": max(min(E, 6 * sms) * max(1, 6 * sms // E),
-                                      El * max(1, 2 * sms // El)),
-                      "combine": max(min(E, 6 * sms), max(1, min((T + 15) // 16, sms)))}
-            want = 2 * (2 if hook or blocks[name] > buf._resident else 1)
+            send, recv, shared = Buffer._ll_grids(name, T, H, E, N, buf._sms())
+            blocks = max(send[0] * send[1], (shared or recv)[0] * (shared or recv)[1])
+            want = 2 * (2 if hook or blocks > buf._resident else 1)
             check(len(runs) == want, f"profiler, hook={hook}: {len(runs)} launches of the "
                                      f"::{name} kernel in two calls, expected {want}")
     print(f"[PE {me}] ep_ll {N} PEs: one kernel per operation in the profile: "
