@@ -306,10 +306,9 @@ class Buffer:
         ``recv_count[El]`` int32 rows per local expert; ``hook()`` runs the receive phase when
         ``return_recv_hook=True`` (else it is a no-op). ``use_ue8m0`` (with ``round_scale``,
         hidden a multiple of 512): the scales as their exponent bytes (UE8M0), four 128-channel
-        groups to an int32, ``[El, N*Tmax, H/512]`` column-major. Each row of ``topk_idx``
-        names an expert at most once (as ``torch.topk`` gives; -1 masks an entry): a repeated
-        expert is not checked here (that would cost a host synchronisation) and makes the
-        kernels write past the rows reserved for its rank."""
+        groups to an int32, ``[El, N*Tmax, H/512]`` column-major. -1 in ``topk_idx`` masks an
+        entry; a token that names an expert twice sends it one row, and the combine adds that
+        row's output with both weights."""
         torch = _torch()
         self._begin("low_latency_dispatch", async_finish, return_recv_hook)
         if use_ue8m0 and not (use_fp8 and round_scale):

@@ -178,15 +178,22 @@ __device__ inline void dispatch_send(const pshmem_ep_ll_args_t &a, const Blk &b)
          * messages do not all go to rank 0. */
         const int e = (e0 + (g.me + 1) * g.El) % g.E;
         const int dst = e / g.El, dl = e % g.El, first = dst * g.El;
-        /* The tokens that chose e, in token order (a token names an expert at most once), and
-         * the rows for dst's lower experts and for all of its experts. */
+        /* The tokens that chose e, in token order, and the rows for dst's lower experts and
+         * for all of its experts. A token that names an expert twice sends it one row (both
+         * of its top-k slots point at it, so the combine adds it with both weights): counting
+         * every naming would place the rows after it past their room. */
         int count = 0, lower = 0, all = 0;
         for (int base = 0; base < g.T; base += blockDim.x) {
-            int t = base + threadIdx.x, k_sel = -1, lo = 0, in = 0;
+            int t = base + threadIdx.x, lo = 0, in = 0;
+            uint32_t k_sel = 0; /* the top-k slots naming e (K <= PSHMEM_EP_MAX_TOPK) */
             if (t < g.T)
                 for (int k = 0; k < g.K; ++k) {
-                    const int64_t c = a.topk_idx[(int64_t)t * g.K + k];
-                    if (c == e) k_sel = k;
+                    const int64_t *row = a.topk_idx + (int64_t)t * g.K;
+                    const int64_t c = row[k];
+                    bool again = false;
+                    for (int j = 0; j < k; ++j) again |= row[j] == c;
+                    if (c == e) k_sel |= 1u << k;
+                    if (again) continue;
                     lo += c >= first && c < e;
                     in += c >= first && c < first + g.El;
                 }
@@ -194,7 +201,7 @@ __device__ inline void dispatch_send(const pshmem_ep_ll_args_t &a, const Blk &b)
                 lo += __shfl_xor_sync(0xffffffffu, lo, o);
                 in += __shfl_xor_sync(0xffffffffu, in, o);
             }
-            unsigned ballot = __ballot_sync(0xffffffffu, k_sel >= 0);
+            unsigned ballot = __ballot_sync(0xffffffffu, k_sel != 0);
             if (lane == 0) {
                 wsum[0][warp] = __popc(ballot);
                 wsum[1][warp] = lo;
@@ -208,10 +215,12 @@ __device__ inline void dispatch_send(const pshmem_ep_ll_args_t &a, const Blk &b)
                 lower += wsum[1][w];
                 all += wsum[2][w];
             }
-            if (k_sel >= 0) {
+            if (k_sel) {
                 int i = before + __popc(ballot & ((1u << lane) - 1));
                 list[i] = t;
-                if (part == 0) a.slot_map[(int64_t)t * g.K + k_sel] = i;
+                if (part == 0)
+                    for (uint32_t m = k_sel; m; m &= m - 1)
+                        a.slot_map[(int64_t)t * g.K + __ffs(m) - 1] = i;
             }
             count += total;
             __syncthreads();
@@ -279,10 +288,13 @@ __device__ inline void dispatch_recv(const pshmem_ep_ll_args_t &a, const Blk &b)
     uint64_t *flags = a.sig;
     /* A warp per source: lane 0 waits for the flag, the lanes sum the header's lower
      * counts. */
+    const uint64_t t0 = pshmem_globaltimer();
     for (int s = warp; s < g.N; s += nw) {
-        uint64_t t0 = pshmem_globaltimer();
         uint64_t v = lane == 0 ? wait_nonzero(&flags[s]) : 0;
         v = __shfl_sync(0xffffffffu, v, 0);
+        /* Lane 0's acquire, then the warp's memory barrier: the other lanes' header reads are
+         * ordered after the flag (a shuffle orders execution, not memory). */
+        __syncwarp();
         const int all = v ? (int)(-(int64_t)v - 1) : 0;
         int o = 0, c = 0;
         if (all > 0) {
@@ -465,7 +477,9 @@ __device__ inline void combine_recv(const pshmem_ep_ll_args_t &a, const Blk &b) 
     __syncthreads();
     for (int j = threadIdx.x; j < g.T * g.K; j += blockDim.x) {
         const int64_t e = a.topk_idx[j];
-        if (e >= 0) atomicAdd(&start[e], 1);
+        bool again = false; /* a token's expert named twice got one row (dispatch_send) */
+        for (int k = j - j % g.K; k < j; ++k) again |= a.topk_idx[k] == e;
+        if (e >= 0 && !again) atomicAdd(&start[e], 1);
     }
     __syncthreads();
     for (int r = threadIdx.x; r < g.N; r += blockDim.x) {
