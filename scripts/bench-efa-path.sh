@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Measurements for the EFA data path work (issue 37) that machines without EFA can give (parts:
-# EFA_PATH_PARTS, default "sim perf ll"; sim runs anywhere, the others need 2 GPUs):
+# EFA_PATH_PARTS, default "sim perf ll moe"; sim runs anywhere, the others need 2 GPUs):
 # 1. doorbell batching (PSHMEM_OFI_MORE) off and on, alternating, through the proxy over tcp
 #    between 2 GPUs: device-initiated message rate and put bandwidth (pshmem-perf);
 # 2. the MoE low-latency kernels' send/receive split with each EP rank on a GPU of its own
 #    (EP 2 and, with 4 GPUs, EP 4), over NVLink/IPC and through the proxy (tcp): the kernel
-#    times the EFA model (benches/efa-model) takes as input.
-# Writes OUT/sim.json (and the traces), OUT/perf-more*.json, OUT/ll-*.out, OUT/bench-efa-path.log.
+#    times the EFA model (benches/efa-model) takes as input;
+# 3. the MoE kernels' message streams through the proxy on the simulated efa profile (below).
+# Writes OUT/sim.json (and the traces), OUT/perf-more*.json, OUT/ll-*.out, OUT/moe-efa.json,
+# OUT/bench-efa-path.log.
 # Usage: scripts/bench-efa-path.sh [BIN_DIR] [OUT_DIR]   (defaults: target/release, efa-path-out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +19,7 @@ LOG="$OUT/bench-efa-path.log"
 : > "$LOG"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PSHMEM_OP_TIMEOUT=60 CUDA_MODULE_LOADING=EAGER
-PARTS=" ${EFA_PATH_PARTS:-sim perf ll} "
+PARTS=" ${EFA_PATH_PARTS:-sim perf ll moe} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 # 0. (any machine) The simulated efa profile through the proxy: rt-ops at 2, 4 and 8 PEs over 4
 #    simulated NICs with delays, reordering and 5 % duplicated completions, and 5 puts of 4 MiB
@@ -105,6 +107,68 @@ for n in 2 4; do
     grep -o '{"label".*' "$OUT/$name.out" | tee -a "$LOG"
   done
 done
+# 3. The MoE kernels through the proxy on the efa profile, the GPU heap registered, traced
+#    (part moe): low latency (128 tokens, hidden 7168, top-8, 8 experts per rank) at EP 2, 4
+#    and 8, the dispatch alone and dispatch + combine; the normal mode on two emulated nodes at
+#    EP 2 and 4 (1024 tokens: the simulated NIC copies synchronously), the full dispatch alone
+#    and full + cached dispatch + combine. More PEs than GPUs share them under MPS.
+#    OUT/moe-efa.json: per operation per PE, messages and bytes; signal and fence gates, holds;
+#    busy µs per message; proxy threads (each a core while the job runs).
+if want moe; then
+  . scripts/mps.sh
+  mps_needed "$NGPU" 8 && mps_start && trap mps_stop EXIT
+  SIMG="PSHMEM_DISABLE_P2P=1 PSHMEM_PROVIDER=sim PSHMEM_SIM_PROFILE=efa PSHMEM_SIM_GPU_MEMORY=1 PSHMEM_RAILS=2"
+  for n in 2 4 8; do
+    for only in dispatch both; do
+      name="moe-ll-ep$n-$only"
+      rm -rf "$OUT/$name"; mkdir -p "$OUT/$name"
+      echo "== $name" | tee -a "$LOG"
+      env $SIMG PSHMEM_GPU_RINGS=8 PSHMEM_TRACE="$OUT/$name/t" timeout 300 "$BIN/pshmrun" -n "$n" -- \
+        "$PYBIN" ep/bench/ll_bench.py $ARGS --only "$only" --iters 10 --warmup 0 --label "$name" \
+        > "$OUT/$name.out" 2>> "$LOG" || echo "$name failed" | tee -a "$LOG"
+      rm -f "$OUT/$name"/t.*[0-9].json  # the Chrome traces; the summaries stay
+    done
+  done
+  for n in 2 4; do
+    for only in dispatch all; do
+      name="moe-ht-ep$n-$only"
+      rm -rf "$OUT/$name"; mkdir -p "$OUT/$name"
+      echo "== $name" | tee -a "$LOG"
+      env $SIMG PSHMEM_TRACE="$OUT/$name/t" timeout 300 "$BIN/pshmrun" -n "$n" --hosts 2 -- \
+        "$PYBIN" ep/bench/ht_bench.py --tokens 1024 --only "$only" --iters 3 --warmup 0 \
+        --label "$name" > "$OUT/$name.out" 2>> "$LOG" || echo "$name failed" | tee -a "$LOG"
+      rm -f "$OUT/$name"/t.*[0-9].json
+    done
+  done
+  python3 - "$OUT" <<'PY'
+import glob, json, os, re, sys
+out = sys.argv[1]
+ITERS = {"ll": 10, "ht": 3}  # calls of the operation(s) per PE, as run above
+runs = {}
+for d in sorted(glob.glob(os.path.join(out, "moe-*-ep*-*"))):
+    if not os.path.isdir(d):
+        continue
+    name = os.path.basename(d)
+    mode, n = re.match(r"moe-(ll|ht)-ep(\d+)-", name).groups()
+    n = int(n)
+    sums = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(d, "*.summary.json")))]
+    calls = ITERS[mode] * n
+    keys = ("operations", "messages", "bytes", "gates", "fence_gates", "holds")
+    tot = {k: sum(s.get(k, 0) for s in sums) for k in keys}
+    runs[name] = {
+        "pes": n, "calls_per_pe": ITERS[mode], "proxy_threads": len(sums),
+        "gpu_proxy_threads": sum("gpu-proxy" in s.get("thread", "") for s in sums),
+        "messages_per_call_per_pe": round(tot["messages"] / calls, 1),
+        "MB_per_call_per_pe": round(tot["bytes"] / calls / 1e6, 3),
+        **{k: tot[k] for k in ("gates", "fence_gates", "holds")},
+        "busy_us_per_message": sorted(round(s.get("busy_us_per_message", 0), 1)
+                                      for s in sums if s.get("messages")),
+    }
+json.dump(runs, open(os.path.join(out, "moe-efa.json"), "w"), indent=1)
+for k, v in runs.items():
+    print(k, json.dumps(v))
+PY
+fi
 # The simulated efa runs' proxy traces: messages, signal gates, holds, busy time per message.
 python3 - "$OUT" <<'PY'
 import glob, json, os, sys

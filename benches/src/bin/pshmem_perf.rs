@@ -1,7 +1,8 @@
 //! `pshmrun -n 2 -- pshmem-perf [TEST...] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]
 //! [--window W] [--json PATH]`: NVSHMEM-perftest-style measurements of the runtime between PE 0
 //! and PE 1 (other PEs only join the barriers). Tests: put_bw, get_bw, put_latency, p_latency,
-//! put_signal_pingpong, atomic_latency, msg_rate, barrier_latency, the collectives
+//! put_signal_pingpong, counted_signal_rate, atomic_latency, msg_rate, barrier_latency, the
+//! collectives
 //! sync_latency, bcast_latency, fcollect_latency, alltoall_latency, reduce_latency (float sum)
 //! and reducescatter_latency over the world team (sizes in bytes per member), or `all`.
 //!
@@ -25,6 +26,7 @@ const TESTS: &[&str] = &[
     "put_latency",
     "p_latency",
     "put_signal_pingpong",
+    "counted_signal_rate",
     "atomic_latency",
     "msg_rate",
     "barrier_latency",
@@ -219,6 +221,46 @@ impl Ctx<'_> {
                 s.put_signal_nbi_sym(dst, src, size, sig, v, SignalOp::Set, pe)
             });
             self.row("put_signal_pingpong", size, "us", t);
+        }
+    }
+
+    /// Counted signals, PE 0 to PE 1: a round is `COUNTED_PUTS` counted puts of the size and
+    /// one counted signal (add 1), as the MoE kernels send a destination its rows and then
+    /// its flag; an iteration is `--window` rounds, closed when PE 1, having seen the signal
+    /// reach the window's count, answers with a signal. Counted signals per second (PE 0), in
+    /// thousands. Host-initiated only.
+    fn counted_signal_rate(&mut self) {
+        const COUNTED_PUTS: usize = 4;
+        let (sig, ack) = (self.flags + 24, self.flags + 32);
+        let w = self.a.window.max(1) as u64;
+        for size in sizes(self.a) {
+            let (s, src, dst) = (self.s, self.src, self.dst);
+            // Read the start values before the barrier: after it, the peer may move them.
+            let sig0 = s.local_read::<u64>(sig).expect("read");
+            let ack0 = s.local_read::<u64>(ack).expect("read");
+            s.barrier_all().expect("barrier");
+            let mut t = Vec::new();
+            for i in 1..=(self.a.warmup + self.a.iters) as u64 {
+                if self.me == 0 {
+                    let t0 = Instant::now();
+                    for _ in 0..w {
+                        for _ in 0..COUNTED_PUTS {
+                            s.put_counted_nbi_sym(dst, src, size, sig, 1).expect("put");
+                        }
+                        s.signal_counted(sig, 1, SignalOp::Add, 1).expect("signal");
+                    }
+                    s.signal_wait_until(ack, Cmp::Ge, ack0 + i).expect("wait");
+                    if i as usize > self.a.warmup {
+                        t.push(w as f64 / t0.elapsed().as_secs_f64() / 1e3);
+                    }
+                } else if self.me == 1 {
+                    s.signal_wait_until(sig, Cmp::Ge, sig0 + i * w).expect("wait");
+                    s.signal_op(ack, ack0 + i, SignalOp::Set, 0).expect("ack");
+                }
+            }
+            s.quiet().expect("quiet");
+            s.barrier_all().expect("barrier");
+            self.row("counted_signal_rate (4 puts + 1 signal)", size, "k/s", t);
         }
     }
 
@@ -467,6 +509,7 @@ fn main() {
             "put_latency" => c.put_latency(),
             "p_latency" => c.p_latency(),
             "put_signal_pingpong" => c.put_signal_pingpong(),
+            "counted_signal_rate" => c.counted_signal_rate(),
             "atomic_latency" => c.atomic_latency(),
             "msg_rate" => c.msg_rate(),
             "barrier_latency" => c.barrier_latency(),
