@@ -254,7 +254,8 @@ impl Ctx<'_> {
                         t.push(w as f64 / t0.elapsed().as_secs_f64() / 1e3);
                     }
                 } else if self.me == 1 {
-                    s.signal_wait_until(sig, Cmp::Ge, sig0 + i * w).expect("wait");
+                    s.signal_wait_until(sig, Cmp::Ge, sig0 + i * w)
+                        .expect("wait");
                     s.signal_op(ack, ack0 + i, SignalOp::Set, 0).expect("ack");
                 }
             }
