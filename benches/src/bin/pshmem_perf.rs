@@ -256,7 +256,8 @@ impl Ctx<'_> {
                 } else if self.me == 1 {
                     s.signal_wait_until(sig, Cmp::Ge, sig0 + i * w)
                         .expect("wait");
-                    s.signal_op(ack, ack0 + i, SignalOp::Set, 0).expect("ack");
+                    // An add: PE 1 does not know PE 0's count (its own `ack` word is idle).
+                    s.signal_op(ack, 1, SignalOp::Add, 0).expect("ack");
                 }
             }
             s.quiet().expect("quiet");
