@@ -115,8 +115,8 @@ done
 #    EP 2 and 4 (1024 tokens: the simulated NIC copies synchronously), the full dispatch alone
 #    and full + cached dispatch + combine. More PEs than GPUs share them under MPS (one GPU
 #    will do).
-#    OUT/moe-efa.json: per operation per PE, messages and bytes; signal and fence gates, holds;
-#    busy µs per message; proxy threads (each a core while the job runs).
+#    OUT/moe-efa.json (ep/bench/efa_moe.py): per operation per PE, the MoE's posts and bytes;
+#    signal and fence gates, holds; busy µs per message; proxy threads.
 if want moe; then
   . scripts/mps.sh
   mps_needed "$NGPU" 8 && mps_start && trap mps_stop EXIT
@@ -143,34 +143,8 @@ if want moe; then
       rm -f "$OUT/$name"/t.*[0-9].json
     done
   done
-  python3 - "$OUT" <<'PY'
-import glob, json, os, re, sys
-out = sys.argv[1]
-ITERS = {"ll": 10, "ht": 3}  # calls of the operation(s) per PE, as run above
-runs = {}
-for d in sorted(glob.glob(os.path.join(out, "moe-*-ep*-*"))):
-    if not os.path.isdir(d):
-        continue
-    name = os.path.basename(d)
-    mode, n = re.match(r"moe-(ll|ht)-ep(\d+)-", name).groups()
-    n = int(n)
-    sums = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(d, "*.summary.json")))]
-    calls = ITERS[mode] * n
-    keys = ("operations", "messages", "bytes", "gates", "fence_gates", "holds")
-    tot = {k: sum(s.get(k, 0) for s in sums) for k in keys}
-    runs[name] = {
-        "pes": n, "calls_per_pe": ITERS[mode], "proxy_threads": len(sums),
-        "gpu_proxy_threads": sum("gpu-proxy" in s.get("thread", "") for s in sums),
-        "messages_per_call_per_pe": round(tot["messages"] / calls, 1),
-        "MB_per_call_per_pe": round(tot["bytes"] / calls / 1e6, 3),
-        **{k: tot[k] for k in ("gates", "fence_gates", "holds")},
-        "busy_us_per_message": sorted(round(s.get("busy_us_per_message", 0), 1)
-                                      for s in sums if s.get("messages")),
-    }
-json.dump(runs, open(os.path.join(out, "moe-efa.json"), "w"), indent=1)
-for k, v in runs.items():
-    print(k, json.dumps(v))
-PY
+  # ep/bench/efa_moe.py knows how many calls each run above made (keep them in step).
+  python3 ep/bench/efa_moe.py "$OUT" | tee -a "$LOG"
 fi
 # The simulated efa runs' proxy traces: messages, signal gates, holds, busy time per message.
 python3 - "$OUT" <<'PY'
