@@ -112,7 +112,7 @@ done
 # 3. The MoE kernels through the proxy on the efa profile, the GPU heap registered, traced
 #    (part moe): low latency (128 tokens, hidden 7168, top-8, 8 experts per rank) at EP 2, 4
 #    and 8, the dispatch alone and dispatch + combine; the normal mode on two emulated nodes at
-#    EP 2 and 4 (1024 tokens: the simulated NIC copies synchronously), the full dispatch alone
+#    EP 2, 4 and 8 (1024 tokens: the simulated NIC copies synchronously), the full dispatch alone
 #    and full + cached dispatch + combine. More PEs than GPUs share them under MPS (one GPU
 #    will do).
 #    OUT/moe-efa.json (ep/bench/efa_moe.py): per operation per PE, the MoE's posts and bytes;
@@ -132,13 +132,16 @@ if want moe; then
       rm -f "$OUT/$name"/t.*[0-9].json  # the Chrome traces; the summaries stay
     done
   done
-  for n in 2 4; do
+  for n in 2 4 8; do
+    # Every PE's kernels must be resident at once (they wait for each other): more than 6 PEs
+    # on a GPU take 8 SMs each (4 channels) instead of the benchmark's 20 (10 channels).
+    sms=20; [ $(( (n + NGPU - 1) / NGPU * 20 )) -gt 128 ] && sms=8
     for only in dispatch all; do
       name="moe-ht-ep$n-$only"
       rm -rf "$OUT/$name"; mkdir -p "$OUT/$name"
       echo "== $name" | tee -a "$LOG"
       env $SIMG PSHMEM_TRACE="$OUT/$name/t" timeout 300 "$BIN/pshmrun" -n "$n" --hosts 2 -- \
-        "$PYBIN" ep/bench/ht_bench.py --tokens 1024 --only "$only" --iters 3 --warmup 0 \
+        "$PYBIN" ep/bench/ht_bench.py --tokens 1024 --num-sms $sms --only "$only" --iters 3 --warmup 0 \
         --label "$name" > "$OUT/$name.out" 2>> "$LOG" || echo "$name failed" | tee -a "$LOG"
       rm -f "$OUT/$name"/t.*[0-9].json
     done

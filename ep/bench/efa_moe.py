@@ -29,6 +29,17 @@ import common  # noqa: E402
 CALLS = {("ll", "dispatch"): 10, ("ll", "both"): 20, ("ht", "dispatch"): 3, ("ht", "all"): 3}
 
 
+def channels(d):
+    """The normal mode's channels, from the run's JSON lines (None for low latency)."""
+    try:
+        for line in open(d + ".out"):
+            if line.find('"channels"') >= 0:
+                return json.loads(line[line.index("{"):])["channels"]
+    except (OSError, ValueError, KeyError):
+        pass
+    return None
+
+
 def run(d):
     sums = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(d, "*.summary.json")))]
     gpu = [s for s in sums if "gpu-proxy" in s.get("thread", "")]
@@ -39,6 +50,7 @@ def run(d):
         "messages": sum(s.get("messages", 0) for s in sums),
         **{k: sum(s.get(k, 0) for s in sums) for k in ("gates", "fence_gates", "holds")},
         "proxy_threads": len(sums),
+        "channels": channels(d),
         "gpu_proxy_threads": len(gpu),
         "gpu_busy_us_per_message": sorted(round(s.get("busy_us_per_message", 0), 1) for s in gpu),
     }
@@ -73,11 +85,11 @@ def main(out):
         }
     json.dump({"runs": {f"{a}-ep{b}-{c}": v for (a, b, c), v in raw.items()}, "per_operation": rows},
               open(os.path.join(out, "moe-efa.json"), "w"), indent=1)
-    print("| operation | counted posts per PE | MB per PE | signal gates | fence gates | holds "
-          "| proxy threads (GPU) | GPU proxy busy µs per message |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| operation | channels | counted posts per PE | MB per PE | signal gates | fence gates "
+          "| holds | proxy threads (GPU) | GPU proxy busy µs per message |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, v in rows.items():
-        print(f"| {name} | {v['per_pe']:.1f} | {v['MB_per_pe']:.2f} | {v['gates']} | "
+        print(f"| {name} | {v['channels'] or '-'} | {v['per_pe']:.1f} | {v['MB_per_pe']:.2f} | {v['gates']} | "
               f"{v['fence_gates']} | {v['holds']} | {v['proxy_threads']} ({v['gpu_proxy_threads']}) "
               f"| {', '.join(str(x) for x in v['gpu_busy_us_per_message'])} |")
 
