@@ -86,8 +86,8 @@ fn pshmem_perf_runs_every_test_on_both_paths() {
             .collect();
         assert_eq!(
             tests.len(),
-            14,
-            "every test, the collectives included: {tests:?}"
+            15,
+            "every test, counted signals and the collectives included: {tests:?}"
         );
     }
 }
