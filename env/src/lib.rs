@@ -169,8 +169,8 @@ vars! {
         "CUDA device ordinal for this PE, for the GPU path (not read in host mode; placement assumes local rank modulo the device count, as pshmem-info shows).");
     DISABLE_CUDA = ("PSHMEM_DISABLE_CUDA", "0", Kind::Bool, ANY, "runtime",
         "1 runs in host mode even where a CUDA driver and GPU are present.");
-    GPU_SYMMETRIC_SIZE = ("PSHMEM_GPU_SYMMETRIC_SIZE", "1073741824", Kind::Size, between(65536.0, 4398046511104.0), "runtime",
-        "Bytes of GPU symmetric heap (device memory) per PE, allocated by gpu_init (suffixes K, M, G accepted).");
+    GPU_SYMMETRIC_SIZE = ("PSHMEM_GPU_SYMMETRIC_SIZE", "1073741824", Kind::Size, between(0.0, 4398046511104.0), "runtime",
+        "Bytes of GPU symmetric heap (device memory) per PE that the program may allocate, as NVSHMEM counts NVSHMEM_SYMMETRIC_SIZE (suffixes K, M, G accepted); gpu_init allocates this plus the runtime's own part (the teams' sync words, 2 MiB and more) and 2 MiB of alignment slack.");
     GPU_REGISTRATION = ("PSHMEM_GPU_REGISTRATION", "auto", Kind::Choice(&["auto", "dmabuf", "hmem", "staged"]), ANY, "runtime",
         "How the proxy's transport reaches the GPU heap: auto takes the first this PE's provider and GPU offer of dmabuf (the heap registered through a DMA-BUF fd), hmem (registered by address as CUDA memory, FI_HMEM) and staged (a pinned host landing area, copies by the proxy); naming one forces it, and gpu_init fails on every PE where a PE cannot have it. pshmem-info shows the choice and why.");
     EMULATE_GPU_HEAP = ("PSHMEM_EMULATE_GPU_HEAP", "0", Kind::Choice(&["0", "1", "staged", "registered"]), ANY, "runtime",

@@ -131,13 +131,15 @@ pub enum Error {
     /// The symmetric heap has no room.
     #[error(
         "PE {me}: {op} of {requested} bytes: the symmetric heap is exhausted (largest free \
-         block {largest_free} bytes; raise PSHMEM_SYMMETRIC_SIZE)"
+         block {largest_free} bytes; raise {raise})"
     )]
     HeapExhausted {
         /// This PE.
         me: usize,
         /// The operation.
         op: &'static str,
+        /// The variable that sizes this heap.
+        raise: &'static str,
         /// Bytes asked for.
         requested: u64,
         /// Largest free block.

@@ -84,6 +84,11 @@ impl Pshmem {
             None => Err(Error::HeapExhausted {
                 me: self.me,
                 op,
+                raise: if std::ptr::eq(alloc, &self.alloc) {
+                    "PSHMEM_SYMMETRIC_SIZE"
+                } else {
+                    "PSHMEM_GPU_SYMMETRIC_SIZE, or NVSHMEM_SYMMETRIC_SIZE when that is unset"
+                },
                 requested: size,
                 largest_free: a.largest_free(),
             }),

@@ -21,7 +21,7 @@ impl Gpu {
             .map_err(|e| cu(me, "binding the context")(driver("cuCtxSetCurrent")(e)))?;
         clock.mark("context");
         let heap =
-            DevAlloc::new(&ctx, s.cfg.gpu.heap_size).map_err(cu(me, "allocating the GPU heap"))?;
+            DevAlloc::new(&ctx, s.heap_bytes()).map_err(cu(me, "allocating the GPU heap"))?;
         clock.mark("heap");
         let (peers, ipc) = open_peers(&s, &ctx, &heap)?;
         warn_about_proxy_settings(me, &peers, &s.cfg.gpu);
@@ -37,14 +37,15 @@ impl Gpu {
         let started = start_proxies(&s, (&ctx, &runtime), (&heap, ordinal), rings_of, proxied)?;
         clock.mark("proxies");
         // The teams' sync words: the first allocation of the GPU heap, the same on every PE.
-        let mut alloc = Allocator::new(s.cfg.gpu.heap_size as u64);
+        let mut alloc = Allocator::new(s.heap_bytes() as u64);
         let sync_base = alloc
             .alloc(TeamTable::sync_bytes(s.cfg.max_teams, n), 256)
             .ok_or_else(|| Error::Config {
                 me,
                 detail: format!(
                     "the GPU heap ({} bytes) cannot hold the sync words of {} teams of {n} PEs",
-                    s.cfg.gpu.heap_size, s.cfg.max_teams
+                    s.heap_bytes(),
+                    s.cfg.max_teams
                 ),
             })?;
         let teams = TeamTable::new(&ctx, s.cfg.max_teams, n, sync_base)
@@ -232,7 +233,7 @@ fn start_proxies(
             let reg = super::register::register(s, ctx, (heap, ordinal), tr)?;
             let result =
                 HostAlloc::pinned(ctx, 64).map_err(cu(me, "allocating the AMO result cell"))?;
-            let heap_range = (heap.ptr, s.cfg.gpu.heap_size as u64);
+            let heap_range = (heap.ptr, s.heap_bytes() as u64);
             let dev = CudaDeviceMem::new(ctx.clone(), amo, heap_range, result)
                 .map_err(cu(me, "preparing the proxy's stream and AMO kernel"))?;
             let registered = reg.kind.registered();
@@ -264,7 +265,7 @@ fn device_state(
         my_pe: s.me as i32,
         n_pes: s.n as i32,
         heap_base: heap.ptr,
-        heap_size: s.cfg.gpu.heap_size as u64,
+        heap_size: s.heap_bytes() as u64,
         peer_base: at(0),
         ring: rings.handles[0],
         cell_owner: at(misc.owner_off),
@@ -331,7 +332,7 @@ fn open_peers(
     let mut rec = Vec::with_capacity(64 + 32 + 8);
     rec.extend(handle.reserved.iter().map(|&c| c as u8));
     rec.extend(bus.iter().map(|&c| c as u8));
-    rec.extend((s.cfg.gpu.heap_size as u64).to_le_bytes());
+    rec.extend((s.heap_bytes() as u64).to_le_bytes());
     let all = s.bs.allgather(&rec)?;
     let bus_of = |r: usize| {
         s.bs.same_host(r).then(|| {

@@ -81,7 +81,7 @@ pub(super) fn register(
         // SAFETY: a view of the GPU heap for the transport's bookkeeping; the proxy never
         // dereferences it in GPU mode (copies and AMOs go through the device), and the heap
         // outlives the proxy (finalize stops the proxy first).
-        let region = unsafe { HeapMem::new(heap.ptr as *mut u8, s.cfg.gpu.heap_size) };
+        let region = unsafe { HeapMem::new(heap.ptr as *mut u8, s.heap_bytes()) };
         return Ok(Registration {
             region,
             mr,
@@ -155,14 +155,14 @@ fn register_heap(
     set_sync_memops(heap.ptr).map_err(|e| e.to_string())?;
     let fd = match kind {
         HeapRegistration::DmaBuf => Some(
-            export_dmabuf(heap.ptr, s.cfg.gpu.heap_size)
+            export_dmabuf(heap.ptr, s.heap_bytes())
                 .map_err(|e| format!("exporting its DMA-BUF: {e}"))?,
         ),
         _ => None,
     };
     let mem = LocalMem {
         ptr: heap.ptr as *mut u8,
-        len: s.cfg.gpu.heap_size,
+        len: s.heap_bytes(),
         kind: MemKind::Cuda {
             device: ordinal as i32,
             dmabuf_fd: fd.as_ref().map(AsRawFd::as_raw_fd),
