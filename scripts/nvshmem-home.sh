@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the NVSHMEM-style install tree of the compatibility layer and prints its path, so that
 # NVSHMEM_HOME=<that path> is all an existing NVSHMEM build needs:
-#   include/  nvshmem.h, nvshmemx.h and proxyshmem's headers (pshmem/)
+#   include/  nvshmem.h, nvshmemx.h, non_abi/ (the error macros), device_host/ (refuses the tile
+#             API) and proxyshmem's headers (pshmem/)
 #   lib/      libpshmem.so; libnvshmem_host.so (a linker script naming libpshmem.so);
 #             libnvshmem_device.a (the device API is header-only: a version stamp);
 #             pkgconfig/nvshmem.pc; cmake/nvshmem/ (nvshmem::nvshmem_host, nvshmem::nvshmem_device)
@@ -20,6 +21,7 @@ TREE="$(cd "$TREE" && pwd)"
 rm -rf "$TREE/include" "$TREE/lib"
 mkdir -p "$TREE/include/pshmem" "$TREE/lib/pkgconfig" "$TREE/lib/cmake/nvshmem"
 cp compat/nvshmem/include/nvshmem.h compat/nvshmem/include/nvshmemx.h "$TREE/include/"
+cp -r compat/nvshmem/include/non_abi compat/nvshmem/include/device_host "$TREE/include/"
 # The shared C headers (abi/include) and the device API (kernels/include); the MoE headers
 # (ep/include) are pshmem-ep's own and are not installed.
 cp abi/include/pshmem/*.h kernels/include/pshmem/*.cuh "$TREE/include/pshmem/"

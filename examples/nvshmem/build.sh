@@ -3,8 +3,10 @@
 #   nvcc [-rdc=true] prog.cu -I$NVSHMEM_HOME/include -L$NVSHMEM_HOME/lib -lnvshmem_host \
 #        -lnvshmem_device -lcuda
 # each single-file example twice (with and without -rdc), the two-file program both ways, a
-# library loaded after init (both ways), and the unique-id program's C host file with gcc. Where no CUDA driver library exists (a build
-# machine), -lcuda resolves to a stub made here, for linking only.
+# library loaded after init (both ways), the unique-id program's C host file with gcc, and the
+# error-macro program (run here). Checks that the tile API's headers refuse to compile. Where
+# no CUDA driver library exists (a build machine), -lcuda resolves to a stub made here, for
+# linking only.
 # Usage: build.sh NVSHMEM_HOME OUT_DIR [NVCC]
 set -euo pipefail
 HOME_TREE="$1"
@@ -26,7 +28,7 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\b' && [ ! -e /usr/lib/x86_64
 fi
 INC=(-I"$HOME_TREE/include")
 built=0
-for src in ring put_block ping_pong atomics team_split collective_launch on_stream collectives; do
+for src in ring put_block ping_pong atomics team_split collective_launch on_stream collectives vector_waits; do
   # shellcheck disable=SC2086
   "$NVCC" $ARCH -O2 -o "$OUT/$src" "$HERE/$src.cu" "${INC[@]}" "${LINK[@]}"
   # shellcheck disable=SC2086
@@ -54,4 +56,16 @@ gcc -std=c11 -Wall -Wextra -Werror -O2 -c "${INC[@]}" -I"$CUDA_INC" -o "$OUT/uni
 # shellcheck disable=SC2086
 "$NVCC" $ARCH -o "$OUT/uniqueid" "$OUT/uniqueid_main.o" "$OUT/uniqueid_kernel.o" "${LINK[@]}"
 built=$((built + 3))
-echo "build.sh: built $built programs into $OUT"
+# NVSHMEM's error macros and the headers nvshmemx.h reaches (no GPU needed: run here too).
+gcc -std=c11 -Wall -Wextra -Werror -O2 "${INC[@]}" -I"$CUDA_INC" -o "$OUT/error_macros" "$HERE/error_macros.c"
+"$OUT/error_macros" 2>/dev/null | grep -q "^OK error_macros" || { "$OUT/error_macros"; exit 1; }
+built=$((built + 1))
+# The tile API is refused at compile time, saying why.
+printf '#include <nvshmem.h>\n#include <device_host/nvshmem_tensor.h>\n' > "$OUT/tile.cu"
+# shellcheck disable=SC2086
+if "$NVCC" $ARCH -c -o "$OUT/tile.o" "$OUT/tile.cu" "${INC[@]}" 2> "$OUT/tile.err"; then
+  echo "build.sh: a program including device_host/nvshmem_tensor.h compiled (the tile API must be refused)" >&2
+  exit 1
+fi
+grep -q "does not provide NVSHMEM's tile API" "$OUT/tile.err" || { cat "$OUT/tile.err" >&2; exit 1; }
+echo "build.sh: built $built programs into $OUT (the tile API refused at compile time, as it should be)"

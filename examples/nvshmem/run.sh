@@ -39,7 +39,7 @@ one() { # name pes env... -- prog args...
     grep "] OK " <<<"$out" | head -2 >>"$LOG"
   fi
 }
-for prog in ring put_block ping_pong atomics team_split collective_launch on_stream collectives two_file; do
+for prog in ring put_block ping_pong atomics team_split collective_launch on_stream collectives vector_waits two_file; do
   for v in "" .rdc; do
     one "$prog$v" 2 NVSHMEM_DISABLE_P2P=0 -- "$EX/$prog$v"
     one "$prog$v" 4 NVSHMEM_DISABLE_P2P=0 -- "$EX/$prog$v"

@@ -27,6 +27,8 @@
 #ifndef PSHMEM_COMPAT_NVSHMEM_H
 #define PSHMEM_COMPAT_NVSHMEM_H
 
+#include <assert.h> /* reached through NVSHMEM's headers: its examples assert() unincluded */
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -82,7 +84,7 @@ enum nvshmemx_status {
     NVSHMEMX_ERROR_GPU_NOT_SELECTED,
     NVSHMEMX_ERROR_COLLECTIVE_LAUNCH_FAILED,
     NVSHMEMX_ERROR_INTERNAL,
-    NVSHMEMX_ERROR_SENTINEL
+    NVSHMEMX_ERROR_SENTINEL = INT_MAX /* NVSHMEM's value: the enum is int-sized */
 };
 enum nvshmemx_init_status {
     NVSHMEM_STATUS_NOT_INITIALIZED = 0,
@@ -488,6 +490,11 @@ NVSHMEMI_GROUP_MEM(nbi_block)
         nvshmemx_getmem_on_stream(d, s, n * sizeof(T), pe, st);                                  \
     }
 PSHMEM_RMA_TYPES(NVSHMEMI_TYPED_HOST)
+#if defined(__CUDACC__)
+/* half and bfloat16 (CUDA's types: CUDA sources only). */
+NVSHMEMI_TYPED_HOST(half, __half)
+NVSHMEMI_TYPED_HOST(bfloat16, __nv_bfloat16)
+#endif
 
 #if defined(__CUDACC__)
 #define NVSHMEMI_TYPED_GROUP(NAME, T)                                                            \
@@ -524,6 +531,8 @@ PSHMEM_RMA_TYPES(NVSHMEMI_TYPED_HOST)
         pshmemx_##NAME##_get_nbi_block(d, s, n, pe);                                             \
     }
 PSHMEM_RMA_TYPES(NVSHMEMI_TYPED_GROUP)
+NVSHMEMI_TYPED_GROUP(half, __half)
+NVSHMEMI_TYPED_GROUP(bfloat16, __nv_bfloat16)
 #endif
 
 /* ---- signals ----------------------------------------------------------------------------------- */
@@ -575,6 +584,10 @@ static inline void nvshmemx_signal_op_on_stream(uint64_t *sig, uint64_t v, int o
         nvshmem_putmem_signal_nbi(d, s, n * sizeof(T), sig, v, op, pe);                          \
     }
 PSHMEM_RMA_TYPES(NVSHMEMI_TYPED_SIGNAL)
+#if defined(__CUDACC__)
+NVSHMEMI_TYPED_SIGNAL(half, __half)
+NVSHMEMI_TYPED_SIGNAL(bfloat16, __nv_bfloat16)
+#endif
 
 #if defined(__CUDACC__)
 NVSHMEMI_DEV static inline void nvshmemx_putmem_signal_warp(void *d, const void *s, size_t n,
@@ -615,6 +628,8 @@ NVSHMEMI_DEV static inline void nvshmemx_putmem_signal_nbi_block(void *d, const 
         pshmemx_putmem_signal_nbi_block(d, s, n * sizeof(T), sig, v, op, pe);                    \
     }
 PSHMEM_RMA_TYPES(NVSHMEMI_TYPED_SIGNAL_GROUP)
+NVSHMEMI_TYPED_SIGNAL_GROUP(half, __half)
+NVSHMEMI_TYPED_SIGNAL_GROUP(bfloat16, __nv_bfloat16)
 
 /* Waits on local symmetric words (device). */
 NVSHMEMI_DEV static inline uint64_t nvshmem_signal_wait_until(uint64_t *sig, int cmp,
@@ -627,6 +642,36 @@ NVSHMEMI_DEV static inline uint64_t nvshmem_signal_wait_until(uint64_t *sig, int
     }                                                                                            \
     NVSHMEMI_DEV static inline int nvshmem_##NAME##_test(T *ivar, int cmp, T v) {                \
         return pshmem_##NAME##_test(ivar, cmp, v);                                               \
+    }                                                                                            \
+    NVSHMEMI_WAIT_VECTOR(NAME, T, , T v, v)                                                      \
+    NVSHMEMI_WAIT_VECTOR(NAME, T, _vector, T *vs, vs)
+/* The vector forms: the entries whose status is 0 (all when status is NULL), against one value
+ * or (_vector) one per entry. _any: an index (SIZE_MAX when none takes part); _some: how many
+ * hold, their indices written to `indices`; test_all: 1 when every entry taking part holds. */
+#define NVSHMEMI_WAIT_VECTOR(NAME, T, SUFFIX, PARAM, ARG)                                        \
+    NVSHMEMI_DEV static inline void nvshmem_##NAME##_wait_until_all##SUFFIX(                     \
+        T *ivars, size_t n, const int *status, int cmp, PARAM) {                                 \
+        pshmem_##NAME##_wait_until_all##SUFFIX(ivars, n, status, cmp, ARG);                      \
+    }                                                                                            \
+    NVSHMEMI_DEV static inline size_t nvshmem_##NAME##_wait_until_any##SUFFIX(                   \
+        T *ivars, size_t n, const int *status, int cmp, PARAM) {                                 \
+        return pshmem_##NAME##_wait_until_any##SUFFIX(ivars, n, status, cmp, ARG);               \
+    }                                                                                            \
+    NVSHMEMI_DEV static inline size_t nvshmem_##NAME##_wait_until_some##SUFFIX(                  \
+        T *ivars, size_t n, size_t *indices, const int *status, int cmp, PARAM) {                \
+        return pshmem_##NAME##_wait_until_some##SUFFIX(ivars, n, indices, status, cmp, ARG);     \
+    }                                                                                            \
+    NVSHMEMI_DEV static inline int nvshmem_##NAME##_test_all##SUFFIX(                            \
+        T *ivars, size_t n, const int *status, int cmp, PARAM) {                                 \
+        return pshmem_##NAME##_test_all##SUFFIX(ivars, n, status, cmp, ARG);                     \
+    }                                                                                            \
+    NVSHMEMI_DEV static inline size_t nvshmem_##NAME##_test_any##SUFFIX(                         \
+        T *ivars, size_t n, const int *status, int cmp, PARAM) {                                 \
+        return pshmem_##NAME##_test_any##SUFFIX(ivars, n, status, cmp, ARG);                     \
+    }                                                                                            \
+    NVSHMEMI_DEV static inline size_t nvshmem_##NAME##_test_some##SUFFIX(                        \
+        T *ivars, size_t n, size_t *indices, const int *status, int cmp, PARAM) {                \
+        return pshmem_##NAME##_test_some##SUFFIX(ivars, n, indices, status, cmp, ARG);           \
     }
 PSHMEM_I_WAIT_TYPES(NVSHMEMI_WAIT)
 #endif

@@ -8,6 +8,9 @@
 #ifndef PSHMEM_RMA_CUH
 #define PSHMEM_RMA_CUH
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "pshmem/state.cuh"
 #include "pshmem/types.h"
 
@@ -152,6 +155,8 @@ template <typename T> __device__ __forceinline__ T pshmem_i_g(const T *src, int 
 #define PSHMEM_I_TYPED_RMA(NAME, T)                                                            \
     __device__ inline void pshmem_##NAME##_p(T *d, T v, int pe) { pshmem_i_p<T>(d, v, pe); }  \
     __device__ inline T pshmem_##NAME##_g(const T *s, int pe) { return pshmem_i_g<T>(s, pe); } \
+    PSHMEM_I_TYPED_BULK(NAME, T)
+#define PSHMEM_I_TYPED_BULK(NAME, T)                                                           \
     __device__ inline void pshmem_##NAME##_put(T *d, const T *s, size_t n, int pe) {          \
         pshmem_putmem(d, s, n * sizeof(T), pe);                                                \
     }                                                                                          \
@@ -191,7 +196,21 @@ template <typename T> __device__ __forceinline__ T pshmem_i_g(const T *src, int 
         pshmemx_getmem_nbi_block(d, s, n * sizeof(T), pe);                                     \
     }
 
-/* Every standard RMA type (types.h; half and bfloat16 have no typed RMA yet). */
+/* Every standard RMA type (types.h). */
 PSHMEM_RMA_TYPES(PSHMEM_I_TYPED_RMA)
+
+/* half and bfloat16, NVSHMEM's two RMA types beyond the standard ones: p and g move the 16 bits
+ * as an unsigned short, reinterpreted by CUDA's intrinsics (never a memcpy of a 16-bit float,
+ * which ptxas may lower to byte stores: scripts/sass-check.sh). */
+#define PSHMEM_I_TYPED_RMA_F16(NAME, T, TO_BITS, FROM_BITS)                                    \
+    __device__ inline void pshmem_##NAME##_p(T *d, T v, int pe) {                              \
+        pshmem_i_p<unsigned short>((unsigned short *)d, TO_BITS(v), pe);                       \
+    }                                                                                          \
+    __device__ inline T pshmem_##NAME##_g(const T *s, int pe) {                                \
+        return FROM_BITS(pshmem_i_g<unsigned short>((const unsigned short *)s, pe));           \
+    }                                                                                          \
+    PSHMEM_I_TYPED_BULK(NAME, T)
+PSHMEM_I_TYPED_RMA_F16(half, __half, __half_as_ushort, __ushort_as_half)
+PSHMEM_I_TYPED_RMA_F16(bfloat16, __nv_bfloat16, __bfloat16_as_ushort, __ushort_as_bfloat16)
 
 #endif /* PSHMEM_RMA_CUH */

@@ -8,6 +8,8 @@
 #ifndef PSHMEM_SIGNAL_CUH
 #define PSHMEM_SIGNAL_CUH
 
+#include <stdint.h>
+
 #include "pshmem/rma.cuh"
 
 /* Applies a signal to a directly reachable word with release semantics (earlier stores of this
@@ -147,6 +149,105 @@ template <typename T> __device__ __forceinline__ int pshmem_i_test(T *ivar, int 
     return pshmem_i_cmp(pshmem_i_load(ivar), cmp, v) ? 1 : 0;
 }
 
+/* Vector waits and tests (OpenSHMEM 1.5's, as NVSHMEM offers them) over `n` local words: the
+ * entries whose `status` is 0 take part (every entry when status is NULL), each compared with
+ * one value, or with its own (`each`, the _vector forms). */
+template <typename T> struct PshmemICmpTo {
+    const T *each;
+    T one;
+    __device__ __forceinline__ T at(size_t i) const { return each ? each[i] : one; }
+};
+
+template <typename T> __device__ __forceinline__ PshmemICmpTo<T> pshmem_i_to_one(T v) {
+    PshmemICmpTo<T> c;
+    c.each = NULL;
+    c.one = v;
+    return c;
+}
+template <typename T> __device__ __forceinline__ PshmemICmpTo<T> pshmem_i_to_each(const T *vs) {
+    PshmemICmpTo<T> c;
+    c.each = vs;
+    c.one = T();
+    return c;
+}
+
+__device__ __forceinline__ bool pshmem_i_counts(const int *status, size_t i) {
+    return !status || status[i] == 0;
+}
+
+/* 1 when every entry that takes part holds (also when none takes part), else 0. */
+template <typename T>
+__device__ inline int pshmem_i_test_all(T *ivars, size_t n, const int *status, int cmp,
+                                        PshmemICmpTo<T> v) {
+    for (size_t i = 0; i < n; ++i)
+        if (pshmem_i_counts(status, i) && !pshmem_i_cmp(pshmem_i_load(ivars + i), cmp, v.at(i)))
+            return 0;
+    return 1;
+}
+
+/* The index of an entry that takes part and holds, or SIZE_MAX. */
+template <typename T>
+__device__ inline size_t pshmem_i_test_any(T *ivars, size_t n, const int *status, int cmp,
+                                           PshmemICmpTo<T> v) {
+    for (size_t i = 0; i < n; ++i)
+        if (pshmem_i_counts(status, i) && pshmem_i_cmp(pshmem_i_load(ivars + i), cmp, v.at(i)))
+            return i;
+    return SIZE_MAX;
+}
+
+/* How many entries that take part hold; their indices in `indices` (room for n). */
+template <typename T>
+__device__ inline size_t pshmem_i_test_some(T *ivars, size_t n, size_t *indices,
+                                            const int *status, int cmp, PshmemICmpTo<T> v) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; ++i)
+        if (pshmem_i_counts(status, i) && pshmem_i_cmp(pshmem_i_load(ivars + i), cmp, v.at(i)))
+            indices[k++] = i;
+    return k;
+}
+
+/* Whether any entry takes part (the waits on "any" and "some" return at once when none does). */
+__device__ __forceinline__ bool pshmem_i_any_counts(size_t n, const int *status) {
+    for (size_t i = 0; i < n; ++i)
+        if (pshmem_i_counts(status, i)) return true;
+    return false;
+}
+
+/* Waits until every entry that takes part holds. */
+template <typename T>
+__device__ inline void pshmem_i_wait_all(T *ivars, size_t n, const int *status, int cmp,
+                                         PshmemICmpTo<T> v) {
+    pshmem_i_wait<6, 32>([&] { return pshmem_i_test_all(ivars, n, status, cmp, v) != 0; });
+}
+
+/* Waits until an entry that takes part holds; its index (SIZE_MAX when none takes part, or
+ * when the wait ended on an error or the timeout, recorded). */
+template <typename T>
+__device__ inline size_t pshmem_i_wait_any(T *ivars, size_t n, const int *status, int cmp,
+                                           PshmemICmpTo<T> v) {
+    size_t i = SIZE_MAX;
+    if (!pshmem_i_any_counts(n, status)) return i;
+    pshmem_i_wait<6, 32>([&] {
+        i = pshmem_i_test_any(ivars, n, status, cmp, v);
+        return i != SIZE_MAX;
+    });
+    return i;
+}
+
+/* Waits until at least one entry that takes part holds; how many hold then, their indices in
+ * `indices` (0 when none takes part, or after an error or the timeout). */
+template <typename T>
+__device__ inline size_t pshmem_i_wait_some(T *ivars, size_t n, size_t *indices,
+                                            const int *status, int cmp, PshmemICmpTo<T> v) {
+    size_t k = 0;
+    if (!pshmem_i_any_counts(n, status)) return 0;
+    pshmem_i_wait<6, 32>([&] {
+        k = pshmem_i_test_some(ivars, n, indices, status, cmp, v);
+        return k > 0;
+    });
+    return k;
+}
+
 __device__ inline uint64_t pshmem_signal_wait_until(uint64_t *sig, int cmp, uint64_t v) {
     return pshmem_i_wait_until(sig, cmp, v);
 }
@@ -154,13 +255,41 @@ __device__ inline uint64_t pshmem_signal_wait_until(uint64_t *sig, int cmp, uint
 /* The value of a local signal word (acquire). */
 __device__ inline uint64_t pshmem_signal_fetch(const uint64_t *sig) { return pshmem_i_load(sig); }
 
-/* TYPE_wait_until and TYPE_test for NVSHMEM's point-to-point synchronization types. */
+/* TYPE_wait_until and TYPE_test for NVSHMEM's point-to-point synchronization types, with
+ * their vector forms (_all, _any, _some; _vector: a value per entry). */
 #define PSHMEM_I_WAIT(NAME, T)                                                                 \
     __device__ inline T pshmem_##NAME##_wait_until(T *ivar, int cmp, T v) {                   \
         return pshmem_i_wait_until(ivar, cmp, v);                                              \
     }                                                                                          \
     __device__ inline int pshmem_##NAME##_test(T *ivar, int cmp, T v) {                       \
         return pshmem_i_test(ivar, cmp, v);                                                    \
+    }                                                                                          \
+    PSHMEM_I_WAIT_VECTOR(NAME, T, , T v, pshmem_i_to_one(v))                                   \
+    PSHMEM_I_WAIT_VECTOR(NAME, T, _vector, T *vs, pshmem_i_to_each<T>(vs))
+#define PSHMEM_I_WAIT_VECTOR(NAME, T, SUFFIX, PARAM, TO)                                       \
+    __device__ inline void pshmem_##NAME##_wait_until_all##SUFFIX(                             \
+        T *ivars, size_t n, const int *status, int cmp, PARAM) {                               \
+        pshmem_i_wait_all(ivars, n, status, cmp, TO);                                          \
+    }                                                                                          \
+    __device__ inline size_t pshmem_##NAME##_wait_until_any##SUFFIX(                           \
+        T *ivars, size_t n, const int *status, int cmp, PARAM) {                               \
+        return pshmem_i_wait_any(ivars, n, status, cmp, TO);                                   \
+    }                                                                                          \
+    __device__ inline size_t pshmem_##NAME##_wait_until_some##SUFFIX(                          \
+        T *ivars, size_t n, size_t *indices, const int *status, int cmp, PARAM) {              \
+        return pshmem_i_wait_some(ivars, n, indices, status, cmp, TO);                         \
+    }                                                                                          \
+    __device__ inline int pshmem_##NAME##_test_all##SUFFIX(T *ivars, size_t n,                 \
+                                                           const int *status, int cmp, PARAM) { \
+        return pshmem_i_test_all(ivars, n, status, cmp, TO);                                   \
+    }                                                                                          \
+    __device__ inline size_t pshmem_##NAME##_test_any##SUFFIX(                                 \
+        T *ivars, size_t n, const int *status, int cmp, PARAM) {                               \
+        return pshmem_i_test_any(ivars, n, status, cmp, TO);                                   \
+    }                                                                                          \
+    __device__ inline size_t pshmem_##NAME##_test_some##SUFFIX(                                \
+        T *ivars, size_t n, size_t *indices, const int *status, int cmp, PARAM) {              \
+        return pshmem_i_test_some(ivars, n, indices, status, cmp, TO);                         \
     }
 #define PSHMEM_I_WAIT_TYPES(X)                                                                 \
     X(short, short)                                                                            \
