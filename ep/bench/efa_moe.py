@@ -60,8 +60,13 @@ def main(out):
     raw = {}
     for d in sorted(glob.glob(os.path.join(out, "moe-*-ep*-*"))):
         m = re.fullmatch(r"moe-(ll|ht)-ep(\d+)-(dispatch|both|all)", os.path.basename(d))
-        if m and os.path.isdir(d):
-            raw[(m.group(1), int(m.group(2)), m.group(3))] = run(d)
+        if not (m and os.path.isdir(d)):
+            continue
+        done = os.path.exists(d + ".out") and '"label"' in open(d + ".out").read()
+        if not done:  # failed or timed out: its traces cover an unknown number of calls
+            print(f"efa_moe: {os.path.basename(d)} did not finish; left out", file=sys.stderr)
+            continue
+        raw[(m.group(1), int(m.group(2)), m.group(3))] = run(d)
     rows = {}
     for (mode, n, what), r in sorted(raw.items()):
         if what != "dispatch":

@@ -163,8 +163,8 @@ impl Pshmem {
         res
     }
 
-    /// Starts the GPU path (collective): a GPU symmetric heap of `PSHMEM_GPU_SYMMETRIC_SIZE`
-    /// bytes on device `PSHMEM_CUDA_DEVICE` (default: local rank modulo the device count),
+    /// Starts the GPU path (collective): a GPU symmetric heap with `PSHMEM_GPU_SYMMETRIC_SIZE`
+    /// bytes for the program (and the runtime's own part on top) on device `PSHMEM_CUDA_DEVICE` (default: local rank modulo the device count),
     /// same-host peers' heaps opened through CUDA IPC unless `PSHMEM_DISABLE_P2P=1`, and a
     /// GPU command ring drained by a proxy that reaches the other PEs through host staging.
     /// Fails with [`Error::Cuda`] (on every PE) where there is no GPU.

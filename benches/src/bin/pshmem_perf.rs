@@ -363,6 +363,24 @@ impl Ctx<'_> {
     }
 }
 
+/// The host-initiated run's figures as JSON (PE 0).
+fn write_json(s: &Pshmem, a: &Args, rows: &[Row], path: &std::path::Path) {
+    let rows: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({"test": r.test, "size": r.size, "unit": r.unit,
+            "median": r.median, "samples": r.samples})
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "benchmark": "pshmem-perf", "machine": machine(), "n_pes": s.n_pes(),
+        "path": if s.is_direct(1) { "direct" } else { "proxy" },
+        "transport": s.transport_name(), "iters": a.iters, "warmup": a.warmup,
+        "window": a.window, "results": rows,
+    });
+    std::fs::write(path, serde_json::to_string_pretty(&doc).expect("json")).expect("write");
+}
+
 fn us(t: &[f64]) -> Vec<f64> {
     t.iter().map(|x| x * 1e6).collect()
 }
@@ -524,21 +542,7 @@ fn main() {
     if me == 0
         && let Some(path) = &a.json
     {
-        let rows: Vec<_> = c
-            .rows
-            .iter()
-            .map(|r| {
-                serde_json::json!({"test": r.test, "size": r.size, "unit": r.unit,
-                "median": r.median, "samples": r.samples})
-            })
-            .collect();
-        let doc = serde_json::json!({
-            "benchmark": "pshmem-perf", "machine": machine(), "n_pes": s.n_pes(),
-            "path": if s.is_direct(1) { "direct" } else { "proxy" },
-            "transport": s.transport_name(), "iters": a.iters, "warmup": a.warmup,
-            "window": a.window, "results": rows,
-        });
-        std::fs::write(path, serde_json::to_string_pretty(&doc).expect("json")).expect("write");
+        write_json(&s, &a, &c.rows, path);
     }
     drop(c);
     if let Err(e) = s.finalize() {

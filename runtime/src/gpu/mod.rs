@@ -14,6 +14,7 @@
 
 mod create;
 mod device;
+mod heap;
 pub mod host_ops;
 mod kargs;
 mod mem;
@@ -163,24 +164,6 @@ pub(crate) struct GpuSetup<'a> {
     pub health: Arc<Health>,
     /// The CUDA device to use (else the configuration's, else local rank modulo devices).
     pub device: Option<usize>,
-}
-
-impl GpuSetup<'_> {
-    /// Bytes of the GPU heap's device allocation: `PSHMEM_GPU_SYMMETRIC_SIZE` counts what the
-    /// program may allocate (as NVSHMEM counts `NVSHMEM_SYMMETRIC_SIZE`: its perftests set it to
-    /// exactly the bytes they allocate), so the runtime's own part — the reserved first page and
-    /// the teams' sync words, rounded to 2 MiB so the program's part starts aligned — and 2 MiB
-    /// for alignment padding between the program's allocations come on top.
-    pub(crate) fn heap_bytes(&self) -> usize {
-        heap_bytes(self.cfg.gpu.heap_size, self.cfg.max_teams, self.n)
-    }
-}
-
-/// [`GpuSetup::heap_bytes`] from its inputs.
-pub(crate) fn heap_bytes(user: usize, max_teams: usize, n: usize) -> usize {
-    const MIB2: u64 = 2 << 20;
-    let own = (crate::alloc::RESERVED + teams::TeamTable::sync_bytes(max_teams, n)).div_ceil(MIB2);
-    (own * MIB2 + MIB2) as usize + user
 }
 
 impl Gpu {
@@ -562,41 +545,5 @@ mod tests {
             &fields,
             size_of::<RingDeviceHandle>(),
         );
-    }
-}
-
-#[cfg(test)]
-mod heap_tests {
-    use super::{heap_bytes, teams::TeamTable};
-    use crate::alloc::{Allocator, RESERVED};
-
-    /// The program may allocate the whole of `PSHMEM_GPU_SYMMETRIC_SIZE`, as NVSHMEM's
-    /// collective perftests do: a small allocation or two, then two page-aligned buffers that
-    /// together are exactly the size they set.
-    #[test]
-    fn the_program_gets_the_whole_symmetric_size() {
-        for n in [1, 2, 8, 64] {
-            for user in [0u64, 8192, 8 << 20, 1 << 30] {
-                let total = heap_bytes(user as usize, 32, n) as u64;
-                let mut a = Allocator::new(total);
-                let sync = a
-                    .alloc(TeamTable::sync_bytes(32, n), 256)
-                    .expect("sync words");
-                assert!(
-                    sync >= RESERVED,
-                    "n {n}: the sync words overlap the reserved page"
-                );
-                for _ in 0..2 {
-                    a.alloc(8, 256).expect("small allocation");
-                }
-                let half = user / 2;
-                if half > 0 {
-                    a.alloc(half, 4096).expect("first half, page-aligned");
-                    a.alloc(half, 4096).expect("second half, page-aligned");
-                }
-                // No more than the slack and the runtime's own part beyond what was asked.
-                assert!(total - user <= (4 << 20) + TeamTable::sync_bytes(32, n));
-            }
-        }
     }
 }

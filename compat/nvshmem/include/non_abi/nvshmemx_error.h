@@ -83,9 +83,11 @@
 
 #define NVSHMEMI_NZ_EXIT(status, ...)                                                         \
     do {                                                                                      \
-        if ((status) != 0) {                                                                  \
+        const int pshmemi_status_ = (int)(status); /* evaluated once, errno read at once */   \
+        const int pshmemi_errno_ = errno;                                                     \
+        if (pshmemi_status_ != 0) {                                                           \
             fprintf(stderr, "%s:%d: non-zero status: %d: %s, exiting... ", __FILE__, __LINE__, \
-                    (int)(status), strerror(errno));                                          \
+                    pshmemi_status_, strerror(pshmemi_errno_));                               \
             PSHMEMI_COMPAT_TAIL(stderr, __VA_ARGS__);                                         \
             exit(-1);                                                                         \
         }                                                                                     \

@@ -95,7 +95,9 @@ typedef struct pshmem_ep_ll_args {
     int32_t *src_info;          /* dispatch: [El][N * Tmax] source token index of each row */
     int64_t *layout_range;      /* dispatch: [El][N] (begin << 32) | count per source */
     int32_t *cum_stats;         /* dispatch: [El] += rows received, or NULL */
-    int64_t *wait_stats;        /* dispatch: [N] += ns waited for each source, or NULL */
+    int64_t *wait_stats;        /* dispatch: [N] += ns from the receive phase's start until
+                                 * each source's flag was seen (a warp serving two sources sees
+                                 * the second after the first), or NULL */
     /* What one launch of pshmem_ep::ll::dispatch or ::combine (cuda/ep.cu) runs: the phases named, each on its
      * own grid of x * y blocks (block i of the launch is the phase's block (i % x, i / x);
      * blocks past a phase's grid skip it). Filled by the launcher. Both phases in one launch
