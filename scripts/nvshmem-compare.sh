@@ -76,7 +76,7 @@ nvbuild() { # name nvcc-args...   (in the background: one log per program)
   ) &
 }
 EX=examples/nvshmem
-for p in ring put_block ping_pong atomics team_split collective_launch on_stream collectives; do
+for p in ring put_block ping_pong atomics team_split collective_launch on_stream collectives vector_waits; do
   nvbuild "$p" -rdc=true -o "$THEIRS/$p.rdc" "$EX/$p.cu" "${LINK[@]}"
 done
 nvbuild two_file -rdc=true -o "$THEIRS/two_file.rdc" "$EX/two_file/main.cu" "$EX/two_file/kernels.cu" "${LINK[@]}"
@@ -178,7 +178,7 @@ if [ "$NV_OK" = 1 ]; then
 else
   echo "NVIDIA's side: not run (no bootstrap started its ring: compare.log)" | tee -a "$LOG" "$OUT/nvidia-launch.txt"
 fi
-read -r -a progs <<<"${COMPARE_PROGRAMS:-ring put_block ping_pong atomics team_split collective_launch on_stream collectives two_file plugin}"
+read -r -a progs <<<"${COMPARE_PROGRAMS:-ring put_block ping_pong atomics team_split collective_launch on_stream collectives vector_waits two_file plugin}"
 # A program that failed on a runtime at a PE count is not run again there (a failure usually
 # repeats, and a hung one costs the whole timeout each time).
 declare -A FAILED=()
